@@ -1,0 +1,44 @@
+# Quick start: `make demo` (set up, generate 3 days, run the pipeline) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
+export DAGSTER_HOME := $(CURDIR)
+export LAKEHOUSE_DAGSTER_STORAGE ?= $(LAKEHOUSE_HOME)/dagster
+export LAKEHOUSE_DAGSTER_LOGS ?= $(LAKEHOUSE_HOME)/dagster/logs
+
+DEMO_START ?= 2025-01-01
+DEMO_END ?= 2025-01-03
+DEMO_DAYS ?= 3
+
+.PHONY: setup demo dev test clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt scripts/system-deps.sh
+	scripts/system-deps.sh
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+demo: setup
+	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
+	$(BIN)/lakehouse generate --start $(DEMO_START) --days $(DEMO_DAYS)
+	$(BIN)/dagster asset materialize -m lakehouse_assets.definitions --select '*' \
+		--partition-range $(DEMO_START)...$(DEMO_END)
+	$(BIN)/lakehouse tables
+	$(BIN)/lakehouse reconcile
+	@echo
+	@echo "Open the Dagster UI with: make dev   (then http://127.0.0.1:3000)"
+
+dev: setup
+	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+test: setup
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(LAKEHOUSE_HOME)

@@ -1,0 +1,97 @@
+"""The one SparkSession: Iceberg extensions, the shared catalog, the jars.
+
+Spark reads `spark.jars` and catalog settings only when its JVM starts, so a
+process gets exactly one session; asking for a different catalog later is an
+error that says so instead of silently using the first one.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+
+from dagster_pyspark.resources import spark_session_from_config
+from pyspark.sql import SparkSession
+
+from ..settings import CatalogUri, Settings
+from .jars import spark_jars
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
+def catalog_spark_conf(name: str, catalog: CatalogUri, warehouse: str) -> dict[str, str]:
+    """Spark settings for an Iceberg JdbcCatalog on the same tables pyiceberg's SqlCatalog uses."""
+    prefix = f"spark.sql.catalog.{name}"
+    conf = {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": "jdbc",
+        f"{prefix}.uri": catalog.jdbc_url,
+        f"{prefix}.warehouse": warehouse,
+        # pyiceberg's SqlCatalog writes the V1 schema (with iceberg_type) and creates
+        # the tables itself; Java creating them too raced on SQLite (SQLITE_BUSY).
+        f"{prefix}.jdbc.schema-version": "V1",
+        f"{prefix}.jdbc.init-catalog-tables": "false",
+        # Other engines commit to the same tables: never serve stale metadata.
+        f"{prefix}.cache-enabled": "false",
+    }
+    if catalog.user:
+        conf[f"{prefix}.jdbc.user"] = catalog.user
+    if catalog.password:
+        conf[f"{prefix}.jdbc.password"] = catalog.password
+    return conf
+
+
+def spark_conf(settings: Settings, extra_catalogs: dict[str, CatalogUri] | None = None) -> dict[str, str]:
+    """Every Spark setting the lakehouse needs, as a flat dict (PySparkResource's shape)."""
+    extra_catalogs = extra_catalogs or {}
+    kinds = {settings.catalog.kind} | {c.kind for c in extra_catalogs.values()}
+    log4j = resources.files("lakehouse_assets.runtime").joinpath("log4j2.properties")
+    conf = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": "lakehouse",
+        "spark.driver.memory": settings.driver_memory,
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.defaultCatalog": settings.catalog_name,
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+    }
+    if settings.spark_master.startswith("local"):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    jars = spark_jars(kinds, settings.spark_packages, settings.extra_jars)
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    if settings.spark_packages:
+        conf["spark.jars.packages"] = settings.spark_packages
+    conf.update(catalog_spark_conf(settings.catalog_name, settings.catalog, settings.warehouse))
+    for name, uri in extra_catalogs.items():
+        conf.update(catalog_spark_conf(name, uri, settings.warehouse))
+    return conf
+
+
+class SparkConfigConflict(RuntimeError):
+    pass
+
+
+def get_spark(settings: Settings, extra_catalogs: dict[str, CatalogUri] | None = None) -> SparkSession:
+    """The process's SparkSession, built with dagster-pyspark's builder on first use."""
+    conf = spark_conf(settings, extra_catalogs)
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        key = f"spark.sql.catalog.{settings.catalog_name}.uri"
+        current = active.conf.get(key, None)
+        if current != conf[key]:
+            raise SparkConfigConflict(
+                f"this process already runs a SparkSession whose catalog "
+                f"{settings.catalog_name!r} points at {current!r}, not {conf[key]!r}; "
+                "catalog settings apply only when the JVM starts: use one catalog per process"
+            )
+        return active
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = spark_session_from_config(conf)
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,167 @@
+"""One settings object decides where everything lives: local laptop or cluster.
+
+Every value comes from an environment variable with a local default, so the same
+code runs with local Spark, a SQLite catalog and a folder warehouse, or against a
+Spark cluster, a PostgreSQL catalog and an S3 warehouse, by configuration alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def validate_identifier(name: str, what: str = "identifier") -> str:
+    """Names that end up in SQL text must be plain identifiers."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise ValueError(f"invalid {what} {name!r}: use letters, digits and underscores only")
+    return name
+
+
+@dataclass(frozen=True)
+class CatalogUri:
+    """A catalog database location, spoken in both engines' dialects.
+
+    Accepts `sqlite:////abs/path/catalog.db` or
+    `postgresql://user:password@host:port/database` (`postgresql+psycopg2://` too).
+    """
+
+    kind: str  # "sqlite" or "postgresql"
+    path: str = ""  # sqlite: absolute file path
+    host: str = ""
+    port: int = 5432
+    database: str = ""
+    user: str = ""
+    password: str = field(default="", repr=False)
+
+    @classmethod
+    def parse(cls, uri: str) -> CatalogUri:
+        parts = urlsplit(uri)
+        scheme = parts.scheme.split("+", 1)[0]
+        if scheme == "sqlite":
+            path = uri.split(":///", 1)[1] if ":///" in uri else ""
+            if not path.startswith("/"):
+                raise ValueError(
+                    f"catalog URI {uri!r}: a SQLite catalog needs an absolute path, "
+                    "e.g. sqlite:////abs/path/catalog.db"
+                )
+            return cls(kind="sqlite", path=path)
+        if scheme in ("postgresql", "postgres"):
+            database = parts.path.lstrip("/")
+            if not parts.hostname or not database:
+                raise ValueError(
+                    f"catalog URI {uri!r}: expected postgresql://user:password@host:port/database"
+                )
+            return cls(
+                kind="postgresql",
+                host=parts.hostname,
+                port=parts.port or 5432,
+                database=database,
+                user=unquote(parts.username or ""),
+                password=unquote(parts.password or ""),
+            )
+        raise ValueError(
+            f"unsupported catalog URI {uri!r}: use sqlite:////abs/path.db or postgresql://..."
+        )
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.kind == "sqlite":
+            return f"sqlite:///{self.path}"
+        auth = self.user + (f":{self.password}" if self.password else "")
+        return f"postgresql+psycopg2://{auth}@{self.host}:{self.port}/{self.database}"
+
+    @property
+    def jdbc_url(self) -> str:
+        if self.kind == "sqlite":
+            return f"jdbc:sqlite:{self.path}"
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}"
+
+    @property
+    def display(self) -> str:
+        """The URI without its password, for logs and errors."""
+        if self.kind == "sqlite":
+            return f"sqlite:///{self.path}"
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{self.database}"
+
+
+def _env(name: str, default: str) -> str:
+    value = os.environ.get(name, "").strip()
+    return value or default
+
+
+def _as_uri(location: str) -> str:
+    """Turn a bare local path into a file:// URI; leave s3://, file:// etc. alone."""
+    if "://" in location:
+        return location
+    return Path(location).expanduser().resolve().as_uri()
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    spark_master: str = "local[*]"
+    driver_memory: str = "4g"
+    shuffle_partitions: int = 4
+    catalog_name: str = "lakehouse"
+    catalog_uri: str = ""
+    warehouse: str = ""
+    landing: str = ""
+    namespace: str = "lake"
+    # Maven coordinates for machines with internet; empty means local jars.
+    spark_packages: str = ""
+    extra_jars: tuple[str, ...] = ()
+    start_date: str = "2025-01-01"
+
+    def __post_init__(self) -> None:
+        home = Path(self.home).expanduser().resolve()
+        object.__setattr__(self, "home", home)
+        if not self.catalog_uri:
+            object.__setattr__(self, "catalog_uri", f"sqlite:///{home / 'catalog.db'}")
+        object.__setattr__(self, "warehouse", _as_uri(self.warehouse or str(home / "warehouse")))
+        object.__setattr__(self, "landing", _as_uri(self.landing or str(home / "landing")))
+        validate_identifier(self.catalog_name, "catalog name")
+        validate_identifier(self.namespace, "namespace")
+        CatalogUri.parse(self.catalog_uri)  # fail early on a malformed URI
+
+    @classmethod
+    def from_env(cls, **overrides) -> Settings:
+        jars = _env("LAKEHOUSE_SPARK_JARS", "")
+        values = dict(
+            home=Path(_env("LAKEHOUSE_HOME", ".lakehouse")),
+            spark_master=_env("LAKEHOUSE_SPARK_MASTER", "local[*]"),
+            driver_memory=_env("LAKEHOUSE_DRIVER_MEMORY", "4g"),
+            shuffle_partitions=int(_env("LAKEHOUSE_SHUFFLE_PARTITIONS", "4")),
+            catalog_name=_env("LAKEHOUSE_CATALOG_NAME", "lakehouse"),
+            catalog_uri=_env("LAKEHOUSE_CATALOG_URI", ""),
+            warehouse=_env("LAKEHOUSE_WAREHOUSE", ""),
+            landing=_env("LAKEHOUSE_LANDING", ""),
+            namespace=_env("LAKEHOUSE_NAMESPACE", "lake"),
+            spark_packages=_env("LAKEHOUSE_SPARK_PACKAGES", ""),
+            extra_jars=tuple(j for j in jars.split(",") if j.strip()),
+            start_date=_env("LAKEHOUSE_START_DATE", "2025-01-01"),
+        )
+        values.update(overrides)
+        return cls(**values)
+
+    def with_(self, **changes) -> Settings:
+        return replace(self, **changes)
+
+    @property
+    def catalog(self) -> CatalogUri:
+        return CatalogUri.parse(self.catalog_uri)
+
+    def landing_path(self, *parts: str) -> str:
+        return "/".join([self.landing.rstrip("/"), *parts])
+
+    def local_path(self, uri: str) -> Path:
+        """The filesystem path of a file:// location (for local-only helpers)."""
+        parts = urlsplit(uri)
+        if parts.scheme != "file":
+            raise ValueError(f"{uri!r} is not a local file:// location")
+        return Path(unquote(parts.path))

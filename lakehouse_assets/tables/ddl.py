@@ -1,0 +1,55 @@
+"""Creating declared tables idempotently, and evolving them by declaration.
+
+Names in the SQL text come from the validated registry; property values and
+comments are quoted and escaped.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from .registry import TableSpec
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _column_ddl(f: T.StructField) -> str:
+    ddl = f"`{f.name}` {f.dataType.simpleString()}"
+    if not f.nullable:
+        ddl += " NOT NULL"
+    if f.metadata.get("comment"):
+        ddl += f" COMMENT {_quote(f.metadata['comment'])}"
+    return ddl
+
+
+def create_table_sql(table_id: str, spec: TableSpec) -> str:
+    columns = ",\n  ".join(_column_ddl(f) for f in spec.schema.fields)
+    sql = f"CREATE TABLE IF NOT EXISTS {table_id} (\n  {columns}\n) USING iceberg"
+    if spec.partitioned_by:
+        sql += f"\nPARTITIONED BY ({', '.join(spec.partitioned_by)})"
+    sql += f"\nCOMMENT {_quote(spec.description)}"
+    props = ", ".join(f"{_quote(k)} = {_quote(v)}" for k, v in spec.table_properties.items())
+    return sql + f"\nTBLPROPERTIES ({props})"
+
+
+def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> list[str]:
+    """Create the table if missing; add declared columns it lacks. Returns the added columns.
+
+    Adding nullable columns is a metadata-only change in Iceberg: old data files stay
+    as they are and read the new column as null.
+    """
+    spark.sql(create_table_sql(table_id, spec))
+    existing = {f.name for f in spark.table(table_id).schema.fields}
+    missing = [f for f in spec.schema.fields if f.name not in existing]
+    for f in missing:
+        if not f.nullable:
+            raise ValueError(
+                f"table {table_id}: declared column {f.name!r} is NOT NULL but the table lacks it; "
+                "a required column cannot be added to existing rows: declare it nullable"
+            )
+    if missing:
+        spark.sql(f"ALTER TABLE {table_id} ADD COLUMNS ({', '.join(_column_ddl(f) for f in missing)})")
+    return [f.name for f in missing]

@@ -1,0 +1,98 @@
+"""Tables declared as data: schema, hidden partitioning, properties, in one place.
+
+An asset names its table; the engine room creates it from this declaration, so a
+reader finds a table's whole shape here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pyspark.sql import types as T
+
+from ..settings import validate_identifier
+
+COPY_ON_WRITE = "copy-on-write"
+MERGE_ON_READ = "merge-on-read"
+
+_TRANSFORM = re.compile(
+    r"^(?:(?P<col>[A-Za-z_]\w*)"
+    r"|(?:years|months|days|hours)\((?P<tcol>[A-Za-z_]\w*)\)"
+    r"|(?:bucket|truncate)\(\d+,\s*(?P<ncol>[A-Za-z_]\w*)\))$"
+)
+
+
+def transform_column(transform: str) -> str:
+    """The source column of a partition transform such as `days(event_ts)`."""
+    m = _TRANSFORM.match(transform)
+    if not m:
+        raise ValueError(
+            f"invalid partition transform {transform!r}: use col, years|months|days|hours(col), "
+            "bucket(N, col) or truncate(N, col)"
+        )
+    return m.group("col") or m.group("tcol") or m.group("ncol")
+
+
+def col(name: str, dtype: T.DataType, nullable: bool = True, comment: str = "") -> T.StructField:
+    metadata = {"comment": comment} if comment else {}
+    return T.StructField(name, dtype, nullable, metadata)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    layer: str
+    description: str
+    schema: T.StructType
+    partitioned_by: tuple[str, ...] = ()
+    write_mode: str = COPY_ON_WRITE
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_identifier(self.name, "table name")
+        names = {f.name for f in self.schema.fields}
+        for f in self.schema.fields:
+            validate_identifier(f.name, f"column name in {self.name}")
+        for transform in self.partitioned_by:
+            source = transform_column(transform)
+            if source not in names:
+                raise ValueError(f"table {self.name}: partition column {source!r} is not in the schema")
+        if self.write_mode not in (COPY_ON_WRITE, MERGE_ON_READ):
+            raise ValueError(f"table {self.name}: write_mode must be {COPY_ON_WRITE} or {MERGE_ON_READ}")
+
+    @property
+    def table_properties(self) -> dict[str, str]:
+        props = {
+            "format-version": "2",
+            "write.parquet.compression-codec": "zstd",
+            "write.delete.mode": self.write_mode,
+            "write.update.mode": self.write_mode,
+            "write.merge.mode": self.write_mode,
+            # Old metadata files are cleaned as commits accumulate.
+            "write.metadata.delete-after-commit.enabled": "true",
+            "write.metadata.previous-versions-max": "100",
+        }
+        props.update(self.properties)
+        return props
+
+    @property
+    def column_names(self) -> list[str]:
+        return [f.name for f in self.schema.fields]
+
+
+TABLES: dict[str, TableSpec] = {}
+
+
+def register(spec: TableSpec) -> TableSpec:
+    if spec.name in TABLES and TABLES[spec.name] != spec:
+        raise ValueError(f"table {spec.name} is declared twice")
+    TABLES[spec.name] = spec
+    return spec
+
+
+def get_table(name: str) -> TableSpec:
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"no table named {name!r} is declared; known: {sorted(TABLES)}") from None

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Checks what the machine must provide (Java 17 and the JDBC drivers from Debian)
+# and installs what is missing when apt-get is available and we may use it.
+set -euo pipefail
+
+need=()
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
+if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
+  need+=(openjdk-17-jre-headless)
+fi
+[ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni)
+[ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo -n"
+if command -v apt-get >/dev/null 2>&1 && { [ -z "$sudo" ] || sudo -n true 2>/dev/null; }; then
+  echo "installing system packages: ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+else
+  echo "missing system packages: ${need[*]}" >&2
+  echo "install them (Debian/Ubuntu: apt-get install ${need[*]}) and run make again" >&2
+  exit 1
+fi
