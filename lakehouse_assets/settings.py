@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -73,7 +73,7 @@ class CatalogUri:
     def sqlalchemy_url(self) -> str:
         if self.kind == "sqlite":
             return f"sqlite:///{self.path}"
-        auth = self.user + (f":{self.password}" if self.password else "")
+        auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
         return f"postgresql+psycopg2://{auth}@{self.host}:{self.port}/{self.database}"
 
     @property

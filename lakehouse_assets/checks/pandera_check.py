@@ -15,6 +15,7 @@ from dagster import (
     AssetChecksDefinition,
     AssetKey,
     MetadataValue,
+    TimeWindowPartitionsDefinition,
     asset_check,
 )
 from pyspark.sql import DataFrame
@@ -49,6 +50,7 @@ def pandera_asset_check(
     table: str,
     model: Any,
     window_column: str,
+    partitions_def: TimeWindowPartitionsDefinition,
     name: str = "pandera_schema",
 ) -> AssetChecksDefinition:
     """A blocking check that validates the asset's table rows of the run's partition range."""
@@ -63,7 +65,11 @@ def pandera_asset_check(
         df = lakehouse.spark.table(lakehouse.table_id(table))
         scope = "whole table"
         if context.has_partition_key_range:
-            window = Window.of_days(window_column, *context.partition_time_window)
+            # From the keys: a check run without its asset has no partitions definition.
+            keys = context.partition_key_range
+            start = partitions_def.time_window_for_partition_key(keys.start).start
+            end = partitions_def.time_window_for_partition_key(keys.end).end
+            window = Window.of_days(window_column, start, end)
             df, scope = df.where(window.condition), window.label
         failures = validate(model, df)
         return AssetCheckResult(

@@ -82,5 +82,6 @@ class SilverEventsModel(pa.DataFrameModel):
 
 
 silver_events_schema_check = pandera_asset_check(
-    asset="silver_events", table="silver_events", model=SilverEventsModel, window_column="event_ts"
+    asset="silver_events", table="silver_events", model=SilverEventsModel, window_column="event_ts",
+    partitions_def=DAILY,
 )

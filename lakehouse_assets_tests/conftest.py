@@ -1,0 +1,109 @@
+"""One Spark session and one lake root for the whole test run; a namespace per test.
+
+Spark fixes its catalogs when the JVM starts, so the session is built once with
+both catalogs the tests use: the default SQLite file and a PostgreSQL database
+created for this run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import psycopg2
+import pytest
+
+from lakehouse_assets.runtime.catalog import open_catalog
+from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.runtime.spark import get_spark
+from lakehouse_assets.settings import CatalogUri, Settings
+
+# Tests choose their own settings; a developer's LAKEHOUSE_* variables must not leak in.
+for _var in [v for v in os.environ if v.startswith("LAKEHOUSE_") and v != "LAKEHOUSE_TEST_PG_DSN"]:
+    del os.environ[_var]
+
+PG_ADMIN_DSN = os.environ.get("LAKEHOUSE_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
+PG_CATALOG = "pg"
+
+
+@pytest.fixture(scope="session")
+def lake_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("lake")
+
+
+@pytest.fixture(scope="session")
+def lake_settings(lake_root) -> Settings:
+    return Settings.from_env(
+        home=lake_root,
+        catalog_uri="",
+        warehouse="",
+        landing="",
+        namespace="lake",
+        spark_master="local[2]",
+        driver_memory="2g",
+        shuffle_partitions=2,
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_catalog_uri():
+    """A fresh PostgreSQL database to hold a second, shared catalog; dropped afterwards."""
+    database = f"lakehouse_test_{uuid.uuid4().hex[:8]}"
+    try:
+        admin = psycopg2.connect(PG_ADMIN_DSN)
+    except psycopg2.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is needed for the shared-catalog tests and is not reachable at "
+            f"{PG_ADMIN_DSN!r} (set LAKEHOUSE_TEST_PG_DSN): {exc}"
+        )
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{database}"')
+    dsn = dict(kv.split("=", 1) for kv in PG_ADMIN_DSN.split())
+    uri = CatalogUri.parse(
+        f"postgresql://{dsn.get('user', 'postgres')}@{dsn.get('host', '127.0.0.1')}:"
+        f"{dsn.get('port', '5432')}/{database}"
+    )
+    yield uri
+    with admin.cursor() as cur:
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (database,)
+        )
+        cur.execute(f'DROP DATABASE IF EXISTS "{database}"')
+    admin.close()
+
+
+@pytest.fixture(scope="session")
+def pg_catalog(lake_settings, pg_catalog_uri):
+    return open_catalog(PG_CATALOG, pg_catalog_uri, lake_settings.warehouse)
+
+
+@pytest.fixture(scope="session")
+def spark(lake_settings, pg_catalog, pg_catalog_uri):
+    # Both catalogs' tables must exist before Spark's JdbcCatalogs look at them.
+    from lakehouse_assets.runtime.catalog import catalog_for
+
+    catalog_for(lake_settings)
+    session = get_spark(lake_settings, extra_catalogs={PG_CATALOG: pg_catalog_uri})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def namespace(request) -> str:
+    """A namespace of this test's own, named after it."""
+    name = re.sub(r"\W+", "_", request.node.name).strip("_").lower()[:40]
+    return f"t_{name}_{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def lakehouse(spark, lake_settings, namespace, tmp_path) -> LakehouseResource:
+    """The resource as the assets see it, on the shared session, in this test's namespace."""
+    return LakehouseResource(
+        home=str(lake_settings.home),
+        spark_master=lake_settings.spark_master,
+        driver_memory=lake_settings.driver_memory,
+        namespace=namespace,
+        landing=str(tmp_path / "landing"),
+    )

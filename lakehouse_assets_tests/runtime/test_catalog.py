@@ -1,0 +1,74 @@
+"""Spark and pyiceberg share one catalog: each sees the other's tables and commits."""
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+
+from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.runtime.spark import SparkConfigConflict, get_spark
+
+from ..conftest import PG_CATALOG
+
+UTC = dt.timezone.utc
+ARROW_SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False),
+    pa.field("name", pa.string()),
+    pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+])
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared(request, spark, lake_settings, pg_catalog, namespace):
+    """(Spark catalog name, pyiceberg catalog) for the same catalog database."""
+    if request.param == "sqlite":
+        name, catalog = lake_settings.catalog_name, catalog_for(lake_settings)
+    else:
+        name, catalog = PG_CATALOG, pg_catalog
+    catalog.create_namespace(namespace)
+    return name, catalog
+
+
+def test_spark_reads_a_commit_pyiceberg_made(spark, shared, namespace):
+    name, catalog = shared
+    table = catalog.create_table((namespace, "made_by_pyiceberg"), schema=ARROW_SCHEMA)
+    table.append(pa.Table.from_pylist(
+        [{"id": 1, "name": "a", "ts": dt.datetime(2025, 1, 1, 9, tzinfo=UTC)},
+         {"id": 2, "name": "b", "ts": dt.datetime(2025, 1, 2, 9, tzinfo=UTC)}],
+        schema=ARROW_SCHEMA,
+    ))
+    table.append(pa.Table.from_pylist(
+        [{"id": 3, "name": "c", "ts": dt.datetime(2025, 1, 3, 9, tzinfo=UTC)}], schema=ARROW_SCHEMA
+    ))
+    pyiceberg_snapshot = table.refresh().current_snapshot().snapshot_id
+
+    rows = spark.sql(f"SELECT id, name FROM {name}.{namespace}.made_by_pyiceberg ORDER BY id").collect()
+    assert [(r.id, r.name) for r in rows] == [(1, "a"), (2, "b"), (3, "c")]
+    spark_snapshot = spark.sql(
+        f"SELECT snapshot_id FROM {name}.{namespace}.made_by_pyiceberg.snapshots "
+        "ORDER BY committed_at DESC LIMIT 1"
+    ).first().snapshot_id
+    assert spark_snapshot == pyiceberg_snapshot
+
+
+def test_pyiceberg_reads_a_commit_spark_made(spark, shared, namespace):
+    name, catalog = shared
+    table_id = f"{name}.{namespace}.made_by_spark"
+    spark.sql(f"CREATE TABLE {table_id} (id BIGINT, ts TIMESTAMP) USING iceberg PARTITIONED BY (days(ts))")
+    spark.sql(f"INSERT INTO {table_id} VALUES (1, TIMESTAMP'2025-01-01 10:00:00'), "
+              "(2, TIMESTAMP'2025-01-02 10:00:00')")
+    spark.sql(f"DELETE FROM {table_id} WHERE id = 1")
+
+    table = catalog.load_table((namespace, "made_by_spark"))
+    assert table.scan().to_arrow().column("id").to_pylist() == [2]
+    assert len(table.metadata.snapshots) == 2
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [("ts_day", "day")]
+    # Time travel through pyiceberg to the snapshot before Spark's delete.
+    first = table.metadata.snapshots[0].snapshot_id
+    assert sorted(table.scan(snapshot_id=first).to_arrow().column("id").to_pylist()) == [1, 2]
+
+
+def test_a_second_catalog_location_in_one_process_is_refused(spark, lake_settings, tmp_path):
+    elsewhere = lake_settings.with_(catalog_uri=f"sqlite:///{tmp_path / 'other.db'}")
+    with pytest.raises(SparkConfigConflict, match="one catalog per process"):
+        get_spark(elsewhere)

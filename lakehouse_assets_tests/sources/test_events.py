@@ -1,0 +1,77 @@
+"""Every landed line is either a typed event or a quarantine row with its reason."""
+
+import datetime as dt
+import json
+from decimal import Decimal
+
+import pytest
+
+from lakehouse_assets.sources.events import MAX_RECORD_BYTES, day_folders, list_landing_files, parse_events, read_lines
+
+GOOD = {
+    "event_id": "e-1", "user_id": "u1", "session_id": "s1", "event_type": "purchase",
+    "event_ts": "2025-01-01T10:00:00.250Z", "ip": "198.51.100.7",
+    "properties": {"product_id": "p0001", "quantity": 2}, "price": 19.99,
+}
+
+
+def _line(**changes) -> str:
+    event = {**GOOD, **changes}
+    return json.dumps({k: v for k, v in event.items() if v is not ...})
+
+
+BAD_LINES = {
+    '{"event_id": "e-2", "user_id": ': "malformed JSON",
+    '["e-3", "page_view"]': "not a JSON object",
+    "   ": "blank line",
+    _line(event_id=...): "missing required field event_id",
+    _line(user_id=""): "missing required field user_id",
+    _line(event_type=None): "missing required field event_type",
+    _line(event_ts=...): "missing required field event_ts",
+    _line(event_ts="yesterday"): "event_ts is not a timestamp: yesterday",
+    _line(price="twelve"): "price is not a number: twelve",
+    _line(properties="page=/deals"): "properties is not a JSON object",
+    _line(ip="x" * MAX_RECORD_BYTES): f"record larger than {MAX_RECORD_BYTES} bytes",
+}
+
+
+@pytest.fixture
+def landed(tmp_path):
+    folder = tmp_path / "events" / "date=2025-01-01"
+    folder.mkdir(parents=True)
+    good2 = _line(event_id="e-9", event_type="page_view", price=None, event_ts="2025-01-01T23:59:59+01:00")
+    lines = [_line(), *BAD_LINES, good2]
+    (folder / "part-0.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp_path, lines
+
+
+def test_each_bad_line_is_quarantined_with_its_reason_and_good_lines_are_typed(spark, landed):
+    root, lines = landed
+    files = list_landing_files(spark, day_folders(root.as_uri(), "events", dt.date(2025, 1, 1), dt.date(2025, 1, 2)))
+    assert len(files) == 1
+    read = read_lines(spark, files)
+    events, rejects = parse_events(read)
+
+    rejected = {r.source_line: r for r in rejects.collect()}
+    expected = {n: reason for n, (line, reason) in enumerate(BAD_LINES.items(), start=2)}
+    assert {n: r.reason for n, r in rejected.items()} == expected
+    assert all(rejected[n].payload == lines[n - 1] for n in expected), "raw text kept as landed"
+    assert {r.landing_date for r in rejected.values()} == {dt.date(2025, 1, 1)}
+
+    good = sorted(events.collect(), key=lambda r: r.source_line)
+    assert [(r.event_id, r.source_line) for r in good] == [("e-1", 1), ("e-9", len(lines))]
+    first, second = good
+    assert first.event_ts == dt.datetime(2025, 1, 1, 10, 0, 0, 250_000)  # session time zone is UTC
+    assert first.price == Decimal("19.99")
+    assert first.properties == {"product_id": "p0001", "quantity": "2"}
+    assert second.event_ts == dt.datetime(2025, 1, 1, 22, 59, 59) and second.price is None
+
+    # Records in = records kept + records quarantined.
+    assert read.count() == len(lines) == len(good) + len(rejected)
+
+
+def test_no_files_gives_empty_frames_not_an_error(spark, tmp_path):
+    folders = day_folders(tmp_path.as_uri(), "events", dt.date(2025, 1, 1), dt.date(2025, 1, 3))
+    assert list_landing_files(spark, folders) == []
+    events, rejects = parse_events(read_lines(spark, []))
+    assert events.count() == 0 and rejects.count() == 0

@@ -1,0 +1,195 @@
+"""The events slice end to end: landing files -> bronze (+ quarantine) -> silver -> gold.
+
+One three-day single-run backfill is materialised once for the module; the tests
+check its data against an independent reading of the landing files, its Iceberg
+metadata, and its Dagster events.
+"""
+
+import datetime as dt
+import json
+import uuid
+from collections import defaultdict
+from decimal import Decimal
+
+import pytest
+from dagster import AssetKey, AssetSelection, DagsterInstance, materialize
+
+from lakehouse_assets.cli import reconcile
+from lakehouse_assets.definitions import defs
+from lakehouse_assets.runtime.commit import RUN_ID
+from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.sources.events import EVENT_TYPES
+from lakehouse_assets.sources.generator import generate
+
+DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)]
+ASSETS = [*defs.assets, *defs.asset_checks]
+
+
+def run(lakehouse, instance, start, end=None, selection=None, raise_on_error=True):
+    return materialize(
+        ASSETS,
+        resources={"lakehouse": lakehouse},
+        instance=instance,
+        selection=selection,
+        raise_on_error=raise_on_error,
+        tags={"dagster/asset_partition_range_start": start,
+              "dagster/asset_partition_range_end": end or start},
+    )
+
+
+def materializations(result, asset):
+    return [e.materialization for e in result.get_asset_materialization_events()
+            if e.materialization.asset_key == AssetKey(asset)]
+
+
+def expected_daily_activity(landing_files):
+    """Gold recomputed in plain Python from the landing files (the independent answer)."""
+    seen, days = set(), defaultdict(lambda: {"users": set(), "sessions": set(), "events": 0,
+                                             "purchases": 0, "revenue": Decimal("0")})
+    for path in landing_files:
+        for line in path.read_text().splitlines():
+            try:
+                e = json.loads(line)
+                ts = dt.datetime.fromisoformat(e["event_ts"].replace("Z", "+00:00"))
+                price = Decimal(str(e["price"])) if "price" in e else None
+            except (ValueError, KeyError, TypeError, AttributeError, ArithmeticError):
+                continue
+            if not isinstance(e.get("properties"), dict) or not e.get("event_id") or e["event_id"] in seen:
+                continue
+            seen.add(e["event_id"])
+            day = days[ts.date()]
+            day["users"].add(e["user_id"])
+            day["sessions"].add(e["session_id"])
+            day["events"] += 1
+            if e["event_type"] == "purchase":
+                day["purchases"] += 1
+                day["revenue"] += price
+    return {d: (len(v["users"]), len(v["sessions"]), v["events"], v["purchases"], v["revenue"])
+            for d, v in days.items()}, len(seen)
+
+
+@pytest.fixture(scope="module")
+def lake(spark, lake_settings, tmp_path_factory):
+    landing = tmp_path_factory.mktemp("pipeline_landing")
+    generated = generate(landing, DAYS, events_per_day=300, files_per_day=3, malformed_rate=0.03)
+    lakehouse = LakehouseResource(
+        home=str(lake_settings.home), spark_master=lake_settings.spark_master,
+        namespace=f"t_pipeline_{uuid.uuid4().hex[:6]}", landing=str(landing),
+    )
+    instance = DagsterInstance.ephemeral()
+    result = run(lakehouse, instance, "2025-01-01", "2025-01-03")
+    return lakehouse, instance, result, generated
+
+
+def test_a_three_day_backfill_is_one_run_that_commits_all_days_at_once(lake):
+    lakehouse, instance, result, _ = lake
+    assert result.success
+    assert len(instance.get_runs()) == 1
+    for asset in ("bronze_events", "bronze_events_quarantine", "silver_events", "gold_daily_activity"):
+        mats = materializations(result, asset)
+        assert sorted(m.partition for m in mats) == [d.isoformat() for d in DAYS], asset
+        # One Iceberg commit for the whole range, stamped with the run id.
+        snapshot_ids = {m.metadata["snapshot_id"].value for m in mats}
+        assert len(snapshot_ids) == 1, asset
+        snapshot = lakehouse.iceberg_table(asset).snapshot_by_id(snapshot_ids.pop())
+        assert snapshot.summary[RUN_ID] == result.run_id
+        assert snapshot.summary["dagster.partitions"] == "2025-01-01..2025-01-03"
+
+
+def test_records_in_equal_rows_kept_plus_rows_quarantined(lake):
+    lakehouse, _, result, generated = lake
+    reconciled = reconcile(lakehouse.settings)
+    assert [r["landing_date"] for r in reconciled] == [d.isoformat() for d in DAYS]
+    for row, day in zip(reconciled, generated):
+        assert row["records_in"] == day.lines
+        assert row["quarantined"] == sum(day.malformed.values()) > 0
+        assert row["kept"] == day.events + day.duplicates
+        assert row["balanced"]
+    meta = materializations(result, "bronze_events")[0].metadata
+    assert meta["records_in"].value == sum(d.lines for d in generated)
+    assert meta["records_in"].value == meta["records_kept"].value + meta["records_quarantined"].value
+
+
+def test_silver_holds_each_event_once_and_gold_matches_an_independent_count(lake):
+    lakehouse, _, _, generated = lake
+    spark = lakehouse.spark
+    silver = spark.table(lakehouse.table_id("silver_events"))
+    files = [f for day in generated for f in day.files]
+    expected_gold, distinct_events = expected_daily_activity(files)
+
+    assert silver.count() == silver.select("event_id").distinct().count() == distinct_events
+    assert distinct_events == sum(d.events for d in generated)
+    assert {r.event_type for r in silver.select("event_type").distinct().collect()} <= set(EVENT_TYPES)
+
+    gold = {
+        r.activity_date: (r.active_users, r.sessions, r.events, r.purchases, r.revenue)
+        for r in spark.table(lakehouse.table_id("gold_daily_activity")).collect()
+    }
+    assert gold == expected_gold
+    assert all(row[3] > 0 for row in gold.values()), "the sample has purchases every day"
+
+
+def test_materialization_metadata_pins_a_snapshot_pyiceberg_can_read(lake):
+    lakehouse, _, result, _ = lake
+    mat = materializations(result, "silver_events")[0]
+    table = lakehouse.iceberg_table("silver_events")
+    snapshot_id = mat.metadata["snapshot_id"].value
+    pinned = table.scan(snapshot_id=snapshot_id).to_arrow()
+    assert pinned.num_rows == mat.metadata["dagster/row_count"].value == mat.metadata["rows_written"].value
+    assert mat.metadata["data_files_added"].value >= 1
+    assert mat.metadata["table"].value == lakehouse.table_id("silver_events")
+
+
+def test_rematerialising_a_partition_replaces_it_without_duplicates(lake):
+    lakehouse, instance, first, _ = lake
+    tables = ("bronze_events", "bronze_events_quarantine", "silver_events", "gold_daily_activity")
+    before = {t: lakehouse.iceberg_table(t).scan().count() for t in tables}
+    snapshots = {t: lakehouse.iceberg_table(t).current_snapshot().snapshot_id for t in tables}
+
+    again = run(lakehouse, instance, "2025-01-02")
+    assert again.success
+    after = {t: lakehouse.iceberg_table(t).scan().count() for t in tables}
+    assert after == before
+    for t in tables:
+        assert lakehouse.iceberg_table(t).current_snapshot().snapshot_id != snapshots[t], t
+    bronze = materializations(again, "bronze_events")[0].metadata
+    assert bronze["rows_written"].value == bronze["rows_replaced"].value > 0
+    assert bronze["partition_range"].value == "2025-01-02..2025-01-02"
+    spark = lakehouse.spark
+    per_day = spark.table(lakehouse.table_id("bronze_events")).groupBy("landing_date", "run_id").count()
+    runs = {r.landing_date: r.run_id for r in per_day.collect()}
+    assert runs == {DAYS[0]: first.run_id, DAYS[1]: again.run_id, DAYS[2]: first.run_id}
+
+
+def test_a_silver_row_breaking_the_schema_fails_the_blocking_check_and_stops_gold(lake):
+    lakehouse, instance, _, _ = lake
+    day = "2025-01-04"
+    folder = lakehouse.settings.local_path(lakehouse.settings.landing) / "events" / f"date={day}"
+    folder.mkdir(parents=True)
+    events = [
+        {"event_id": "e-ok", "user_id": "u1", "session_id": "s1", "event_type": "page_view",
+         "event_ts": f"{day}T08:00:00Z", "properties": {}},
+        # Bronze takes any event type as it landed; silver's schema allows only known ones.
+        {"event_id": "e-refund", "user_id": "u1", "session_id": "s1", "event_type": "refund",
+         "event_ts": f"{day}T09:00:00Z", "properties": {}, "price": -5},
+    ]
+    (folder / "part-0.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+
+    result = run(lakehouse, instance, day, raise_on_error=False)
+    assert not result.success
+    [evaluation] = result.get_asset_check_evaluations()
+    assert evaluation.asset_key == AssetKey("silver_events") and not evaluation.passed
+    failures = evaluation.metadata["failures"].value
+    assert {f["column"] for f in failures} >= {"event_type", "price"}
+    assert any("isin" in f["check"] for f in failures)
+    assert materializations(result, "silver_events")
+    assert not materializations(result, "gold_daily_activity"), "a blocking check stops downstream"
+
+    gold_days = {r.activity_date for r in lakehouse.spark.table(lakehouse.table_id("gold_daily_activity")).collect()}
+    assert dt.date(2025, 1, 4) not in gold_days
+
+    # The same check passes on the clean days.
+    clean = run(lakehouse, instance, "2025-01-01", "2025-01-03",
+                selection=AssetSelection.checks_for_assets(AssetKey("silver_events")))
+    [evaluation] = clean.get_asset_check_evaluations()
+    assert evaluation.passed and evaluation.metadata["scope"].value == "2025-01-01..2025-01-03"
