@@ -51,17 +51,18 @@ class LakehouseResource(ConfigurableResource):
         self.catalog  # noqa: B018
         return get_spark(self.settings)
 
-    def table_id(self, name: str) -> str:
+    def table_id(self, table: TableSpec | str) -> str:
         """The Spark identifier, e.g. `lakehouse.lake.bronze_events`."""
+        spec = get_table(table) if isinstance(table, str) else table
         s = self.settings
-        return f"{s.catalog_name}.{s.namespace}.{get_table(name).name}"
+        return f"{s.catalog_name}.{s.namespace}.{spec.name}"
 
-    def iceberg_table(self, name: str) -> Table:
-        return self.catalog.load_table((self.settings.namespace, get_table(name).name))
+    def iceberg_table(self, table: TableSpec | str) -> Table:
+        spec = get_table(table) if isinstance(table, str) else table
+        return self.catalog.load_table((self.settings.namespace, spec.name))
 
     def ensure(self, spec: TableSpec | str) -> str:
         """Create the declared table when missing; returns its Spark identifier."""
-        spec = get_table(spec) if isinstance(spec, str) else spec
-        table_id = self.table_id(spec.name)
-        ensure_table(self.spark, table_id, spec)
+        table_id = self.table_id(spec)
+        ensure_table(self.spark, table_id, get_table(spec) if isinstance(spec, str) else spec)
         return table_id

@@ -1,0 +1,41 @@
+"""The asset graph as Dagster loads it: a change to it shows up here in review."""
+
+from dagster import AssetKey
+from dagster._core.definitions.backfill_policy import BackfillPolicyType
+
+from lakehouse_assets.definitions import defs
+from lakehouse_assets.partitions import DAILY
+
+GRAPH = {
+    "bronze_events": set(),
+    "bronze_events_quarantine": set(),
+    "silver_events": {"bronze_events"},
+    "gold_daily_activity": {"silver_events"},
+}
+
+
+def test_asset_graph_keys_and_dependencies():
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == set(GRAPH)
+    for asset, parents in GRAPH.items():
+        node = graph.get(AssetKey(asset))
+        assert {p.to_user_string() for p in node.parent_keys} == parents, asset
+
+
+def test_every_asset_is_daily_partitioned_with_single_run_backfills():
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.partitions_def == DAILY, key
+        assert node.backfill_policy.policy_type == BackfillPolicyType.SINGLE_RUN, key
+
+
+def test_silver_schema_check_is_blocking_and_spark_runs_in_one_process():
+    graph = defs.resolve_asset_graph()
+    [check] = graph.get(AssetKey("silver_events")).check_keys
+    assert check.name == "pandera_schema"
+    assert graph.get_check_spec(check).blocking
+    job = defs.resolve_implicit_global_asset_job_def()
+    assert job.executor_def.name == "in_process"
+    assert set(job.resource_defs) >= {"lakehouse"}
