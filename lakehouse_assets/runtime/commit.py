@@ -16,6 +16,7 @@ from dagster import MetadataValue
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from .failpoints import failpoint
 from .resource import LakehouseResource
 
 WRITE_ID = "lakehouse.write-id"
@@ -101,9 +102,7 @@ def overwrite_window(
     """
     table_id = lakehouse.ensure(table)
     write_id = uuid.uuid4().hex
-    writer = df.where(window.condition).writeTo(table_id)
-    for key, value in {WRITE_ID: write_id, RUN_ID: run_id, ASSET: asset, PARTITIONS: window.label}.items():
-        writer = writer.option(f"snapshot-property.{key}", value)
+    writer = _stamp(df.where(window.condition).writeTo(table_id), write_id, run_id, asset, window.label)
     try:
         writer.overwrite(window.condition)
     except Exception as exc:
@@ -111,6 +110,67 @@ def overwrite_window(
             f"overwrite of {table_id} for {window.column} in {window.label} failed: {exc}"
         ) from exc
     return find_commit(lakehouse, table, write_id)
+
+
+class ConcurrentCommitError(RuntimeError):
+    """Another writer moved the table's main branch while this write was staged."""
+
+
+def _stamp(writer, write_id: str, run_id: str, asset: str, label: str):
+    for key, value in {WRITE_ID: write_id, RUN_ID: run_id, ASSET: asset, PARTITIONS: label}.items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    return writer
+
+
+def append_staged(
+    lakehouse: LakehouseResource,
+    table: str,
+    df: DataFrame,
+    base_snapshot_id: int | None,
+    run_id: str,
+    asset: str,
+    label: str,
+) -> CommitResult:
+    """Append `df` on a staging branch cut at `base_snapshot_id`, then publish it to main.
+
+    The caller decided what to write by reading main at `base_snapshot_id`. Writing
+    lands data files and a snapshot on the branch only; publishing fast-forwards
+    main to it in one catalog swap, and fails if main has moved since the base
+    (a concurrent writer), so two runs can never both add the same input.
+    A crash before publishing leaves main untouched and the branch inspectable.
+    """
+    table_id = lakehouse.ensure(table)
+    spark = lakehouse.spark
+    write_id = uuid.uuid4().hex
+    branch = f"stage_{write_id[:16]}"
+    as_of = f" AS OF VERSION {int(base_snapshot_id)}" if base_snapshot_id is not None else ""
+    spark.sql(f"ALTER TABLE {table_id} CREATE BRANCH `{branch}`{as_of}")
+    _stamp(df.writeTo(f"{table_id}.branch_{branch}"), write_id, run_id, asset, label).append()
+    failpoint(f"{table}:before-publish")
+    namespace_table = table_id.split(".", 1)[1]
+    catalog = table_id.split(".", 1)[0]
+    try:
+        spark.sql(f"CALL {catalog}.system.fast_forward('{namespace_table}', 'main', '{branch}')")
+    except Exception as exc:
+        spark.sql(f"ALTER TABLE {table_id} DROP BRANCH IF EXISTS `{branch}`")
+        if "not an ancestor" in str(exc):
+            raise ConcurrentCommitError(
+                f"{table_id}: main moved while this write was staged (another writer committed); "
+                "nothing was published: run again"
+            ) from exc
+        raise
+    spark.sql(f"ALTER TABLE {table_id} DROP BRANCH IF EXISTS `{branch}`")
+    return find_commit(lakehouse, table, write_id)
+
+
+def current_state(lakehouse: LakehouseResource, table: str) -> CommitResult:
+    """The table as it stands, reported like a commit that added nothing."""
+    lakehouse.ensure(table)
+    snapshot = lakehouse.iceberg_table(table).current_snapshot()
+    totals = {}
+    if snapshot and snapshot.summary:
+        totals = {k: v for k, v in snapshot.summary.additional_properties.items() if k.startswith("total-")}
+    return CommitResult(lakehouse.table_id(table), snapshot.snapshot_id if snapshot else None, "none", totals)
 
 
 def find_commit(lakehouse: LakehouseResource, table: str, write_id: str) -> CommitResult:

@@ -1,125 +1,90 @@
-"""Reading behavioural event logs: every line accounted for, as a record or with a reason.
+"""Behavioural event logs: one JSON object per line.
 
-Lines are read whole per file so that each keeps its file and line number; each
-line is then either a typed event or a quarantine row naming what is wrong with it.
+Every field is read as text first, so a wrong type becomes a precise reason
+instead of Spark nulling the whole record; fields the schema does not know yet
+are found so that the bronze table can grow a column for them.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import re
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..runtime.files import glob_files
+from .landing import LINEAGE_COLUMNS, blank, json_reason
 
 EVENT_TYPES = ("page_view", "add_to_cart", "purchase")
-MAX_RECORD_BYTES = 64 * 1024
 REQUIRED_FIELDS = ("event_id", "user_id", "event_type", "event_ts")
+KNOWN_FIELDS = ("event_id", "user_id", "session_id", "event_type", "event_ts", "ip", "properties", "price")
 
-# Every field is read as text first, so a wrong type becomes a precise reason
-# below instead of Spark nulling the whole record.
 _RAW_SCHEMA = T.StructType(
-    [T.StructField(name, T.StringType()) for name in
-     ("event_id", "user_id", "session_id", "event_type", "event_ts", "ip", "properties", "price")]
+    [T.StructField(name, T.StringType()) for name in KNOWN_FIELDS]
     + [T.StructField("_corrupt_record", T.StringType())]
 )
 _PROPERTIES = T.MapType(T.StringType(), T.StringType())
 
+_DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+MAX_NEW_COLUMNS = 32  # per run: a flood of new keys is more likely garbage than schema
 
-def day_folders(landing: str, source: str, start: dt.date, end: dt.date) -> list[str]:
-    """Landing folders of days start..end (end exclusive): `<landing>/<source>/date=YYYY-MM-DD`."""
-    days = (start + dt.timedelta(days=n) for n in range((end - start).days))
-    return [f"{landing.rstrip('/')}/{source}/date={d.isoformat()}" for d in days]
-
-
-def list_landing_files(spark: SparkSession, folders: list[str]) -> list[str]:
-    files: list[str] = []
-    for folder in folders:
-        files += glob_files(spark, f"{folder}/*.jsonl") + glob_files(spark, f"{folder}/*.jsonl.gz")
-    return files
+EVENT_COLUMNS = ["event_id", "user_id", "session_id", "event_type", "event_ts", "ip", "properties", "price"]
 
 
-def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
-    """One row per line: source_file, source_line (1-based), landing_date, payload."""
-    if not files:
-        schema = "source_file string, source_line int, landing_date date, payload string"
-        return spark.createDataFrame([], schema)
-    whole = spark.read.text(files, wholetext=True).select(
-        F.col("_metadata.file_path").alias("source_file"), F.col("value")
-    )
-    lines = whole.select(
-        "source_file",
-        F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "payload"),
-        F.size(F.split(F.col("value"), "\n")).alias("n_parts"),
-    )
-    return (
-        lines
-        # A final newline leaves one empty piece: it is not a record.
-        .where(~((F.col("pos") == F.col("n_parts") - 1) & (F.col("payload") == "")))
-        .select(
-            "source_file",
-            (F.col("pos") + 1).cast("int").alias("source_line"),
-            F.to_date(F.regexp_extract("source_file", r"date=(\d{4}-\d{2}-\d{2})", 1)).alias("landing_date"),
-            F.regexp_replace("payload", "\r$", "").alias("payload"),
-        )
-    )
+def parse_events(lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
+    """Typed event columns, the lineage columns, and `reason` (null when the line is a good event).
 
-
-def _missing(name: str) -> Column:
-    return F.col(f"raw.{name}").isNull() | (F.trim(F.col(f"raw.{name}")) == "")
-
-
-def parse_events(lines: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Split lines into (events, rejects). Each line lands in exactly one of them.
-
-    events: typed columns plus source_file, source_line, landing_date, payload.
-    rejects: source_file, source_line, landing_date, payload, reason.
+    Columns the table gained from schema drift are filled from the payload by name.
     """
+    raw = F.col("raw")
     parsed = lines.withColumn(
         "raw", F.from_json("payload", _RAW_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt_record"})
     ).select(
-        "*",
+        *LINEAGE_COLUMNS,
+        "raw",
         F.to_timestamp("raw.event_ts").alias("event_ts"),
         F.col("raw.price").cast(T.DecimalType(12, 2)).alias("price"),
         F.from_json("raw.properties", _PROPERTIES).alias("properties"),
     )
-    reason = F.when(F.trim("payload") == "", F.lit("blank line"))
-    reason = reason.when(
-        F.length("payload") > MAX_RECORD_BYTES, F.lit(f"record larger than {MAX_RECORD_BYTES} bytes")
-    )
-    reason = reason.when(
-        F.col("raw._corrupt_record").isNotNull() & ~F.ltrim("payload").startswith("{"),
-        F.lit("not a JSON object"),
-    )
-    reason = reason.when(F.col("raw._corrupt_record").isNotNull(), F.lit("malformed JSON"))
+    reason = json_reason(F.col("payload"), raw["_corrupt_record"])
     for name in REQUIRED_FIELDS:
-        reason = reason.when(_missing(name), F.lit(f"missing required field {name}"))
+        reason = reason.when(blank(raw[name]), F.lit(f"missing required field {name}"))
     reason = reason.when(
-        F.col("event_ts").isNull(), F.concat(F.lit("event_ts is not a timestamp: "), F.col("raw.event_ts"))
+        F.col("event_ts").isNull(), F.concat(F.lit("event_ts is not a timestamp: "), raw["event_ts"])
     )
     reason = reason.when(
-        F.col("raw.price").isNotNull() & F.col("price").isNull(),
-        F.concat(F.lit("price is not a number: "), F.col("raw.price")),
+        raw["price"].isNotNull() & F.col("price").isNull(),
+        F.concat(F.lit("price is not a number: "), raw["price"]),
     )
     reason = reason.when(
-        F.col("raw.properties").isNotNull() & F.col("properties").isNull(),
+        raw["properties"].isNotNull() & F.col("properties").isNull(),
         F.lit("properties is not a JSON object"),
     )
-    checked = parsed.withColumn("reason", reason)
-
-    source = ["source_file", "source_line", "landing_date", "payload"]
-    events = checked.where(F.col("reason").isNull()).select(
-        F.col("raw.event_id").alias("event_id"),
-        F.col("raw.user_id").alias("user_id"),
-        F.col("raw.session_id").alias("session_id"),
-        F.col("raw.event_type").alias("event_type"),
+    return parsed.select(
+        *(raw[c].alias(c) for c in ("event_id", "user_id", "session_id", "event_type")),
         "event_ts",
-        F.col("raw.ip").alias("ip"),
+        raw["ip"].alias("ip"),
         "properties",
         "price",
-        *source,
+        *LINEAGE_COLUMNS,
+        *(F.get_json_object("payload", f"$.{f.name}").cast(f.dataType).alias(f.name)
+          for f in _drifted(table_schema)),
+        reason.alias("reason"),
     )
-    rejects = checked.where(F.col("reason").isNotNull()).select(*source, "reason")
-    return events, rejects
+
+
+def _drifted(table_schema: T.StructType | None) -> list[T.StructField]:
+    taken = set(EVENT_COLUMNS) | set(LINEAGE_COLUMNS) | {"ingested_at", "run_id"}
+    return [f for f in (table_schema.fields if table_schema else []) if f.name not in taken]
+
+
+def new_event_fields(lines: DataFrame, table_schema: T.StructType) -> list[tuple[str, str]]:
+    """Top-level keys in the lines that the table has no column for yet (schema drift).
+
+    They become nullable string columns; keys that are not plain lower-case
+    identifiers stay in the raw payload only.
+    """
+    present = {f.name.lower() for f in table_schema.fields} | set(KNOWN_FIELDS)
+    keys = lines.select(F.explode(F.json_object_keys("payload")).alias("key")).distinct().collect()
+    new = sorted(k.key for k in keys if _DRIFT_NAME.match(k.key) and k.key not in present)
+    return [(name, "string") for name in new[:MAX_NEW_COLUMNS]]

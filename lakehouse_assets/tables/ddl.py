@@ -9,7 +9,11 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from ..settings import validate_identifier
 from .registry import TableSpec
+
+# Types a column discovered in the data may get (anything richer is declared by hand).
+DRIFT_TYPES = {"string", "bigint", "double", "boolean", "timestamp"}
 
 
 def _quote(value: str) -> str:
@@ -53,3 +57,15 @@ def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> list[st
     if missing:
         spark.sql(f"ALTER TABLE {table_id} ADD COLUMNS ({', '.join(_column_ddl(f) for f in missing)})")
     return [f.name for f in missing]
+
+
+def add_columns(spark: SparkSession, table_id: str, columns: list[tuple[str, str]]) -> None:
+    """Add nullable columns (`name` or `struct.name`) found in the data: a metadata-only change."""
+    for path, dtype in columns:
+        for part in path.split("."):
+            validate_identifier(part, f"new column path {path!r} of {table_id}")
+        if dtype not in DRIFT_TYPES:
+            raise ValueError(f"{table_id}: new column {path} has type {dtype!r}; allowed: {sorted(DRIFT_TYPES)}")
+    if columns:
+        ddl = ", ".join(f"{'.'.join(f'`{p}`' for p in path.split('.'))} {dtype}" for path, dtype in columns)
+        spark.sql(f"ALTER TABLE {table_id} ADD COLUMNS ({ddl})")

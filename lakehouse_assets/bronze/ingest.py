@@ -1,0 +1,203 @@
+"""Exactly-once ingestion of landing files into a bronze table and its quarantine.
+
+A file is taken once, whatever happens: retried runs, a crash half way, a sensor
+firing twice. The record of what was taken lives in the tables themselves: every
+row carries its `source_file`, and each write appends only rows of files that
+the table's main branch does not hold yet, published atomically on top of the
+snapshot that was checked (see `append_staged`). The ingest log, written last,
+only spares re-reading files already fully taken; correctness never rests on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagster import MetadataValue
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ..runtime.commit import CommitResult, append_staged, current_state
+from ..runtime.resource import LakehouseResource
+from ..sources.landing import read_lines
+from ..tables.ddl import add_columns
+from ..tables.registry import TableSpec, col, register
+
+INGEST_LOG = register(TableSpec(
+    name="bronze_ingest_log",
+    layer="bronze",
+    description="One row per landing file taken: how many records it had, kept and quarantined.",
+    schema=T.StructType([
+        col("source", T.StringType(), False, "landing source, e.g. events or cdc/customers"),
+        col("source_file", T.StringType(), False),
+        col("landing_date", T.DateType()),
+        col("records", T.LongType(), False),
+        col("kept", T.LongType(), False),
+        col("quarantined", T.LongType(), False),
+        col("ingested_at", T.TimestampType(), False),
+        col("run_id", T.StringType(), False),
+    ]),
+))
+
+
+@dataclass(frozen=True)
+class LandingSource:
+    """A kind of landing file and where its records go.
+
+    parse(lines, table_schema): the table's columns (less the stamp columns), the
+    lineage columns and `reason` (null for a good record).
+    new_fields(lines, table_schema): (column path, type) pairs the table lacks for
+    fields that appeared in the data; added before parsing, so nothing is dropped.
+    """
+
+    name: str
+    bronze: TableSpec
+    quarantine: TableSpec
+    parse: Callable[[DataFrame, T.StructType], DataFrame]
+    new_fields: Callable[[DataFrame, T.StructType], list[tuple[str, str]]] | None = None
+
+
+@dataclass
+class IngestReport:
+    files_listed: int
+    files_read: int = 0
+    records_in: int = 0
+    kept: CommitResult | None = None
+    quarantined: CommitResult | None = None
+    new_columns: list[str] = field(default_factory=list)
+
+    def metadata(self, commit: CommitResult | None) -> dict[str, Any]:
+        counts = {
+            "landing_files_listed": MetadataValue.int(self.files_listed),
+            "landing_files_taken": MetadataValue.int(self.files_read),
+            "records_in": MetadataValue.int(self.records_in),
+            "records_kept": MetadataValue.int(self.kept.added_records if self.kept else 0),
+            "records_quarantined": MetadataValue.int(self.quarantined.added_records if self.quarantined else 0),
+        }
+        if self.new_columns:
+            counts["new_columns"] = MetadataValue.text(", ".join(self.new_columns))
+        return {**(commit.metadata() if commit else {}), **counts}
+
+
+def append_new_files(
+    lakehouse: LakehouseResource, table: str, df: DataFrame, files: list[str],
+    run_id: str, asset: str, label: str,
+) -> CommitResult:
+    """Append the rows of `df` whose source_file the table's main branch does not hold yet."""
+    table_id = lakehouse.ensure(table)
+    snapshot = lakehouse.iceberg_table(table).current_snapshot()
+    base = snapshot.snapshot_id if snapshot else None
+    if base is not None:
+        taken = [
+            r.source_file for r in lakehouse.spark.read.option("snapshot-id", base).table(table_id)
+            .where(F.col("source_file").isin(files)).select("source_file").distinct().collect()
+        ]
+        if taken:
+            df = df.where(~F.col("source_file").isin(taken))
+    return append_staged(lakehouse, table, df, base, run_id, asset, label)
+
+
+def _conform(df: DataFrame, schema: T.StructType) -> DataFrame:
+    """Columns in the table's order and types (Iceberg appends match by position)."""
+    return df.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
+
+
+def ingest(
+    lakehouse: LakehouseResource, source: LandingSource, files: list[str], run_id: str, label: str,
+    log: Callable[[str], None] = print,
+) -> IngestReport:
+    spark = lakehouse.spark
+    report = IngestReport(files_listed=len(files))
+    log_id = lakehouse.ensure(INGEST_LOG)
+    done = {
+        r.source_file for r in spark.table(log_id)
+        .where((F.col("source") == source.name) & F.col("source_file").isin(files))
+        .select("source_file").distinct().collect()
+    } if files else set()
+    todo = [f for f in files if f not in done]
+    report.files_read = len(todo)
+    log(f"{source.name} {label}: {len(files)} landing files, {len(done)} already taken, {len(todo)} to read")
+    if not todo:
+        report.kept = current_state(lakehouse, source.bronze.name)
+        report.quarantined = current_state(lakehouse, source.quarantine.name)
+        return report
+
+    bronze_id = lakehouse.ensure(source.bronze)
+    lines = read_lines(spark, todo).cache()
+    try:
+        if source.new_fields:
+            added = source.new_fields(lines, spark.table(bronze_id).schema)
+            if added:
+                add_columns(spark, bronze_id, added)
+                report.new_columns = [name for name, _ in added]
+                log(f"{source.bronze.name}: new fields in the data became columns: {report.new_columns}")
+        bronze_schema = spark.table(bronze_id).schema
+        checked = source.parse(lines, bronze_schema).withColumns(
+            {"ingested_at": F.current_timestamp(), "run_id": F.lit(run_id)}
+        ).cache()
+        good = checked.where(F.col("reason").isNull())
+        bad = checked.where(F.col("reason").isNotNull())
+        report.kept = append_new_files(lakehouse, source.bronze.name, _conform(good, bronze_schema), todo,
+                                       run_id, source.bronze.name, label)
+        quarantine_id = lakehouse.ensure(source.quarantine)
+        report.quarantined = append_new_files(
+            lakehouse, source.quarantine.name,
+            _conform(bad.withColumn("source", F.lit(source.name)), spark.table(quarantine_id).schema),
+            todo, run_id, source.quarantine.name, label,
+        )
+        per_file = checked.groupBy("source_file", "landing_date").agg(
+            F.count(F.lit(1)).alias("records"),
+            F.count(F.when(F.col("reason").isNull(), True)).alias("kept"),
+            F.count(F.when(F.col("reason").isNotNull(), True)).alias("quarantined"),
+            F.max("ingested_at").alias("ingested_at"),
+        ).withColumns({"source": F.lit(source.name), "run_id": F.lit(run_id)})
+        append_new_files(lakehouse, INGEST_LOG.name, _conform(per_file, INGEST_LOG.schema), todo,
+                         run_id, INGEST_LOG.name, label)
+        report.records_in = lines.count()
+    finally:
+        lines.unpersist()
+    _verify_balance(lakehouse, source, todo, report.records_in)
+    return report
+
+
+def _verify_balance(lakehouse: LakehouseResource, source: LandingSource, files: list[str], records_in: int) -> None:
+    """Records in = rows kept + rows quarantined, for the files of this run, as the tables now hold them."""
+    spark = lakehouse.spark
+    held = sum(
+        spark.table(lakehouse.table_id(spec)).where(F.col("source_file").isin(files)).count()
+        for spec in (source.bronze, source.quarantine)
+    )
+    if held != records_in:
+        raise RuntimeError(
+            f"{source.bronze.name}: the {len(files)} files read had {records_in} records but bronze and "
+            f"quarantine hold {held} rows for them; records would be lost or duplicated"
+        )
+
+
+def quarantine_spec(name: str, description: str) -> TableSpec:
+    """Quarantine tables share one shape: the raw line, where it came from, and why it was refused."""
+    return register(TableSpec(
+        name=name,
+        layer="bronze",
+        description=description,
+        schema=T.StructType([
+            col("source", T.StringType(), False, "landing source"),
+            col("reason", T.StringType(), False, "why the line was not taken"),
+            *lineage_columns(),
+        ]),
+        partitioned_by=("landing_date",),
+    ))
+
+
+def lineage_columns() -> list[T.StructField]:
+    return [
+        col("payload", T.StringType(), False, "the line exactly as it landed"),
+        col("source_file", T.StringType(), False, "landing file the line was read from"),
+        col("source_line", T.IntegerType(), False, "1-based line number in source_file"),
+        col("landing_date", T.DateType(), False, "day folder the file landed in"),
+        col("ingested_at", T.TimestampType(), False),
+        col("run_id", T.StringType(), False, "Dagster run that ingested the line"),
+    ]
+
