@@ -1,0 +1,122 @@
+"""bronze_events takes each landing file exactly once: re-runs, new files, crashes, drift."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from dagster import DagsterInstance, materialize
+
+from lakehouse_assets.bronze.events import bronze_events
+
+DAY = "2025-01-01"
+
+
+def _event(n, **extra):
+    return {"event_id": f"e-{n:04d}", "user_id": f"u{n % 7}", "session_id": f"s{n % 3}",
+            "event_type": "page_view", "event_ts": f"{DAY}T{n % 24:02d}:00:00Z", "properties": {}, **extra}
+
+
+def land(lakehouse, name, lines, day=DAY):
+    folder = lakehouse.settings.local_path(lakehouse.settings.landing) / "events" / f"date={day}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def ingest(lakehouse, day=DAY):
+    result = materialize([bronze_events], resources={"lakehouse": lakehouse}, partition_key=day,
+                         instance=DagsterInstance.ephemeral())
+    assert result.success
+    return result.asset_materializations_for_node("bronze_events")[0].metadata
+
+
+def held(lakehouse):
+    """(bronze rows, quarantine rows, distinct (file, line) pairs across both)."""
+    spark = lakehouse.spark
+    bronze = spark.table(lakehouse.table_id("bronze_events")).select("source_file", "source_line")
+    quarantine = spark.table(lakehouse.table_id("bronze_events_quarantine")).select("source_file", "source_line")
+    return bronze.count(), quarantine.count(), bronze.union(quarantine).distinct().count()
+
+
+def test_the_same_files_twice_and_then_a_new_file_take_each_record_once(lakehouse):
+    records = land(lakehouse, "a.jsonl", [json.dumps(_event(n)) for n in range(20)] + ["{broken"])
+    first = ingest(lakehouse)
+    assert (first["records_in"].value, first["records_kept"].value, first["records_quarantined"].value) == (21, 20, 1)
+
+    again = ingest(lakehouse)
+    assert again["landing_files_taken"].value == 0 and again["records_in"].value == 0
+    assert again["snapshot_id"].value == first["snapshot_id"].value
+    assert held(lakehouse) == (20, 1, 21)
+
+    records += land(lakehouse, "b.jsonl", [json.dumps(_event(n)) for n in range(20, 25)])
+    third = ingest(lakehouse)
+    assert third["landing_files_listed"].value == 2 and third["landing_files_taken"].value == 1
+    assert third["records_kept"].value == 5
+    assert held(lakehouse) == (25, 1, records)
+    log = lakehouse.spark.table(lakehouse.table_id("bronze_ingest_log")).collect()
+    assert sorted((r.source_file.rsplit("/", 1)[1], r.records, r.kept, r.quarantined) for r in log) == [
+        ("a.jsonl", 21, 20, 1), ("b.jsonl", 5, 5, 0)
+    ]
+
+
+def test_a_new_field_becomes_a_column_and_older_rows_read_null(lakehouse):
+    land(lakehouse, "old.jsonl", [json.dumps(_event(n)) for n in range(3)])
+    ingest(lakehouse)
+    land(lakehouse, "new.jsonl", [json.dumps(_event(n, channel="mobile", **{"Bad-Key": 1})) for n in range(3, 6)])
+    meta = ingest(lakehouse)
+    assert meta["new_columns"].value == "channel"
+
+    table = lakehouse.iceberg_table("bronze_events")
+    assert table.schema().find_field("channel").field_type.__class__.__name__ == "StringType"
+    rows = {r.event_id: r.channel for r in lakehouse.spark.table(lakehouse.table_id("bronze_events")).collect()}
+    assert rows == {"e-0000": None, "e-0001": None, "e-0002": None,
+                    "e-0003": "mobile", "e-0004": "mobile", "e-0005": "mobile"}
+    # The key that is not an identifier is not a column but is kept in the raw payload.
+    payloads = lakehouse.spark.table(lakehouse.table_id("bronze_events")).where("event_id = 'e-0003'").first()
+    assert json.loads(payloads.payload)["Bad-Key"] == 1
+    # Older snapshots still read with the schema they were written with.
+    first = table.metadata.snapshots[0].snapshot_id
+    assert "channel" not in table.scan(snapshot_id=first).to_arrow().column_names or \
+        set(table.scan(snapshot_id=first).to_arrow().column("channel").to_pylist()) == {None}
+
+
+def _crash_run(lakehouse, failpoint):
+    """Materialise bronze_events for DAY in a separate process that SIGKILLs itself at `failpoint`."""
+    s = lakehouse.settings
+    env = {**os.environ, "LAKEHOUSE_HOME": str(s.home), "LAKEHOUSE_NAMESPACE": s.namespace,
+           "LAKEHOUSE_LANDING": s.landing, "LAKEHOUSE_SPARK_MASTER": "local[1]",
+           "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_FAILPOINTS": failpoint}
+    env.pop("DAGSTER_HOME", None)
+    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+    return subprocess.run(
+        [dagster, "asset", "materialize", "-m", "lakehouse_assets.definitions",
+         "--select", "bronze_events,bronze_events_quarantine", "--partition", DAY],
+        env=env, capture_output=True, text=True, timeout=300,
+        cwd=s.home,  # away from the project's dagster.yaml: an ephemeral instance
+    )
+
+
+@pytest.mark.parametrize("failpoint", ["bronze_events:before-publish", "bronze_events_quarantine:before-publish"])
+def test_a_crash_between_writing_and_publishing_loses_and_duplicates_nothing(lakehouse, failpoint):
+    good = [json.dumps(_event(n)) for n in range(30)]
+    records = land(lakehouse, "a.jsonl", good[:15] + ["not json", '{"event_id": "x"}'] + good[15:])
+
+    crashed = _crash_run(lakehouse, failpoint)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+
+    bronze = lakehouse.iceberg_table("bronze_events")
+    staged = [name for name in bronze.metadata.refs if name.startswith("stage_")]
+    if failpoint.startswith("bronze_events:"):
+        # Data files were written and sit on the staging branch; main never saw them.
+        assert bronze.current_snapshot() is None
+        assert len(staged) == 1
+        assert bronze.scan().use_ref(staged[0]).count() == 30
+    else:
+        # Bronze was published, quarantine was not: the second run must take only what is missing.
+        assert bronze.scan().count() == 30 and not staged
+
+    meta = ingest(lakehouse)
+    assert meta["records_in"].value == records
+    assert held(lakehouse) == (30, 2, records)
