@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dagster import Definitions, in_process_executor
 
+from .bronze.cdc import bronze_cdc_assets
 from .bronze.events import bronze_events
 from .gold.daily_activity import gold_daily_activity
 from .runtime.resource import LakehouseResource
 from .silver.events import silver_events, silver_events_schema_check
 
 defs = Definitions(
-    assets=[bronze_events, silver_events, gold_daily_activity],
+    assets=[bronze_events, *bronze_cdc_assets, silver_events, gold_daily_activity],
     asset_checks=[silver_events_schema_check],
     resources={"lakehouse": LakehouseResource()},
     # One JVM for the whole run: a process per step would start Spark each time.

