@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dagster import Definitions, in_process_executor
 
-from .bronze.cdc import bronze_cdc_assets
-from .bronze.events import bronze_events
+from .automation.landing_sensors import landing_sensor
+from .bronze.cdc import CDC_SOURCES, bronze_cdc_assets
+from .bronze.events import EVENTS, bronze_events
 from .gold.daily_activity import gold_daily_activity
 from .runtime.resource import LakehouseResource
 from .silver.events import silver_events, silver_events_schema_check
@@ -13,6 +14,7 @@ from .silver.events import silver_events, silver_events_schema_check
 defs = Definitions(
     assets=[bronze_events, *bronze_cdc_assets, silver_events, gold_daily_activity],
     asset_checks=[silver_events_schema_check],
+    sensors=[landing_sensor(source) for source in (EVENTS, *CDC_SOURCES.values())],
     resources={"lakehouse": LakehouseResource()},
     # One JVM for the whole run: a process per step would start Spark each time.
     executor=in_process_executor,

@@ -117,6 +117,11 @@ class Settings:
     spark_packages: str = ""
     extra_jars: tuple[str, ...] = ()
     start_date: str = "2025-01-01"
+    # An S3-compatible endpoint (e.g. SeaweedFS or MinIO); empty means AWS's own.
+    s3_endpoint: str = ""
+    s3_access_key: str = ""
+    s3_secret_key: str = field(default="", repr=False)
+    s3_region: str = "us-east-1"
 
     def __post_init__(self) -> None:
         home = Path(self.home).expanduser().resolve()
@@ -145,6 +150,10 @@ class Settings:
             spark_packages=_env("LAKEHOUSE_SPARK_PACKAGES", ""),
             extra_jars=tuple(j for j in jars.split(",") if j.strip()),
             start_date=_env("LAKEHOUSE_START_DATE", "2025-01-01"),
+            s3_endpoint=_env("LAKEHOUSE_S3_ENDPOINT", ""),
+            s3_access_key=_env("LAKEHOUSE_S3_ACCESS_KEY", os.environ.get("AWS_ACCESS_KEY_ID", "")),
+            s3_secret_key=_env("LAKEHOUSE_S3_SECRET_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "")),
+            s3_region=_env("LAKEHOUSE_S3_REGION", "us-east-1"),
         )
         values.update(overrides)
         return cls(**values)
@@ -155,6 +164,12 @@ class Settings:
     @property
     def catalog(self) -> CatalogUri:
         return CatalogUri.parse(self.catalog_uri)
+
+    @property
+    def uses_s3(self) -> bool:
+        return bool(self.s3_endpoint) or any(
+            loc.startswith(("s3://", "s3a://")) for loc in (self.warehouse, self.landing)
+        )
 
     def landing_path(self, *parts: str) -> str:
         return "/".join([self.landing.rstrip("/"), *parts])

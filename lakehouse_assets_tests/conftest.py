@@ -14,8 +14,9 @@ import uuid
 import psycopg2
 import pytest
 
-from lakehouse_assets.runtime.catalog import open_catalog
+from lakehouse_assets.runtime.catalog import catalog_for, open_catalog, s3_properties
 from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.runtime.s3server import SeaweedS3
 from lakehouse_assets.runtime.spark import get_spark
 from lakehouse_assets.settings import CatalogUri, Settings
 
@@ -25,6 +26,8 @@ for _var in [v for v in os.environ if v.startswith("LAKEHOUSE_") and v != "LAKEH
 
 PG_ADMIN_DSN = os.environ.get("LAKEHOUSE_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 PG_CATALOG = "pg"
+S3_CATALOG = "s3lake"  # same SQLite catalog database, its warehouse on the S3 server
+S3_WAREHOUSE = "s3://lake/warehouse"
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +36,26 @@ def lake_root(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def lake_settings(lake_root) -> Settings:
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (SeaweedFS) on free loopback ports, for the whole run.
+
+    Its endpoint and keys go into the environment before Spark starts, so every
+    Settings of the run (and every subprocess) can read s3:// locations.
+    """
+    server = SeaweedS3.with_free_ports(tmp_path_factory.mktemp("seaweed"), buckets=("raw", "lake"))
+    server.start()
+    os.environ.update({
+        "LAKEHOUSE_S3_ENDPOINT": server.endpoint_url,
+        "LAKEHOUSE_S3_ACCESS_KEY": server.access_key,
+        "LAKEHOUSE_S3_SECRET_KEY": server.secret_key,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    })
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def lake_settings(lake_root, s3_server) -> Settings:
     return Settings.from_env(
         home=lake_root,
         catalog_uri="",
@@ -80,12 +102,18 @@ def pg_catalog(lake_settings, pg_catalog_uri):
 
 
 @pytest.fixture(scope="session")
-def spark(lake_settings, pg_catalog, pg_catalog_uri):
-    # Both catalogs' tables must exist before Spark's JdbcCatalogs look at them.
-    from lakehouse_assets.runtime.catalog import catalog_for
+def s3_catalog(lake_settings):
+    return open_catalog(S3_CATALOG, lake_settings.catalog, S3_WAREHOUSE, **s3_properties(lake_settings))
 
+
+@pytest.fixture(scope="session")
+def spark(lake_settings, pg_catalog, pg_catalog_uri, s3_catalog):
+    # The catalogs' tables must exist before Spark's JdbcCatalogs look at them.
     catalog_for(lake_settings)
-    session = get_spark(lake_settings, extra_catalogs={PG_CATALOG: pg_catalog_uri})
+    session = get_spark(lake_settings, extra_catalogs={
+        PG_CATALOG: (pg_catalog_uri, lake_settings.warehouse),
+        S3_CATALOG: (lake_settings.catalog, S3_WAREHOUSE),
+    })
     yield session
     session.stop()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from ..settings import CatalogUri, Settings
 
 
-def open_catalog(name: str, uri: CatalogUri, warehouse: str) -> SqlCatalog:
+def open_catalog(name: str, uri: CatalogUri, warehouse: str, **properties: str) -> SqlCatalog:
     """Open (and on first use create) the SQL catalog tables shared with Spark.
 
     The catalog name is part of every row in `iceberg_tables`: Spark's catalog must
@@ -18,12 +19,27 @@ def open_catalog(name: str, uri: CatalogUri, warehouse: str) -> SqlCatalog:
     """
     if uri.kind == "sqlite":
         Path(uri.path).parent.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog(name, uri=uri.sqlalchemy_url, warehouse=warehouse)
+    return SqlCatalog(name, uri=uri.sqlalchemy_url, warehouse=warehouse, **properties)
+
+
+def s3_properties(settings: Settings) -> dict[str, str]:
+    """pyiceberg's FileIO settings for tables on S3 (same endpoint and keys as Spark's S3A)."""
+    if not settings.uses_s3:
+        return {}
+    # No instance-metadata lookups: they stall for seconds off EC2.
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    props = {"s3.region": settings.s3_region}
+    if settings.s3_endpoint:
+        props["s3.endpoint"] = settings.s3_endpoint
+    if settings.s3_access_key:
+        props["s3.access-key-id"] = settings.s3_access_key
+        props["s3.secret-access-key"] = settings.s3_secret_key
+    return props
 
 
 @lru_cache(maxsize=8)
 def catalog_for(settings: Settings) -> SqlCatalog:
-    return open_catalog(settings.catalog_name, settings.catalog, settings.warehouse)
+    return open_catalog(settings.catalog_name, settings.catalog, settings.warehouse, **s3_properties(settings))
 
 
 def ensure_namespace(catalog: SqlCatalog, namespace: str) -> None:

@@ -14,7 +14,7 @@ from dagster_pyspark.resources import spark_session_from_config
 from pyspark.sql import SparkSession
 
 from ..settings import CatalogUri, Settings
-from .jars import spark_jars
+from .jars import s3a_jars, spark_jars
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
@@ -41,10 +41,13 @@ def catalog_spark_conf(name: str, catalog: CatalogUri, warehouse: str) -> dict[s
     return conf
 
 
-def spark_conf(settings: Settings, extra_catalogs: dict[str, CatalogUri] | None = None) -> dict[str, str]:
+ExtraCatalogs = dict[str, tuple[CatalogUri, str]]  # name -> (catalog database, warehouse)
+
+
+def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) -> dict[str, str]:
     """Every Spark setting the lakehouse needs, as a flat dict (PySparkResource's shape)."""
     extra_catalogs = extra_catalogs or {}
-    kinds = {settings.catalog.kind} | {c.kind for c in extra_catalogs.values()}
+    kinds = {settings.catalog.kind} | {uri.kind for uri, _ in extra_catalogs.values()}
     log4j = resources.files("lakehouse_assets.runtime").joinpath("log4j2.properties")
     conf = {
         "spark.master": settings.spark_master,
@@ -62,13 +65,35 @@ def spark_conf(settings: Settings, extra_catalogs: dict[str, CatalogUri] | None 
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     jars = spark_jars(kinds, settings.spark_packages, settings.extra_jars)
+    if settings.uses_s3:
+        jars += [str(j) for j in s3a_jars()]
+        conf.update(s3a_conf(settings))
     if jars:
         conf["spark.jars"] = ",".join(jars)
     if settings.spark_packages:
         conf["spark.jars.packages"] = settings.spark_packages
     conf.update(catalog_spark_conf(settings.catalog_name, settings.catalog, settings.warehouse))
-    for name, uri in extra_catalogs.items():
-        conf.update(catalog_spark_conf(name, uri, settings.warehouse))
+    for name, (uri, warehouse) in extra_catalogs.items():
+        conf.update(catalog_spark_conf(name, uri, warehouse))
+    return conf
+
+
+def s3a_conf(settings: Settings) -> dict[str, str]:
+    """Hadoop's S3A filesystem for s3:// and s3a:// paths (landing files, warehouse on S3)."""
+    h = "spark.hadoop.fs.s3a"
+    conf = {
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        f"{h}.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        f"{h}.endpoint.region": settings.s3_region,
+    }
+    if settings.s3_endpoint:
+        conf[f"{h}.endpoint"] = settings.s3_endpoint
+        conf[f"{h}.path.style.access"] = "true"
+        conf[f"{h}.connection.ssl.enabled"] = str(settings.s3_endpoint.startswith("https")).lower()
+    if settings.s3_access_key:
+        conf[f"{h}.access.key"] = settings.s3_access_key
+        conf[f"{h}.secret.key"] = settings.s3_secret_key
+        conf[f"{h}.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
     return conf
 
 
@@ -76,7 +101,7 @@ class SparkConfigConflict(RuntimeError):
     pass
 
 
-def get_spark(settings: Settings, extra_catalogs: dict[str, CatalogUri] | None = None) -> SparkSession:
+def get_spark(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) -> SparkSession:
     """The process's SparkSession, built with dagster-pyspark's builder on first use."""
     conf = spark_conf(settings, extra_catalogs)
     active = SparkSession.getActiveSession()

@@ -8,7 +8,7 @@ import pytest
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.spark import SparkConfigConflict, get_spark
 
-from ..conftest import PG_CATALOG
+from ..conftest import PG_CATALOG, S3_CATALOG
 
 UTC = dt.timezone.utc
 ARROW_SCHEMA = pa.schema([
@@ -18,13 +18,15 @@ ARROW_SCHEMA = pa.schema([
 ])
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def shared(request, spark, lake_settings, pg_catalog, namespace):
+@pytest.fixture(params=["sqlite", "postgresql", "sqlite-s3-warehouse"])
+def shared(request, spark, lake_settings, pg_catalog, s3_catalog, namespace):
     """(Spark catalog name, pyiceberg catalog) for the same catalog database."""
     if request.param == "sqlite":
         name, catalog = lake_settings.catalog_name, catalog_for(lake_settings)
-    else:
+    elif request.param == "postgresql":
         name, catalog = PG_CATALOG, pg_catalog
+    else:
+        name, catalog = S3_CATALOG, s3_catalog
     catalog.create_namespace(namespace)
     return name, catalog
 
@@ -72,3 +74,15 @@ def test_a_second_catalog_location_in_one_process_is_refused(spark, lake_setting
     elsewhere = lake_settings.with_(catalog_uri=f"sqlite:///{tmp_path / 'other.db'}")
     with pytest.raises(SparkConfigConflict, match="one catalog per process"):
         get_spark(elsewhere)
+
+
+def test_a_warehouse_on_s3_keeps_data_and_metadata_in_the_bucket(spark, s3_catalog, s3_server, namespace):
+    s3_catalog.create_namespace(namespace)
+    spark.sql(f"CREATE TABLE {S3_CATALOG}.{namespace}.on_s3 (id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO {S3_CATALOG}.{namespace}.on_s3 VALUES (1), (2)")
+    table = s3_catalog.load_table((namespace, "on_s3"))
+    assert table.metadata_location.startswith("s3://lake/warehouse/")
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2]
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket="lake", Prefix="warehouse/")["Contents"]]
+    assert any(k.endswith(".parquet") and f"/{namespace}/on_s3/data/" in k for k in keys)
+    assert any(k.endswith(".metadata.json") and f"/{namespace}/on_s3/metadata/" in k for k in keys)

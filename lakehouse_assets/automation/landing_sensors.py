@@ -1,0 +1,69 @@
+"""One sensor per landing source: new files in the zone -> a bronze run for each landing day touched.
+
+The cursor keeps a modification-time watermark and the files seen near it, so a
+file is requested once even when several land in the same second. Requests are
+safe to repeat anyway: bronze takes each file exactly once, and a run key made
+of the new files' names stops a sensor that fires twice from launching twice.
+"""
+
+import hashlib
+import json
+from collections import defaultdict
+
+from dagster import (
+    AssetKey,
+    DefaultSensorStatus,
+    RunRequest,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from ..bronze.ingest import LandingSource
+from ..runtime.resource import LakehouseResource
+from ..sources.zones import landing_zone
+
+# Files modified this long before the watermark are still compared by name: clocks
+# and uploads are not perfectly ordered.
+LOOKBACK_SECONDS = 600
+
+
+def landing_sensor(source: LandingSource, minimum_interval_seconds: int = 30) -> SensorDefinition:
+    keys = [AssetKey(source.bronze.name), AssetKey(source.quarantine.name)]
+
+    @sensor(
+        name=f"{source.bronze.name}_landing_sensor",
+        description=f"Requests {source.bronze.name} runs for landing days with new files under {source.name}/",
+        asset_selection=keys,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=DefaultSensorStatus.RUNNING,
+    )
+    def _sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+        state = json.loads(context.cursor) if context.cursor else {"watermark": 0.0, "recent": []}
+        watermark, recent = state["watermark"], set(state["recent"])
+        files = landing_zone(lakehouse.settings).list(source.name)
+        new = [f for f in files if f.modified > watermark - LOOKBACK_SECONDS and f.uri not in recent
+               and f.day is not None]
+        if not new:
+            return SkipReason(f"no new files under {source.name}/ ({len(files)} listed)")
+
+        by_day = defaultdict(list)
+        for f in new:
+            by_day[f.day.isoformat()].append(f.uri)
+        requests = [
+            RunRequest(
+                run_key=f"{source.name}:{day}:" + hashlib.sha1("\n".join(sorted(uris)).encode()).hexdigest()[:16],
+                partition_key=day,
+                asset_selection=keys,
+                tags={"lakehouse/new_files": str(len(uris)), "lakehouse/source": source.name},
+            )
+            for day, uris in sorted(by_day.items())
+        ]
+        watermark = max([watermark, *(f.modified for f in new)])
+        recent = sorted(f.uri for f in files if f.modified > watermark - LOOKBACK_SECONDS)
+        context.log.info(f"{len(new)} new files under {source.name}/ on {len(by_day)} landing days")
+        return SensorResult(run_requests=requests, cursor=json.dumps({"watermark": watermark, "recent": recent}))
+
+    return _sensor

@@ -1,0 +1,87 @@
+"""Sensors notice new landing files, locally and on S3, and their runs take them into bronze."""
+
+import datetime as dt
+import uuid
+
+import pytest
+from dagster import AssetKey, DagsterInstance, Definitions, build_sensor_context, materialize
+
+from lakehouse_assets.automation.landing_sensors import landing_sensor
+from lakehouse_assets.bronze.events import EVENTS, bronze_events
+from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.sources.generator import generate_day
+from lakehouse_assets.sources.zones import landing_zone
+
+DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
+SENSOR = landing_sensor(EVENTS)
+
+
+def evaluate(lakehouse, instance, cursor=None):
+    definitions = Definitions(assets=[bronze_events], sensors=[SENSOR], resources={"lakehouse": lakehouse})
+    context = build_sensor_context(instance=instance, cursor=cursor, definitions=definitions,
+                                   resources={"lakehouse": lakehouse})
+    return SENSOR.evaluate_tick(context)
+
+
+def execute(lakehouse, instance, run_request):
+    """Run what the sensor asked for, as the daemon would."""
+    assert set(run_request.asset_selection) == {AssetKey("bronze_events"), AssetKey("bronze_events_quarantine")}
+    result = materialize([bronze_events], resources={"lakehouse": lakehouse}, instance=instance,
+                         partition_key=run_request.partition_key, tags=run_request.tags)
+    assert result.success
+    return result
+
+
+def bronze_rows(lakehouse):
+    return {(r.source_file, r.source_line) for r in
+            lakehouse.spark.table(lakehouse.table_id("bronze_events")).select("source_file", "source_line").collect()}
+
+
+@pytest.fixture(params=["local", "s3"])
+def zone_lakehouse(request, spark, lake_settings, tmp_path):
+    landing = str(tmp_path / "landing") if request.param == "local" else f"s3://raw/{uuid.uuid4().hex[:8]}/landing"
+    return LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
+                             namespace=f"t_sensor_{request.param}_{uuid.uuid4().hex[:6]}", landing=landing)
+
+
+def test_new_files_trigger_runs_that_take_them_exactly_once(zone_lakehouse, tmp_path):
+    lakehouse = zone_lakehouse
+    zone = landing_zone(lakehouse.settings)
+    instance = DagsterInstance.ephemeral()
+    expected_good = 0
+    for day in DAYS:
+        generated = generate_day(tmp_path / "gen", day, events_per_day=60, files_per_day=2, malformed_rate=0.05)
+        for f in generated.files:
+            zone.put(f, "events", day, f.name)
+        expected_good += generated.lines - sum(generated.malformed.values())
+
+    tick = evaluate(lakehouse, instance)
+    assert sorted(r.partition_key for r in tick.run_requests) == [d.isoformat() for d in DAYS]
+    for request in tick.run_requests:
+        execute(lakehouse, instance, request)
+    rows = bronze_rows(lakehouse)
+    assert len(rows) == expected_good
+    scheme = "s3://" if lakehouse.settings.landing.startswith("s3") else "file:"
+    assert all(source_file.startswith(scheme) for source_file, _ in rows)
+
+    # Nothing new: the sensor skips; the same requests again would launch nothing (same run keys).
+    again = evaluate(lakehouse, instance, tick.cursor)
+    assert not again.run_requests and again.skip_message
+
+    # A file dropped into day 1 later: one request, for day 1 only, taking just that file.
+    late = tmp_path / "late.jsonl"
+    late.write_text('{"event_id":"e-late","user_id":"u1","event_type":"page_view",'
+                    '"event_ts":"2025-01-01T23:59:00Z","properties":{}}\n')
+    zone.put(late, "events", DAYS[0], "late.jsonl")
+    tick = evaluate(lakehouse, instance, again.cursor)
+    assert [r.partition_key for r in tick.run_requests] == ["2025-01-01"]
+    meta = execute(lakehouse, instance, tick.run_requests[0]).asset_materializations_for_node("bronze_events")[0].metadata
+    assert meta["landing_files_taken"].value == 1 and meta["records_kept"].value == 1
+    [(new_file, line)] = bronze_rows(lakehouse) - rows
+    assert new_file.endswith("/events/date=2025-01-01/late.jsonl") and line == 1
+
+
+def test_a_sensor_with_nothing_landed_skips(lakehouse):
+    tick = evaluate(lakehouse, DagsterInstance.ephemeral())
+    assert not tick.run_requests
+    assert "no new files" in tick.skip_message
