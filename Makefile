@@ -21,6 +21,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt scripts/system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m lakehouse_assets.runtime.jars fetch-s3
 	touch $@
 
 demo: setup
@@ -32,6 +33,7 @@ demo: setup
 	$(BIN)/lakehouse reconcile
 	@echo
 	@echo "Open the Dagster UI with: make dev   (then http://127.0.0.1:3000)"
+	@echo "Drop new files for the landing sensors: $(BIN)/lakehouse drop --day $(DEMO_END)"
 
 dev: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
 import json
 import sys
 from collections import Counter
@@ -62,27 +63,64 @@ def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
+    from .sources.cdc_generator import generate_cdc
     from .sources.generator import generate
 
     start = dt.date.fromisoformat(args.start)
     days = [start + dt.timedelta(days=n) for n in range(args.days)]
     landing = settings.local_path(settings.landing)
     for day in generate(landing, days, events_per_day=args.events_per_day, seed=args.seed):
-        print(f"{day.day}: {len(day.files)} files, {day.lines} lines ({day.events} events, "
+        print(f"events {day.day}: {len(day.files)} files, {day.lines} lines ({day.events} events, "
               f"{day.duplicates} duplicate deliveries, {sum(day.malformed.values())} malformed)")
-    print(f"landing zone: {landing / 'events'}")
+    if args.cdc:
+        cdc = generate_cdc(landing, days, changes_per_day=args.changes_per_day, seed=args.seed)
+        for day in cdc.days:
+            print(f"cdc/{day.table} {day.day}: {len(day.files)} files, {day.lines} lines ({day.changes} changes, "
+                  f"{day.tombstones} tombstones, {day.duplicates} duplicates, {sum(day.malformed.values())} malformed)")
+    print(f"landing zone: {landing}")
     return 0
+
+
+def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
+    """New files into the landing zone (local or S3), as a producer would: the sensors take it from there."""
+    import tempfile
+    import time
+
+    from .sources.generator import generate_day
+    from .sources.zones import landing_zone
+
+    day = dt.date.fromisoformat(args.day)
+    zone = landing_zone(settings)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    with tempfile.TemporaryDirectory() as tmp:
+        generated = generate_day(Path(tmp), day, events_per_day=args.events, files_per_day=1,
+                                 seed=int(time.time()))
+        for f in generated.files:
+            uri = zone.put(f, "events", day, f"events-drop-{stamp}.jsonl")
+            print(f"dropped {generated.lines} lines: {uri}")
+    return 0
+
+
+SOURCES = ("events", "cdc/customers", "cdc/orders", "cdc/order_items")
+
+
+def _count_lines(data: bytes, name: str) -> int:
+    if name.endswith(".gz"):
+        data = gzip.decompress(data)
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
 def reconcile(settings: Settings, source: str = "events") -> list[dict]:
     """Per landing day: lines in the landing files vs rows kept in bronze + rows quarantined."""
-    landing = settings.local_path(settings.landing) / source
+    from .sources.zones import landing_zone
+
+    zone = landing_zone(settings)
     lines_in: Counter = Counter()
-    for path in sorted(landing.glob("date=*/*.jsonl")):
-        day = path.parent.name.split("=", 1)[1]
-        with path.open("rb") as f:
-            lines_in[day] += sum(1 for _ in f)
+    for f in zone.list(source):
+        if f.day is not None:
+            lines_in[f.day.isoformat()] += _count_lines(zone.read(f.uri), f.uri)
     catalog = catalog_for(settings)
+    bronze = "bronze_" + source.replace("/", "_")
 
     def per_day(table: str) -> Counter:
         identifier = (settings.namespace, table)
@@ -92,10 +130,11 @@ def reconcile(settings: Settings, source: str = "events") -> list[dict]:
         counts = pc.value_counts(dates["landing_date"].combine_chunks()).to_pylist()
         return Counter({c["values"].isoformat(): c["counts"] for c in counts})
 
-    kept, quarantined = per_day(f"bronze_{source}"), per_day(f"bronze_{source}_quarantine")
+    kept, quarantined = per_day(bronze), per_day(f"{bronze}_quarantine")
     rows = []
     for day in sorted(set(lines_in) | set(kept) | set(quarantined)):
         rows.append({
+            "source": source,
             "landing_date": day,
             "records_in": lines_in[day],
             "kept": kept[day],
@@ -106,15 +145,34 @@ def reconcile(settings: Settings, source: str = "events") -> list[dict]:
 
 
 def cmd_reconcile(args: argparse.Namespace, settings: Settings) -> int:
-    rows = reconcile(settings, args.source)
+    rows = [row for source in (args.source or SOURCES) for row in reconcile(settings, source)]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        _print_table(rows, ["landing_date", "records_in", "kept", "quarantined", "balanced"])
-    unbalanced = [r["landing_date"] for r in rows if not r["balanced"]]
+        _print_table(rows, ["source", "landing_date", "records_in", "kept", "quarantined", "balanced"])
+    unbalanced = [f"{r['source']} {r['landing_date']}" for r in rows if not r["balanced"]]
     if unbalanced:
         print(f"records in != kept + quarantined for: {', '.join(unbalanced)}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_s3(args: argparse.Namespace, settings: Settings) -> int:
+    """A local S3-compatible server (SeaweedFS) for trying S3 landing zones and warehouses."""
+    from .runtime.s3server import DEFAULT_SECRET_KEY, SeaweedS3, server_status, stop_server
+
+    root = settings.home / "s3"
+    if args.action == "start":
+        root.mkdir(parents=True, exist_ok=True)
+        server = SeaweedS3(root, buckets=("raw", "lake")).start(detach=True)
+        print(f"S3 server (SeaweedFS) on {server.endpoint_url}, buckets raw and lake; to use it:")
+        print(f"export LAKEHOUSE_S3_ENDPOINT={server.endpoint_url} LAKEHOUSE_S3_ACCESS_KEY={server.access_key} "
+              f"LAKEHOUSE_S3_SECRET_KEY={DEFAULT_SECRET_KEY} LAKEHOUSE_LANDING=s3://raw/landing")
+    elif args.action == "stop":
+        print("stopped" if stop_server(root) else "no S3 server was running")
+    else:
+        state = server_status(root)
+        print(f"running, pid {state.pid}, {state.endpoint_url}" if state else "not running")
     return 0
 
 
@@ -130,13 +188,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", default="2025-01-01", help="first day (YYYY-MM-DD)")
     p.add_argument("--days", type=int, default=3)
     p.add_argument("--events-per-day", type=int, default=2_000)
+    p.add_argument("--changes-per-day", type=int, default=300, help="CDC changes per day, all tables")
+    p.add_argument("--no-cdc", dest="cdc", action="store_false", help="events only")
     p.add_argument("--seed", type=int, default=7)
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("reconcile", help="check records in = kept + quarantined, per landing day")
-    p.add_argument("--source", default="events")
+    p = sub.add_parser("drop", help="drop a new events file into the landing zone (local or S3)")
+    p.add_argument("--day", required=True, help="landing day (YYYY-MM-DD)")
+    p.add_argument("--events", type=int, default=200)
+    p.set_defaults(func=cmd_drop)
+
+    p = sub.add_parser("reconcile", help="check records in = kept + quarantined, per source and landing day")
+    p.add_argument("--source", action="append", choices=SOURCES, help="one source (repeatable); default all")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reconcile)
+
+    p = sub.add_parser("s3", help="start, stop or check a local S3 server (SeaweedFS) under the lakehouse home")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.set_defaults(func=cmd_s3)
     return parser
 
 

@@ -55,9 +55,10 @@ def test_generate_writes_the_landing_zone_and_reconcile_flags_unloaded_days(tmp_
     check = lakehouse_cli("reconcile", "--json", home=tmp_path)
     assert check.returncode == 1
     rows = json.loads(check.stdout)
-    assert sum(r["records_in"] for r in rows) == lines
+    assert sum(r["records_in"] for r in rows if r["source"] == "events") == lines
+    assert {r["source"] for r in rows} == {"events", "cdc/customers", "cdc/orders", "cdc/order_items"}
     assert not any(r["balanced"] for r in rows)
-    assert "2025-02-01, 2025-02-02" in check.stderr
+    assert "events 2025-02-01, events 2025-02-02, cdc/customers 2025-02-01" in check.stderr
 
 
 def test_a_bad_catalog_setting_is_a_clear_error(tmp_path):

@@ -9,6 +9,7 @@ from lakehouse_assets.partitions import DAILY
 GRAPH = {
     "bronze_events": set(),
     "bronze_events_quarantine": set(),
+    **{f"bronze_cdc_{t}{q}": set() for t in ("customers", "orders", "order_items") for q in ("", "_quarantine")},
     "silver_events": {"bronze_events"},
     "gold_daily_activity": {"silver_events"},
 }
@@ -39,3 +40,13 @@ def test_silver_schema_check_is_blocking_and_spark_runs_in_one_process():
     job = defs.resolve_implicit_global_asset_job_def()
     assert job.executor_def.name == "in_process"
     assert set(job.resource_defs) >= {"lakehouse"}
+
+
+def test_each_landing_source_has_a_running_sensor_for_its_bronze_assets():
+    sensors = {s.name: s for s in defs.sensors}
+    assert set(sensors) == {f"bronze_{n}_landing_sensor" for n in ("events", "cdc_customers", "cdc_orders", "cdc_order_items")}
+    graph = defs.resolve_asset_graph()
+    for name, sensor in sensors.items():
+        bronze = name.removesuffix("_landing_sensor")
+        assert sensor.default_status.value == "RUNNING"
+        assert sensor.asset_selection.resolve(graph) == {AssetKey(bronze), AssetKey(f"{bronze}_quarantine")}

@@ -47,6 +47,9 @@ class LocalZone:
             key=lambda f: f.uri,
         )
 
+    def read(self, uri: str) -> bytes:
+        return Path(uri.removeprefix("file:")).read_bytes()
+
     def put(self, local: Path, source: str, day: dt.date, name: str) -> str:
         target = self.root / source / f"date={day.isoformat()}" / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -72,6 +75,10 @@ class S3Zone:
                     files.append(LandedFile(f"{self.scheme}://{self.bucket}/{obj['Key']}", obj["Size"],
                                             obj["LastModified"].timestamp()))
         return sorted(files, key=lambda f: f.uri)
+
+    def read(self, uri: str) -> bytes:
+        key = uri.split(f"://{self.bucket}/", 1)[1]
+        return self.s3.get_client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
 
     def put(self, local: Path, source: str, day: dt.date, name: str) -> str:
         key = self._key(source, f"date={day.isoformat()}", name)

@@ -1,5 +1,6 @@
 """bronze_events takes each landing file exactly once: re-runs, new files, crashes, drift."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -59,6 +60,17 @@ def test_the_same_files_twice_and_then_a_new_file_take_each_record_once(lakehous
     assert sorted((r.source_file.rsplit("/", 1)[1], r.records, r.kept, r.quarantined) for r in log) == [
         ("a.jsonl", 21, 20, 1), ("b.jsonl", 5, 5, 0)
     ]
+
+
+def test_gzipped_files_are_read_line_by_line(lakehouse):
+    folder = lakehouse.settings.local_path(lakehouse.settings.landing) / "events" / f"date={DAY}"
+    folder.mkdir(parents=True, exist_ok=True)
+    with gzip.open(folder / "part.jsonl.gz", "wt") as f:
+        f.write("\n".join([json.dumps(_event(n)) for n in range(4)] + ["{oops"]) + "\n")
+    meta = ingest(lakehouse)
+    assert (meta["records_kept"].value, meta["records_quarantined"].value) == (4, 1)
+    bad = lakehouse.spark.table(lakehouse.table_id("bronze_events_quarantine")).first()
+    assert (bad.source_line, bad.payload, bad.reason) == (5, "{oops", "malformed JSON")
 
 
 def test_a_new_field_becomes_a_column_and_older_rows_read_null(lakehouse):
