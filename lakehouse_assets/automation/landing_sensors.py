@@ -1,9 +1,11 @@
 """One sensor per landing source: new files in the zone -> a bronze run for each landing day touched.
 
 The cursor keeps a modification-time watermark and the files seen near it, so a
-file is requested once even when several land in the same second. Requests are
-safe to repeat anyway: bronze takes each file exactly once, and a run key made
-of the new files' names stops a sensor that fires twice from launching twice.
+file is requested once even when several land in the same second; files the
+ingest log already lists (read with pyiceberg, no Spark) are not requested at all,
+so a fresh sensor does not ask again for what was ingested before it ran.
+Requests are safe to repeat anyway: bronze takes each file exactly once, and a
+run key made of the new files' names stops a double firing from launching twice.
 """
 
 import hashlib
@@ -21,13 +23,23 @@ from dagster import (
     sensor,
 )
 
-from ..bronze.ingest import LandingSource
+from pyiceberg.expressions import EqualTo
+
+from ..bronze.ingest import INGEST_LOG, LandingSource
 from ..runtime.resource import LakehouseResource
 from ..sources.zones import landing_zone
 
 # Files modified this long before the watermark are still compared by name: clocks
 # and uploads are not perfectly ordered.
 LOOKBACK_SECONDS = 600
+
+
+def ingested_files(lakehouse: LakehouseResource, source: str) -> set[str]:
+    catalog, identifier = lakehouse.catalog, (lakehouse.settings.namespace, INGEST_LOG.name)
+    if not catalog.table_exists(identifier):
+        return set()
+    log = catalog.load_table(identifier).scan(row_filter=EqualTo("source", source), selected_fields=("source_file",))
+    return set(log.to_arrow().column("source_file").to_pylist())
 
 
 def landing_sensor(source: LandingSource, minimum_interval_seconds: int = 30) -> SensorDefinition:
@@ -46,6 +58,9 @@ def landing_sensor(source: LandingSource, minimum_interval_seconds: int = 30) ->
         files = landing_zone(lakehouse.settings).list(source.name)
         new = [f for f in files if f.modified > watermark - LOOKBACK_SECONDS and f.uri not in recent
                and f.day is not None]
+        if new:
+            taken = ingested_files(lakehouse, source.name)
+            new = [f for f in new if f.uri not in taken]
         if not new:
             return SkipReason(f"no new files under {source.name}/ ({len(files)} listed)")
 

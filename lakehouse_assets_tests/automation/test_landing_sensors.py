@@ -80,6 +80,13 @@ def test_new_files_trigger_runs_that_take_them_exactly_once(zone_lakehouse, tmp_
     [(new_file, line)] = bronze_rows(lakehouse) - rows
     assert new_file.endswith("/events/date=2025-01-01/late.jsonl") and line == 1
 
+    # A sensor without a cursor (new, or reset) asks only for files the ingest log does not list.
+    fresh = evaluate(lakehouse, instance)
+    assert not fresh.run_requests
+    zone.put(late, "events", DAYS[1], "late-2.jsonl")
+    fresh = evaluate(lakehouse, instance)
+    assert [r.partition_key for r in fresh.run_requests] == ["2025-01-02"]
+
 
 def test_a_sensor_with_nothing_landed_skips(lakehouse):
     tick = evaluate(lakehouse, DagsterInstance.ephemeral())
