@@ -1,8 +1,15 @@
-"""Writing to Iceberg tables: one atomic commit per write, stamped and reported.
+"""Writing to Iceberg tables: staged on a branch, checked, published in one swap.
 
-Every commit carries the Dagster run id, asset and partition range in its
-snapshot summary, so the table itself says which run wrote what; the commit's
-figures come back as Dagster materialisation metadata.
+A write goes to a branch cut from `main` (`stage`); what it wrote can be read and
+audited there (`StagedWrite.read`); `publish` fast-forwards `main` to it in one
+catalog commit, which fails if `main` moved meanwhile, so concurrent writers can
+never both publish what each decided against the same snapshot. A write that is
+not published leaves `main` exactly as it was and the branch inspectable.
+
+Every published head carries the Dagster run id, asset and partition range in its
+snapshot summary; the figures of all snapshots written on the branch come back
+as Dagster materialisation metadata. Writes conform to the table's schema first
+(`conform`): safe changes evolve the table, unsafe ones fail naming the column.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pyspark.sql import functions as F
 
 from .failpoints import failpoint
 from .resource import LakehouseResource
+from .schema import conform
 
 WRITE_ID = "lakehouse.write-id"
 RUN_ID = "dagster.run-id"
@@ -68,7 +76,8 @@ class CommitResult:
 
     @property
     def total_records(self) -> int:
-        return self._int("total-records")
+        """Rows visible: merge-on-read tables subtract their position deletes."""
+        return self._int("total-records") - self._int("total-position-deletes") - self._int("total-equality-deletes")
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -86,81 +95,132 @@ class CommitResult:
         }
 
 
-def overwrite_window(
-    lakehouse: LakehouseResource,
-    table: str,
-    df: DataFrame,
-    window: Window,
-    run_id: str,
-    asset: str,
-) -> CommitResult:
-    """Atomically replace the rows of `window` with `df` (one Iceberg snapshot).
-
-    Rows of `df` outside the window are dropped first: Iceberg's overwrite appends
-    them without replacing anything, and a re-run would then duplicate them.
-    A window must cover whole partitions of the table.
-    """
-    table_id = lakehouse.ensure(table)
-    write_id = uuid.uuid4().hex
-    writer = _stamp(df.where(window.condition).writeTo(table_id), write_id, run_id, asset, window.label)
-    try:
-        writer.overwrite(window.condition)
-    except Exception as exc:
-        raise RuntimeError(
-            f"overwrite of {table_id} for {window.column} in {window.label} failed: {exc}"
-        ) from exc
-    return find_commit(lakehouse, table, write_id)
-
-
 class ConcurrentCommitError(RuntimeError):
     """Another writer moved the table's main branch while this write was staged."""
 
 
-def _stamp(writer, write_id: str, run_id: str, asset: str, label: str):
-    for key, value in {WRITE_ID: write_id, RUN_ID: run_id, ASSET: asset, PARTITIONS: label}.items():
-        writer = writer.option(f"snapshot-property.{key}", value)
-    return writer
+_SUMMED = ("added-records", "deleted-records", "added-data-files", "deleted-data-files", "added-files-size",
+           "added-delete-files", "added-position-deletes", "added-equality-deletes")
+CURRENT = object()  # stage() from main's current snapshot
 
 
-def append_staged(
-    lakehouse: LakehouseResource,
-    table: str,
-    df: DataFrame,
-    base_snapshot_id: int | None,
-    run_id: str,
-    asset: str,
-    label: str,
-) -> CommitResult:
-    """Append `df` on a staging branch cut at `base_snapshot_id`, then publish it to main.
+@dataclass
+class StagedWrite:
+    """Writes on a private branch of one table, not yet visible on main."""
 
-    The caller decided what to write by reading main at `base_snapshot_id`. Writing
-    lands data files and a snapshot on the branch only; publishing fast-forwards
-    main to it in one catalog swap, and fails if main has moved since the base
-    (a concurrent writer), so two runs can never both add the same input.
-    A crash before publishing leaves main untouched and the branch inspectable.
-    """
+    lakehouse: LakehouseResource
+    table: str
+    table_id: str
+    branch: str
+    base_snapshot_id: int | None
+    run_id: str
+    asset: str
+    label: str
+    write_id: str
+    stamped: bool = True
+
+    @property
+    def target(self) -> str:
+        """The identifier that writes to the branch (`... .branch_<name>`)."""
+        return f"{self.table_id}.branch_{self.branch}"
+
+    def read(self) -> DataFrame:
+        return self.lakehouse.spark.read.option("branch", self.branch).table(self.table_id)
+
+    def _writer(self, df: DataFrame):
+        writer = conform(self.lakehouse.spark, self.table_id, df).writeTo(self.target)
+        props = {WRITE_ID: self.write_id, RUN_ID: self.run_id, ASSET: self.asset, PARTITIONS: self.label}
+        for key, value in props.items():
+            writer = writer.option(f"snapshot-property.{key}", value)
+        self.stamped = True
+        return writer
+
+    def append(self, df: DataFrame) -> StagedWrite:
+        self._writer(df).append()
+        return self
+
+    def overwrite(self, df: DataFrame, window: Window) -> StagedWrite:
+        """Replace exactly the rows of `window` (rows of df outside it are dropped: Iceberg
+        would append them without replacing anything, and a re-run would duplicate them)."""
+        self._writer(df.where(window.condition)).overwrite(window.condition)
+        return self
+
+    def sql(self, statement: str) -> StagedWrite:
+        """Run a statement (MERGE, DELETE, UPDATE) against `{target}`, the branch."""
+        self.lakehouse.spark.sql(statement.format(target=self.target))
+        self.stamped = False  # SQL commits cannot carry snapshot properties
+        return self
+
+    def publish(self) -> CommitResult:
+        spark = self.lakehouse.spark
+        if not self.stamped:
+            # An empty stamped commit on top: the published head says which run wrote it.
+            self.append(spark.createDataFrame([], spark.table(self.table_id).schema))
+        failpoint(f"{self.table}:before-publish")
+        catalog, name = self.table_id.split(".", 1)
+        try:
+            spark.sql(f"CALL {catalog}.system.fast_forward('{name}', 'main', '{self.branch}')")
+        except Exception as exc:
+            self.discard()
+            if "not an ancestor" in str(exc):
+                raise ConcurrentCommitError(
+                    f"{self.table_id}: main moved while this write was staged (another writer committed); "
+                    "nothing was published: run again"
+                ) from exc
+            raise
+        result = self.result()
+        self.discard()
+        return result
+
+    def discard(self) -> None:
+        self.lakehouse.spark.sql(f"ALTER TABLE {self.table_id} DROP BRANCH IF EXISTS `{self.branch}`")
+
+    def result(self) -> CommitResult:
+        """Figures of everything written on the branch since its base (head totals, summed changes)."""
+        table = self.lakehouse.iceberg_table(self.table)
+        head = table.snapshot_by_name(self.branch) or table.current_snapshot()
+        summary = dict(head.summary.additional_properties)
+        totals = {k: 0 for k in _SUMMED}
+        snapshot = head
+        while snapshot is not None and snapshot.snapshot_id != self.base_snapshot_id:
+            props = snapshot.summary.additional_properties
+            for key in _SUMMED:
+                totals[key] += int(props.get(key, 0) or 0)
+            snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+        summary.update({k: str(v) for k, v in totals.items()})
+        operation = head.summary.operation.value if head.summary.operation else ""
+        return CommitResult(self.table_id, head.snapshot_id, operation, summary)
+
+
+def stage(
+    lakehouse: LakehouseResource, table: str, run_id: str, asset: str, label: str,
+    base_snapshot_id: Any = CURRENT,
+) -> StagedWrite:
+    """A branch of `table` cut at `base_snapshot_id` (main's current snapshot by default)."""
     table_id = lakehouse.ensure(table)
-    spark = lakehouse.spark
+    if base_snapshot_id is CURRENT:
+        current = lakehouse.iceberg_table(table).current_snapshot()
+        base_snapshot_id = current.snapshot_id if current else None
     write_id = uuid.uuid4().hex
     branch = f"stage_{write_id[:16]}"
     as_of = f" AS OF VERSION {int(base_snapshot_id)}" if base_snapshot_id is not None else ""
-    spark.sql(f"ALTER TABLE {table_id} CREATE BRANCH `{branch}`{as_of}")
-    _stamp(df.writeTo(f"{table_id}.branch_{branch}"), write_id, run_id, asset, label).append()
-    failpoint(f"{table}:before-publish")
-    namespace_table = table_id.split(".", 1)[1]
-    catalog = table_id.split(".", 1)[0]
-    try:
-        spark.sql(f"CALL {catalog}.system.fast_forward('{namespace_table}', 'main', '{branch}')")
-    except Exception as exc:
-        spark.sql(f"ALTER TABLE {table_id} DROP BRANCH IF EXISTS `{branch}`")
-        if "not an ancestor" in str(exc):
-            raise ConcurrentCommitError(
-                f"{table_id}: main moved while this write was staged (another writer committed); "
-                "nothing was published: run again"
-            ) from exc
-        raise
-    spark.sql(f"ALTER TABLE {table_id} DROP BRANCH IF EXISTS `{branch}`")
-    return find_commit(lakehouse, table, write_id)
+    lakehouse.spark.sql(f"ALTER TABLE {table_id} CREATE BRANCH `{branch}`{as_of}")
+    return StagedWrite(lakehouse, table, table_id, branch, base_snapshot_id, run_id, asset, label, write_id)
+
+
+def append_staged(
+    lakehouse: LakehouseResource, table: str, df: DataFrame, base_snapshot_id: int | None,
+    run_id: str, asset: str, label: str,
+) -> CommitResult:
+    """Append `df`, decided against main at `base_snapshot_id`, and publish it."""
+    return stage(lakehouse, table, run_id, asset, label, base_snapshot_id).append(df).publish()
+
+
+def overwrite_window(
+    lakehouse: LakehouseResource, table: str, df: DataFrame, window: Window, run_id: str, asset: str,
+) -> CommitResult:
+    """Atomically replace the rows of `window` with `df` on main."""
+    return stage(lakehouse, table, run_id, asset, window.label).overwrite(df, window).publish()
 
 
 def current_state(lakehouse: LakehouseResource, table: str) -> CommitResult:
@@ -171,17 +231,3 @@ def current_state(lakehouse: LakehouseResource, table: str) -> CommitResult:
     if snapshot and snapshot.summary:
         totals = {k: v for k, v in snapshot.summary.additional_properties.items() if k.startswith("total-")}
     return CommitResult(lakehouse.table_id(table), snapshot.snapshot_id if snapshot else None, "none", totals)
-
-
-def find_commit(lakehouse: LakehouseResource, table: str, write_id: str) -> CommitResult:
-    """The snapshot a write made, found by the write id it stamped (safe under concurrent writers)."""
-    iceberg = lakehouse.iceberg_table(table)
-    for snapshot in reversed(iceberg.metadata.snapshots):
-        summary = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
-        if summary.get(WRITE_ID) == write_id:
-            operation = snapshot.summary.operation.value if snapshot.summary.operation else ""
-            return CommitResult(lakehouse.table_id(table), snapshot.snapshot_id, operation, summary)
-    raise RuntimeError(
-        f"the write {write_id} to {lakehouse.table_id(table)} left no snapshot; "
-        "the table may have been replaced or expired concurrently"
-    )
