@@ -9,11 +9,10 @@ from .bronze.cdc import CDC_SOURCES, bronze_cdc_assets
 from .bronze.events import EVENTS, bronze_events
 from .gold.daily_activity import gold_daily_activity
 from .runtime.resource import LakehouseResource
-from .silver.events import silver_events, silver_events_schema_check
+from .silver.events import silver_events
 
 defs = Definitions(
     assets=[bronze_events, *bronze_cdc_assets, silver_events, gold_daily_activity],
-    asset_checks=[silver_events_schema_check],
     sensors=[landing_sensor(source) for source in (EVENTS, *CDC_SOURCES.values())],
     resources={"lakehouse": LakehouseResource()},
     # One JVM for the whole run: a process per step would start Spark each time.

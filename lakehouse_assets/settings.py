@@ -122,6 +122,8 @@ class Settings:
     s3_access_key: str = ""
     s3_secret_key: str = field(default="", repr=False)
     s3_region: str = "us-east-1"
+    # Key of the keyed hash that pseudonymises personal data (see runtime/pii.py).
+    pii_key: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         home = Path(self.home).expanduser().resolve()
@@ -154,6 +156,7 @@ class Settings:
             s3_access_key=_env("LAKEHOUSE_S3_ACCESS_KEY", os.environ.get("AWS_ACCESS_KEY_ID", "")),
             s3_secret_key=_env("LAKEHOUSE_S3_SECRET_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "")),
             s3_region=_env("LAKEHOUSE_S3_REGION", "us-east-1"),
+            pii_key=_env("LAKEHOUSE_PII_KEY", ""),
         )
         values.update(overrides)
         return cls(**values)

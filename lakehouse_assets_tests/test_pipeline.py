@@ -6,31 +6,35 @@ metadata, and its Dagster events.
 """
 
 import datetime as dt
+import hashlib
+import hmac
 import json
+import re
 import uuid
 from collections import defaultdict
 from decimal import Decimal
 
 import pytest
-from dagster import AssetKey, AssetSelection, DagsterInstance, materialize
+from dagster import AssetKey, DagsterInstance, materialize
 
 from lakehouse_assets.cli import reconcile
 from lakehouse_assets.definitions import defs
 from lakehouse_assets.runtime.commit import RUN_ID
+from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.sources.events import EVENT_TYPES
 from lakehouse_assets.sources.generator import generate
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)]
-ASSETS = [*defs.assets, *defs.asset_checks]
+ASSETS = list(defs.assets)
+BOT = re.compile(r"(?i)(bot|crawler|spider|slurp|headless)")
 
 
-def run(lakehouse, instance, start, end=None, selection=None, raise_on_error=True):
+def run(lakehouse, instance, start, end=None, raise_on_error=True):
     return materialize(
         ASSETS,
         resources={"lakehouse": lakehouse},
         instance=instance,
-        selection=selection,
         raise_on_error=raise_on_error,
         tags={"dagster/asset_partition_range_start": start,
               "dagster/asset_partition_range_end": end or start},
@@ -44,7 +48,7 @@ def materializations(result, asset):
 
 def expected_daily_activity(landing_files):
     """Gold recomputed in plain Python from the landing files (the independent answer)."""
-    seen, days = set(), defaultdict(lambda: {"users": set(), "sessions": set(), "events": 0,
+    seen, bots, days = set(), set(), defaultdict(lambda: {"users": set(), "sessions": set(), "events": 0,
                                              "purchases": 0, "revenue": Decimal("0")})
     for path in landing_files:
         for line in path.read_text().splitlines():
@@ -57,6 +61,9 @@ def expected_daily_activity(landing_files):
             if not isinstance(e.get("properties"), dict) or not e.get("event_id") or e["event_id"] in seen:
                 continue
             seen.add(e["event_id"])
+            if BOT.search(e["properties"].get("user_agent", "")):
+                bots.add(e["event_id"])
+                continue
             day = days[ts.date()]
             day["users"].add(e["user_id"])
             day["sessions"].add(e["session_id"])
@@ -65,7 +72,7 @@ def expected_daily_activity(landing_files):
                 day["purchases"] += 1
                 day["revenue"] += price
     return {d: (len(v["users"]), len(v["sessions"]), v["events"], v["purchases"], v["revenue"])
-            for d, v in days.items()}, len(seen)
+            for d, v in days.items()}, len(seen), len(bots)
 
 
 @pytest.fixture(scope="module")
@@ -115,10 +122,14 @@ def test_silver_holds_each_event_once_and_gold_matches_an_independent_count(lake
     spark = lakehouse.spark
     silver = spark.table(lakehouse.table_id("silver_events"))
     files = [f for day in generated for f in day.files]
-    expected_gold, distinct_events = expected_daily_activity(files)
+    expected_gold, distinct_events, bots = expected_daily_activity(files)
+    rejected = spark.table(lakehouse.table_id("silver_events_rejected"))
 
-    assert silver.count() == silver.select("event_id").distinct().count() == distinct_events
+    assert silver.count() == silver.select("event_id").distinct().count() == distinct_events - bots
     assert distinct_events == sum(d.events for d in generated)
+    # Bronze, deduplicated = silver + rejected; here the rejects are the crawlers' sessions.
+    assert {r.rule: r["count"] for r in rejected.groupBy("rule").count().collect()} == {"bot_user_agent": bots}
+    assert bots > 0
     assert {r.event_type for r in silver.select("event_type").distinct().collect()} <= set(EVENT_TYPES)
 
     gold = {
@@ -162,7 +173,23 @@ def test_rematerialising_a_partition_changes_no_row_count(lake):
         assert meta["partition_range"].value == "2025-01-02..2025-01-02"
 
 
-def test_a_silver_row_breaking_the_schema_fails_the_blocking_check_and_stops_gold(lake):
+def test_checks_pass_and_personal_data_is_pseudonymised(lake):
+    lakehouse, _, result, _ = lake
+    [check] = result.get_asset_check_evaluations()
+    assert check.passed and check.metadata["audit_branch"].value.startswith("audit_")
+    silver = lakehouse.spark.table(lakehouse.table_id("silver_events"))
+    assert "ip" not in silver.columns and "email" not in silver.columns
+    key = pii_key(lakehouse.settings)
+    bronze = {r.event_id: r for r in lakehouse.spark.table(lakehouse.table_id("bronze_events")).collect()}
+    for row in silver.where("email_hash IS NOT NULL").limit(5).collect():
+        source = bronze[row.event_id]
+        assert row.email_hash == hmac.new(key, source.email.encode(), hashlib.sha256).hexdigest()
+        assert row.ip_hash == hmac.new(key, source.ip.encode(), hashlib.sha256).hexdigest()
+    # No audit branch is left behind by a write that passed.
+    assert not [r for r in lakehouse.iceberg_table("silver_events").metadata.refs if r != "main"]
+
+
+def test_a_write_that_fails_its_checks_never_reaches_main(lake):
     lakehouse, instance, _, _ = lake
     day = "2025-01-04"
     folder = lakehouse.settings.local_path(lakehouse.settings.landing) / "events" / f"date={day}"
@@ -170,27 +197,31 @@ def test_a_silver_row_breaking_the_schema_fails_the_blocking_check_and_stops_gol
     events = [
         {"event_id": "e-ok", "user_id": "u1", "session_id": "s1", "event_type": "page_view",
          "event_ts": f"{day}T08:00:00Z", "properties": {}},
-        # Bronze takes any event type as it landed; silver's schema allows only known ones.
-        {"event_id": "e-refund", "user_id": "u1", "session_id": "s1", "event_type": "refund",
-         "event_ts": f"{day}T09:00:00Z", "properties": {}, "price": -5},
+        # Passes bronze and silver's rules, but silver's schema wants event ids starting "e-".
+        {"event_id": "bad-id", "user_id": "u1", "session_id": "s1", "event_type": "page_view",
+         "event_ts": f"{day}T09:00:00Z", "properties": {}},
     ]
     (folder / "part-0.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    silver = lakehouse.iceberg_table("silver_events")
+    main_before = silver.current_snapshot().snapshot_id
 
     result = run(lakehouse, instance, day, raise_on_error=False)
     assert not result.success
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.asset_key == AssetKey("silver_events") and not evaluation.passed
     failures = evaluation.metadata["failures"].value
-    assert {f["column"] for f in failures} >= {"event_type", "price"}
-    assert any("isin" in f["check"] for f in failures)
-    assert materializations(result, "silver_events")
+    assert [f["column"] for f in failures] == ["event_id"] and "str_startswith" in failures[0]["check"]
+    assert not materializations(result, "silver_events")
     assert not materializations(result, "gold_daily_activity"), "a blocking check stops downstream"
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "main is unchanged" in failure.step_failure_data.user_failure_data.description
 
-    gold_days = {r.activity_date for r in lakehouse.spark.table(lakehouse.table_id("gold_daily_activity")).collect()}
-    assert dt.date(2025, 1, 4) not in gold_days
-
-    # The same check passes on the clean days.
-    clean = run(lakehouse, instance, "2025-01-01", "2025-01-03",
-                selection=AssetSelection.checks_for_assets(AssetKey("silver_events")))
-    [evaluation] = clean.get_asset_check_evaluations()
-    assert evaluation.passed and evaluation.metadata["scope"].value == "2025-01-01..2025-01-03"
+    # main is exactly as it was; the rejected write is readable on its audit branch only.
+    silver = silver.refresh()
+    assert silver.current_snapshot().snapshot_id == main_before
+    branch = evaluation.metadata["audit_branch"].value
+    spark = lakehouse.spark
+    on_main = spark.table(lakehouse.table_id("silver_events")).where(f"event_ts >= '{day}'").count()
+    staged = {r.event_id for r in spark.read.option("branch", branch).table(lakehouse.table_id("silver_events"))
+              .where(f"event_ts >= '{day}'").collect()}
+    assert on_main == 0 and staged == {"e-ok", "bad-id"}

@@ -1,27 +1,20 @@
-"""Pandera (pyspark) models as blocking Dagster asset checks on Iceberg tables.
+"""Pandera (pyspark) checks that gate a write-audit-publish.
 
-pandera.pyspark never raises: it collects errors in `df.pandera.errors`. The
-check turns them into a failed `AssetCheckResult` whose metadata lists each
-failed check with its column, and counts the offending rows where pandera can
-say which check failed on which column.
+A silver write is staged on a branch; its Pandera models run against what the
+branch holds; only when every one passes is `main` fast-forwarded. Each model is a
+blocking Dagster asset check of the asset, so a failure stops everything
+downstream, and its result lists the failed checks with their columns.
+
+pandera.pyspark never raises: errors are collected in `df.pandera.errors`.
 """
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetChecksDefinition,
-    AssetKey,
-    MetadataValue,
-    TimeWindowPartitionsDefinition,
-    asset_check,
-)
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, Failure, MetadataValue
 from pyspark.sql import DataFrame
 
-from ..runtime.commit import Window
-from ..runtime.resource import LakehouseResource
+from ..runtime.commit import CommitResult, StagedWrite
 
 
 def pandera_failures(errors: dict) -> list[dict[str, str]]:
@@ -41,50 +34,66 @@ def pandera_failures(errors: dict) -> list[dict[str, str]]:
 
 
 def validate(model: Any, df: DataFrame) -> list[dict[str, str]]:
-    validated = model.validate(check_obj=df)
-    return pandera_failures(validated.pandera.errors)
+    return pandera_failures(model.validate(check_obj=df).pandera.errors)
 
 
-def pandera_asset_check(
-    asset: str,
-    table: str,
-    model: Any,
-    window_column: str,
-    partitions_def: TimeWindowPartitionsDefinition,
-    name: str = "pandera_schema",
-) -> AssetChecksDefinition:
-    """A blocking check that validates the asset's table rows of the run's partition range."""
-
-    @asset_check(
-        asset=AssetKey(asset),
-        name=name,
-        blocking=True,
-        description=f"{model.__name__}: types, nullability and value rules of {table} (pandera.pyspark)",
+def check_spec(asset: str, model: Any, name: str = "pandera_schema") -> AssetCheckSpec:
+    return AssetCheckSpec(
+        name=name, asset=asset, blocking=True,
+        description=f"{getattr(model, '__name__', name)} (pandera.pyspark) on the staged write, before publishing",
     )
-    def _check(context: AssetCheckExecutionContext, lakehouse: LakehouseResource) -> AssetCheckResult:
-        df = lakehouse.spark.table(lakehouse.table_id(table))
-        scope = "whole table"
-        if context.has_partition_key_range:
-            # From the keys: a check run without its asset has no partitions definition.
-            keys = context.partition_key_range
-            start = partitions_def.time_window_for_partition_key(keys.start).start
-            end = partitions_def.time_window_for_partition_key(keys.end).end
-            window = Window.of_days(window_column, start, end)
-            df, scope = df.where(window.condition), window.label
-        failures = validate(model, df)
-        return AssetCheckResult(
-            passed=not failures,
-            severity=AssetCheckSeverity.ERROR,
-            metadata={
-                "table": MetadataValue.text(lakehouse.table_id(table)),
-                "scope": MetadataValue.text(scope),
-                "failed_checks": MetadataValue.int(len(failures)),
-                "failures": MetadataValue.json(failures) if failures else MetadataValue.text("none"),
-            },
-            description=(
-                "; ".join(f"{f['column']}: {f['check']}: {f['error']}" for f in failures)[:2000]
-                or None
-            ),
-        )
 
-    return _check
+
+@dataclass
+class Audit:
+    """A staged write and the checks it must pass: (asset, check name, model, rows to check)."""
+
+    staged: StagedWrite
+    checks: list[tuple[str, str, Any, DataFrame]] = field(default_factory=list)
+
+
+def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[AssetCheckResult]]:
+    """Run every check on every staged branch; publish all of them only if all pass.
+
+    On failure, nothing is published, the branches stay for inspection and a
+    `Failure` names them (after the caller yields the returned check results:
+    use `raise_if_failed`).
+    """
+    results = []
+    for audit in audits:
+        head = audit.staged.result().snapshot_id
+        for asset, name, model, df in audit.checks:
+            failures = validate(model, df)
+            results.append(AssetCheckResult(
+                asset_key=asset,
+                check_name=name,
+                passed=not failures,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={
+                    "table": MetadataValue.text(audit.staged.table_id),
+                    "audit_branch": MetadataValue.text(audit.staged.branch),
+                    "audited_snapshot_id": MetadataValue.int(head),
+                    "failed_checks": MetadataValue.int(len(failures)),
+                    "failures": MetadataValue.json(failures) if failures else MetadataValue.text("none"),
+                },
+                description="; ".join(f"{f['column']}: {f['check']}: {f['error']}" for f in failures)[:2000] or None,
+            ))
+    if not all(r.passed for r in results):
+        return [], results
+    return [audit.staged.publish() for audit in audits], results
+
+
+def raise_if_failed(results: list[AssetCheckResult]) -> None:
+    failed = [r for r in results if not r.passed]
+    if failed:
+        branches = sorted({r.metadata["audit_branch"].value for r in failed})
+        tables = sorted({r.metadata["table"].value for r in failed})
+        raise Failure(
+            description=(
+                f"write-audit-publish: {len(failed)} check(s) failed on {', '.join(tables)}; main is unchanged; "
+                f"the rejected write stays readable on branch {', '.join(branches)}"
+            ),
+            metadata={"failed_checks": MetadataValue.json([
+                {"check": r.check_name, "description": r.description} for r in failed
+            ])},
+        )

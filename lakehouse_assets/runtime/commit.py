@@ -194,15 +194,15 @@ class StagedWrite:
 
 def stage(
     lakehouse: LakehouseResource, table: str, run_id: str, asset: str, label: str,
-    base_snapshot_id: Any = CURRENT,
+    base_snapshot_id: Any = CURRENT, prefix: str = "stage",
 ) -> StagedWrite:
-    """A branch of `table` cut at `base_snapshot_id` (main's current snapshot by default)."""
+    """A branch `<prefix>_<id>` of `table` cut at `base_snapshot_id` (main's current snapshot by default)."""
     table_id = lakehouse.ensure(table)
     if base_snapshot_id is CURRENT:
         current = lakehouse.iceberg_table(table).current_snapshot()
         base_snapshot_id = current.snapshot_id if current else None
     write_id = uuid.uuid4().hex
-    branch = f"stage_{write_id[:16]}"
+    branch = f"{prefix}_{write_id[:16]}"
     as_of = f" AS OF VERSION {int(base_snapshot_id)}" if base_snapshot_id is not None else ""
     lakehouse.spark.sql(f"ALTER TABLE {table_id} CREATE BRANCH `{branch}`{as_of}")
     return StagedWrite(lakehouse, table, table_id, branch, base_snapshot_id, run_id, asset, label, write_id)

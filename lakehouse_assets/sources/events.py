@@ -17,7 +17,7 @@ from .landing import LINEAGE_COLUMNS, blank, json_reason
 
 EVENT_TYPES = ("page_view", "add_to_cart", "purchase")
 REQUIRED_FIELDS = ("event_id", "user_id", "event_type", "event_ts")
-KNOWN_FIELDS = ("event_id", "user_id", "session_id", "event_type", "event_ts", "ip", "properties", "price")
+KNOWN_FIELDS = ("event_id", "user_id", "session_id", "event_type", "event_ts", "ip", "email", "properties", "price")
 
 _RAW_SCHEMA = T.StructType(
     [T.StructField(name, T.StringType()) for name in KNOWN_FIELDS]
@@ -28,7 +28,7 @@ _PROPERTIES = T.MapType(T.StringType(), T.StringType())
 _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_NEW_COLUMNS = 32  # per run: a flood of new keys is more likely garbage than schema
 
-EVENT_COLUMNS = ["event_id", "user_id", "session_id", "event_type", "event_ts", "ip", "properties", "price"]
+EVENT_COLUMNS = ["event_id", "user_id", "session_id", "event_type", "event_ts", "ip", "email", "properties", "price"]
 
 
 def parse_events(lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
@@ -64,6 +64,7 @@ def parse_events(lines: DataFrame, table_schema: T.StructType | None = None) -> 
         *(raw[c].alias(c) for c in ("event_id", "user_id", "session_id", "event_type")),
         "event_ts",
         raw["ip"].alias("ip"),
+        raw["email"].alias("email"),
         "properties",
         "price",
         *LINEAGE_COLUMNS,

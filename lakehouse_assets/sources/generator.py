@@ -19,6 +19,10 @@ from pathlib import Path
 PRODUCTS = [f"p{n:04d}" for n in range(1, 201)]
 PAGES = ("/", "/search", "/category/shoes", "/category/books", "/deals", "/account")
 REFERRERS = ("direct", "search", "email", "social", "ads")
+BROWSERS = ("Mozilla/5.0 (X11; Linux x86_64) Firefox/131.0", "Mozilla/5.0 (Macintosh) Safari/605.1.15",
+            "Mozilla/5.0 (Windows NT 10.0; Win64; x64) Chrome/130.0")
+BOTS = ("Googlebot/2.1 (+http://www.google.com/bot.html)", "Mozilla/5.0 (compatible; bingbot/2.0)")
+BOT_SHARE = 0.03  # sessions from crawlers: browsing only
 
 # The ways a line can be broken, and how often relative to each other.
 MALFORMED_KINDS = {
@@ -59,6 +63,8 @@ def _session_events(rng: random.Random, day: dt.date, seq: list[int], users: int
     )
     ip = f"198.51.{rng.randrange(0, 256)}.{rng.randrange(1, 255)}"
     referrer = rng.choice(REFERRERS)
+    bot = rng.random() < BOT_SHARE
+    agent = rng.choice(BOTS if bot else BROWSERS)
     ts = start
     events = []
     cart: list[str] = []
@@ -66,9 +72,9 @@ def _session_events(rng: random.Random, day: dt.date, seq: list[int], users: int
         ts += dt.timedelta(seconds=rng.randint(2, 180), milliseconds=rng.randint(0, 999))
         product = rng.choice(PRODUCTS)
         roll = rng.random()
-        if cart and roll < 0.12:
+        if cart and roll < 0.12 and not bot:
             kind = "purchase"
-        elif roll < 0.30:
+        elif roll < 0.30 and not bot:
             kind = "add_to_cart"
             cart.append(product)
         else:
@@ -81,12 +87,13 @@ def _session_events(rng: random.Random, day: dt.date, seq: list[int], users: int
             "event_ts": _iso(ts),
             "ip": ip,
             "properties": {"page": rng.choice(PAGES) if kind == "page_view" else f"/product/{product}",
-                           "product_id": product, "referrer": referrer},
+                           "product_id": product, "referrer": referrer, "user_agent": agent},
         }
         if kind == "purchase":
             event["properties"]["product_id"] = cart[-1]
             event["properties"]["quantity"] = rng.randint(1, 3)
             event["price"] = round(rng.uniform(4.99, 249.99), 2)
+            event["email"] = f"user{user:05d}@example.com"  # checkout knows who pays
             cart.pop()
         events.append(event)
     return events
