@@ -67,12 +67,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from .cdc_tables import CDC_TABLES, CdcTableInfo  # noqa: F401  (the tables it simulates)
+from .cdc_tables import CDC_TABLES, ORDER_STATUSES, CdcTableInfo  # noqa: F401  (the tables it simulates)
 from .generator import PRODUCTS
 
 DEBEZIUM_VERSION = "2.7.0.Final"
 MAX_RECORD_BYTES = 64 * 1024  # a consumer's line limit; oversized copies exceed it
-ORDER_STATUSES = ("pending", "paid", "shipped", "delivered", "cancelled")
 LOYALTY_TIERS = ("bronze", "silver", "gold")
 
 # The ways a line can be broken, and how often relative to each other.

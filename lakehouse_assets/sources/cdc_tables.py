@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+ORDER_STATUSES = ("pending", "paid", "shipped", "delivered", "cancelled")
+
 
 @dataclass(frozen=True)
 class CdcTableInfo:
