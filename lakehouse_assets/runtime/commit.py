@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from dagster import MetadataValue
 from pyspark.sql import Column, DataFrame
@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 
 from .failpoints import failpoint
 from .resource import LakehouseResource
+from ..tables.registry import TableSpec, get_table
 from .schema import conform
 
 WRITE_ID = "lakehouse.write-id"
@@ -109,7 +110,7 @@ class StagedWrite:
     """Writes on a private branch of one table, not yet visible on main."""
 
     lakehouse: LakehouseResource
-    table: str
+    table: TableSpec
     table_id: str
     branch: str
     base_snapshot_id: int | None
@@ -135,19 +136,25 @@ class StagedWrite:
         self.stamped = True
         return writer
 
-    def append(self, df: DataFrame) -> StagedWrite:
-        self._writer(df).append()
+    def _write(self, action: Callable[[], None]) -> StagedWrite:
+        try:
+            action()
+        except Exception:
+            self.discard()  # a write that failed leaves nothing behind
+            raise
         return self
+
+    def append(self, df: DataFrame) -> StagedWrite:
+        return self._write(lambda: self._writer(df).append())
 
     def overwrite(self, df: DataFrame, window: Window) -> StagedWrite:
         """Replace exactly the rows of `window` (rows of df outside it are dropped: Iceberg
         would append them without replacing anything, and a re-run would duplicate them)."""
-        self._writer(df.where(window.condition)).overwrite(window.condition)
-        return self
+        return self._write(lambda: self._writer(df.where(window.condition)).overwrite(window.condition))
 
     def sql(self, statement: str) -> StagedWrite:
         """Run a statement (MERGE, DELETE, UPDATE) against `{target}`, the branch."""
-        self.lakehouse.spark.sql(statement.format(target=self.target))
+        self._write(lambda: self.lakehouse.spark.sql(statement.format(target=self.target)))
         self.stamped = False  # SQL commits cannot carry snapshot properties
         return self
 
@@ -156,7 +163,7 @@ class StagedWrite:
         if not self.stamped:
             # An empty stamped commit on top: the published head says which run wrote it.
             self.append(spark.createDataFrame([], spark.table(self.table_id).schema))
-        failpoint(f"{self.table}:before-publish")
+        failpoint(f"{self.table.name}:before-publish")
         catalog, name = self.table_id.split(".", 1)
         try:
             spark.sql(f"CALL {catalog}.system.fast_forward('{name}', 'main', '{self.branch}')")
@@ -193,10 +200,11 @@ class StagedWrite:
 
 
 def stage(
-    lakehouse: LakehouseResource, table: str, run_id: str, asset: str, label: str,
+    lakehouse: LakehouseResource, table: TableSpec | str, run_id: str, asset: str, label: str,
     base_snapshot_id: Any = CURRENT, prefix: str = "stage",
 ) -> StagedWrite:
     """A branch `<prefix>_<id>` of `table` cut at `base_snapshot_id` (main's current snapshot by default)."""
+    table = get_table(table) if isinstance(table, str) else table
     table_id = lakehouse.ensure(table)
     if base_snapshot_id is CURRENT:
         current = lakehouse.iceberg_table(table).current_snapshot()
