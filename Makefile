@@ -12,7 +12,7 @@ DEMO_START ?= 2025-01-01
 DEMO_END ?= 2025-01-03
 DEMO_DAYS ?= 3
 
-.PHONY: setup demo dev test clean
+.PHONY: setup demo dev test bench clean
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ dev: setup
 
 test: setup
 	$(BIN)/pytest
+
+# Benchmarks (not part of the tests): SCALE=N multiplies the data sizes.
+bench: setup
+	$(BIN)/python -m benchmarks.run --scale $(or $(SCALE),1)
 
 clean:
 	rm -rf $(LAKEHOUSE_HOME)

@@ -11,6 +11,7 @@ GRAPH = {
     "bronze_events_quarantine": set(),
     **{f"bronze_cdc_{t}{q}": set() for t in ("customers", "orders", "order_items") for q in ("", "_quarantine")},
     "silver_events": {"bronze_events"},
+    **{f"silver_{t}{h}": {f"bronze_cdc_{t}"} for t in ("customers", "orders", "order_items") for h in ("", "_history")},
     "gold_daily_activity": {"silver_events"},
 }
 
@@ -32,11 +33,14 @@ def test_every_asset_is_daily_partitioned_with_single_run_backfills():
         assert node.backfill_policy.policy_type == BackfillPolicyType.SINGLE_RUN, key
 
 
-def test_silver_schema_check_is_blocking_and_spark_runs_in_one_process():
+def test_every_silver_table_has_a_blocking_pandera_check_and_spark_runs_in_one_process():
     graph = defs.resolve_asset_graph()
-    [check] = graph.get(AssetKey("silver_events")).check_keys
-    assert check.name == "pandera_schema"
-    assert graph.get_check_spec(check).blocking
+    silver = [k for k in graph.get_all_asset_keys() if k.to_user_string().startswith("silver_")]
+    assert len(silver) == 7
+    for key in silver:
+        [check] = graph.get(key).check_keys
+        assert check.name == "pandera_schema"
+        assert graph.get_check_spec(check).blocking
     job = defs.resolve_implicit_global_asset_job_def()
     assert job.executor_def.name == "in_process"
     assert set(job.resource_defs) >= {"lakehouse"}
