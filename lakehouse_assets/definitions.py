@@ -8,12 +8,14 @@ from .automation.landing_sensors import landing_sensor
 from .bronze.cdc import CDC_SOURCES, bronze_cdc_assets
 from .bronze.events import EVENTS, bronze_events
 from .gold.daily_activity import gold_daily_activity
+from .ml.features import ml_training_set, ml_user_features
 from .runtime.resource import LakehouseResource
 from .silver.cdc import silver_cdc_assets
 from .silver.events import silver_events
 
 defs = Definitions(
-    assets=[bronze_events, *bronze_cdc_assets, silver_events, *silver_cdc_assets, gold_daily_activity],
+    assets=[bronze_events, *bronze_cdc_assets, silver_events, *silver_cdc_assets, gold_daily_activity,
+            ml_user_features, ml_training_set],
     sensors=[landing_sensor(source) for source in (EVENTS, *CDC_SOURCES.values())],
     resources={"lakehouse": LakehouseResource()},
     # One JVM for the whole run: a process per step would start Spark each time.

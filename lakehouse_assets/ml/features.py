@@ -1,0 +1,166 @@
+"""Point-in-time correct ML features and a training set that can be rebuilt exactly.
+
+`features_as_of` computes a user's features at any instant T from the events
+with event_ts <= T only: a feature row never sees the future, even when the
+table already holds it. `ml_user_features` stores them once a day, as of the last
+instant of the day; `ml_training_set` takes every session start as an
+observation, labels it with whether the session ended in a purchase, and joins
+the newest feature row as of that instant (an as-of join, never a later one).
+
+Both assets read their inputs at a snapshot fixed before reading and record the
+snapshot ids they read and wrote (`pinned_snapshots` in the materialisation),
+and tag those snapshots so that expiry cannot remove them: `lakehouse_assets.pinning`
+reads the data back exactly, with or without Spark.
+"""
+
+import datetime as dt
+
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from pyspark.sql import DataFrame
+from pyspark.sql import Window as W
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ..partitions import DAILY, SINGLE_RUN
+from ..pinning import PINNED, pin_snapshots, read_at_current
+from ..runtime.commit import Window, stage
+from ..runtime.resource import LakehouseResource
+from ..silver.events import silver_events
+from ..tables.registry import TableSpec, col, register
+
+LOOKBACK_DAYS = 30
+
+FEATURE_COLUMNS = [
+    col("events_1d", T.LongType(), False), col("events_7d", T.LongType(), False),
+    col("events_30d", T.LongType(), False), col("sessions_7d", T.LongType(), False),
+    col("purchases_7d", T.LongType(), False), col("purchases_30d", T.LongType(), False),
+    col("spend_30d", T.DecimalType(18, 2), False),
+    col("seconds_since_last_event", T.LongType(), False),
+]
+
+ML_USER_FEATURES = register(TableSpec(
+    name="ml_user_features",
+    layer="ml",
+    description="Per user, as of the last instant of each day: activity, purchases and spend over 1/7/30 days.",
+    schema=T.StructType([
+        col("user_id", T.StringType(), False),
+        col("as_of_ts", T.TimestampType(), False, "features use events with event_ts <= as_of_ts only"),
+        col("as_of_date", T.DateType(), False),
+        *FEATURE_COLUMNS,
+    ]),
+    partitioned_by=("as_of_date",),
+))
+
+ML_TRAINING_SET = register(TableSpec(
+    name="ml_training_set",
+    layer="ml",
+    description="One row per session start: label (did the session purchase) and the user's features as of then.",
+    schema=T.StructType([
+        col("session_id", T.StringType(), False),
+        col("user_id", T.StringType(), False),
+        col("observed_at", T.TimestampType(), False, "session start: the label's time"),
+        col("label_purchased", T.BooleanType(), False),
+        col("features_as_of", T.TimestampType(), comment="as_of_ts of the feature row joined (<= observed_at)"),
+        *[col(f.name, f.dataType) for f in FEATURE_COLUMNS],
+    ]),
+    partitioned_by=("days(observed_at)",),
+))
+
+
+def features_as_of(events: DataFrame, points: DataFrame) -> DataFrame:
+    """Features for each (user_id, as_of_ts) in `points`, from events with event_ts <= as_of_ts.
+
+    Users without events in the look-back get no row (the caller decides the default).
+    """
+    e = events.select("user_id", "session_id", "event_type", "event_ts", "price")
+    joined = points.join(e, "user_id").where(
+        (F.col("event_ts") <= F.col("as_of_ts"))
+        & (F.col("event_ts") > F.col("as_of_ts") - F.expr(f"INTERVAL {LOOKBACK_DAYS} DAYS"))
+    )
+
+    def within(days: int):
+        return F.col("event_ts") > F.col("as_of_ts") - F.expr(f"INTERVAL {days} DAYS")
+
+    purchase = F.col("event_type") == "purchase"
+    return joined.groupBy("user_id", "as_of_ts").agg(
+        F.count(F.when(within(1), True)).alias("events_1d"),
+        F.count(F.when(within(7), True)).alias("events_7d"),
+        F.count(F.lit(1)).alias("events_30d"),
+        F.countDistinct(F.when(within(7), F.col("session_id"))).alias("sessions_7d"),
+        F.count(F.when(within(7) & purchase, True)).alias("purchases_7d"),
+        F.count(F.when(purchase, True)).alias("purchases_30d"),
+        F.coalesce(F.sum(F.when(purchase, F.col("price"))), F.lit(0)).cast("decimal(18,2)").alias("spend_30d"),
+        (F.col("as_of_ts").cast("long") - F.max("event_ts").cast("long")).alias("seconds_since_last_event"),
+    )
+
+
+def day_end(day: dt.date) -> dt.datetime:
+    """The last instant of a UTC day (timestamps are microsecond precision)."""
+    return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.timezone.utc) - dt.timedelta(microseconds=1)
+
+
+@asset(
+    description=ML_USER_FEATURES.description,
+    group_name="ml",
+    kinds={"spark", "iceberg"},
+    partitions_def=DAILY,
+    backfill_policy=SINGLE_RUN,
+    deps=[silver_events],
+)
+def ml_user_features(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
+    spark = lakehouse.spark
+    window = Window.of_days("as_of_date", *context.partition_time_window, as_date=True)
+    events, read = read_at_current(lakehouse, "silver_events")
+    days = [window.start + dt.timedelta(days=n) for n in range((window.end - window.start).days)]
+    ends = spark.createDataFrame([(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")
+    lookback = events.where(
+        (F.col("event_ts") > F.lit(day_end(days[0]) - dt.timedelta(days=LOOKBACK_DAYS)))
+        & (F.col("event_ts") <= F.lit(day_end(days[-1])))
+    )
+    points = lookback.select("user_id").distinct().crossJoin(ends)
+    features = features_as_of(lookback, points.select("user_id", "as_of_ts")).join(
+        ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
+    result = stage(lakehouse, "ml_user_features", context.run_id, "ml_user_features",
+                   window.label).overwrite(features, window).publish()
+    pins = pin_snapshots(lakehouse, context.run_id, "ml_user_features",
+                         {**read, lakehouse.table_id("ml_user_features"): result.snapshot_id})
+    return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+
+
+@asset(
+    description=ML_TRAINING_SET.description,
+    group_name="ml",
+    kinds={"spark", "iceberg"},
+    partitions_def=DAILY,
+    backfill_policy=SINGLE_RUN,
+    deps=[silver_events, ml_user_features],
+)
+def ml_training_set(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
+    window = Window.of_days("observed_at", *context.partition_time_window)
+    events, read_events = read_at_current(lakehouse, "silver_events")
+    features, read_features = read_at_current(lakehouse, "ml_user_features")
+    # Sessions are read a day past each edge: a session belongs to the day it starts.
+    near = events.where(
+        (F.col("event_ts") >= F.lit(window.start - dt.timedelta(days=1)))
+        & (F.col("event_ts") < F.lit(window.end + dt.timedelta(days=1)))
+    )
+    sessions = near.groupBy("session_id", "user_id").agg(
+        F.min("event_ts").alias("observed_at"),
+        F.max(F.col("event_type") == "purchase").alias("label_purchased"),
+    ).where(window.condition)
+    # As-of join: the newest feature row computed at or before the observation.
+    candidates = sessions.join(features.withColumnRenamed("as_of_ts", "features_as_of"), "user_id", "left").where(
+        F.col("features_as_of").isNull() | (F.col("features_as_of") <= F.col("observed_at")))
+    newest = W.partitionBy("session_id", "user_id").orderBy(F.col("features_as_of").desc_nulls_last())
+    training = candidates.withColumn("_n", F.row_number().over(newest)).where("_n = 1")
+    # A session whose user has only later feature rows keeps its label, with no features.
+    training = sessions.join(training.select("session_id", "user_id", "features_as_of",
+                                             *(f.name for f in FEATURE_COLUMNS)),
+                             ["session_id", "user_id"], "left")
+    training = training.select(*ML_TRAINING_SET.column_names)
+    result = stage(lakehouse, "ml_training_set", context.run_id, "ml_training_set",
+                   window.label).overwrite(training, window).publish()
+    pins = pin_snapshots(lakehouse, context.run_id, "ml_training_set", {
+        **read_events, **read_features, lakehouse.table_id("ml_training_set"): result.snapshot_id,
+    })
+    return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})

@@ -1,0 +1,117 @@
+"""Snapshot pinning: read an ML asset's data exactly as a materialisation produced it.
+
+An ML materialisation records `pinned_snapshots` in its Dagster metadata: for
+every Iceberg table it read and wrote, the snapshot id and a tag. The tag keeps
+snapshot expiry from removing that snapshot for as long as the tag exists.
+
+    from lakehouse_assets.pinning import read_pinned
+    training = read_pinned("ml_training_set")                      # newest materialisation, Arrow
+    training = read_pinned("ml_training_set", run_id=..., partition="2025-01-02", as_="pandas")
+    training = read_pinned("ml_training_set", as_="spark", spark=spark)
+
+Without Spark, pyiceberg reads the pinned snapshot; with Spark, the same snapshot
+through `snapshot-id`. Later writes, updates and deletes upstream change nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
+from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+from pyspark.sql import DataFrame
+
+from .runtime.catalog import catalog_for
+from .runtime.resource import LakehouseResource
+from .settings import Settings, validate_identifier
+from .tables.registry import get_table, transform_column
+
+PINNED = "pinned_snapshots"
+
+
+def read_at_current(lakehouse: LakehouseResource, table: str) -> tuple[DataFrame, dict[str, int]]:
+    """The table at its current snapshot, fixed now, and {table id: snapshot id} to record."""
+    table_id = lakehouse.ensure(table)
+    snapshot = lakehouse.iceberg_table(table).current_snapshot()
+    if snapshot is None:
+        raise ValueError(f"{table_id} has no data yet: materialise it before reading it pinned")
+    df = lakehouse.spark.read.option("snapshot-id", snapshot.snapshot_id).table(table_id)
+    return df, {table_id: snapshot.snapshot_id}
+
+
+def pin_snapshots(lakehouse: LakehouseResource, run_id: str, asset: str, snapshots: dict[str, int]) -> dict:
+    """Tag each snapshot `pin_<asset>_<run>` (kept until the tag is dropped); returns what to record."""
+    tag = f"pin_{validate_identifier(asset)}_{run_id.replace('-', '')[:12]}"
+    for table_id, snapshot_id in snapshots.items():
+        lakehouse.spark.sql(f"ALTER TABLE {table_id} CREATE OR REPLACE TAG `{tag}` AS OF VERSION {int(snapshot_id)}")
+    return {table_id: {"snapshot_id": snapshot_id, "tag": tag} for table_id, snapshot_id in snapshots.items()}
+
+
+def pinned(asset: str, run_id: str | None = None, partition: str | None = None,
+           instance: DagsterInstance | None = None) -> dict[str, Any]:
+    """The pins of the newest materialisation of `asset` (of that run, of that partition)."""
+    instance = instance or DagsterInstance.get()
+    records_filter = AssetRecordsFilter(asset_key=AssetKey(asset),
+                                        asset_partitions=[partition] if partition else None)
+    cursor = None
+    while True:
+        result = instance.fetch_materializations(records_filter, limit=100, cursor=cursor)
+        for record in result.records:
+            if run_id is None or record.run_id == run_id:
+                materialization = record.asset_materialization
+                if PINNED not in materialization.metadata:
+                    raise ValueError(f"the materialisation of {asset} in run {record.run_id} pinned nothing")
+                return {
+                    "run_id": record.run_id,
+                    "partition": materialization.partition,
+                    "snapshots": materialization.metadata[PINNED].value,
+                    "table": materialization.metadata["table"].value,
+                }
+        if not result.has_more:
+            break
+        cursor = result.cursor
+    scope = " ".join(x for x in (f"run {run_id}" if run_id else "", f"partition {partition}" if partition else "") if x)
+    raise LookupError(f"no materialisation of {asset} {scope} found in this Dagster instance".replace("  ", " "))
+
+
+def _day_window(asset: str, partition: str) -> tuple[str, Any, Any]:
+    """(column, start, end) of one daily partition on the table's time partition column."""
+    spec = get_table(asset)
+    column = transform_column(spec.partitioned_by[0])
+    start = dt.date.fromisoformat(partition)
+    end = start + dt.timedelta(days=1)
+    if spec.schema[column].dataType.typeName() == "date":
+        return column, start.isoformat(), end.isoformat()
+    return column, f"{start.isoformat()}T00:00:00+00:00", f"{end.isoformat()}T00:00:00+00:00"
+
+
+def read_pinned(
+    asset: str, run_id: str | None = None, partition: str | None = None, *,
+    as_: str = "arrow", instance: DagsterInstance | None = None,
+    settings: Settings | None = None, spark: Any = None,
+):
+    """The asset's table exactly at the pinned snapshot: Arrow, pandas (no Spark needed) or Spark."""
+    pins = pinned(asset, run_id, partition, instance)
+    table_id = pins["table"]
+    snapshot_id = pins["snapshots"][table_id]["snapshot_id"]
+    window = _day_window(asset, partition) if partition else None
+    if as_ == "spark":
+        if spark is None:
+            raise ValueError("as_='spark' needs a SparkSession (spark=...)")
+        df = spark.read.option("snapshot-id", snapshot_id).table(table_id)
+        if window:
+            column, start, end = window
+            df = df.where((df[column] >= start) & (df[column] < end))
+        return df
+    settings = settings or Settings.from_env()
+    catalog = catalog_for(settings)
+    table = catalog.load_table(tuple(table_id.split(".")[1:]))
+    row_filter = And(GreaterThanOrEqual(window[0], window[1]), LessThan(window[0], window[2])) if window else None
+    scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter) if row_filter else table.scan(snapshot_id=snapshot_id)
+    data = scan.to_arrow()
+    if as_ == "pandas":
+        return data.to_pandas()
+    if as_ != "arrow":
+        raise ValueError(f"as_ must be 'arrow', 'pandas' or 'spark', not {as_!r}")
+    return data
