@@ -1,9 +1,12 @@
 """gold_daily_activity: one row per day: who was active, what they did, what they spent."""
 
-from dagster import AssetExecutionContext, MaterializeResult, asset
+import datetime as dt
+
+from dagster import AssetExecutionContext, FreshnessPolicy, MaterializeResult, asset
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..automation.bi import BI_REFRESH
 from ..partitions import DAILY, SINGLE_RUN
 from ..runtime.commit import Window, overwrite_window
 from ..runtime.resource import LakehouseResource
@@ -40,6 +43,8 @@ def _count_of(event_type: str) -> F.Column:
     partitions_def=DAILY,
     backfill_policy=SINGLE_RUN,
     deps=[silver_events],
+    automation_condition=BI_REFRESH,
+    freshness_policy=FreshnessPolicy.time_window(fail_window=dt.timedelta(minutes=30)),
 )
 def gold_daily_activity(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
     spark = lakehouse.spark

@@ -1,0 +1,82 @@
+"""The BI tables refresh themselves: new upstream data and a failed freshness window each request a run."""
+
+import datetime as dt
+
+from dagster import AssetKey, AssetMaterialization, AssetSelection, DagsterInstance, evaluate_automation_conditions
+from dagster._core.definitions.freshness import FreshnessState, FreshnessStateChange
+
+from lakehouse_assets.definitions import defs
+from lakehouse_assets.partitions import DAILY
+
+BI = ["gold_minute_activity", "gold_sessions", "gold_daily_funnel", "gold_daily_activity", "gold_daily_product_revenue"]
+SELECTION = AssetSelection.assets(*BI)
+
+
+def requested(result) -> dict[str, set]:
+    out = {}
+    for key in map(AssetKey, BI):
+        if result.get_num_requested(key):
+            out[key.to_user_string()] = set(result.get_requested_partitions(key) or ())
+    return out
+
+
+def materialized(instance, asset, partition=None):
+    instance.report_runless_asset_event(AssetMaterialization(asset, partition=partition))
+
+
+def test_new_upstream_data_requests_exactly_the_dependent_bi_partitions():
+    instance = DagsterInstance.ephemeral()
+    first = evaluate_automation_conditions(defs, instance, SELECTION)
+    assert first.total_requested == 0, "nothing happened upstream: nothing to do"
+
+    materialized(instance, "silver_events", "2025-01-02")  # late data for an old day
+    second = evaluate_automation_conditions(defs, instance, SELECTION, cursor=first.cursor)
+    got = requested(second)
+    assert got["gold_minute_activity"] == {"2025-01-02"}
+    assert got["gold_sessions"] == {"2025-01-02"}
+    assert got["gold_daily_activity"] == {"2025-01-02"}
+    assert "gold_daily_product_revenue" not in got, "it does not read silver_events"
+
+    # Handled: the same update does not request again.
+    third = evaluate_automation_conditions(defs, instance, SELECTION, cursor=second.cursor)
+    assert "gold_minute_activity" not in requested(third)
+
+    materialized(instance, "silver_orders", "2025-01-02")
+    materialized(instance, "silver_order_items", "2025-01-02")
+    fourth = evaluate_automation_conditions(defs, instance, SELECTION, cursor=third.cursor)
+    assert "gold_daily_product_revenue" in requested(fourth)
+    assert "gold_minute_activity" not in requested(fourth)
+
+
+def test_a_failed_freshness_window_requests_the_latest_partition():
+    instance = DagsterInstance.ephemeral()
+    now = dt.datetime.now(dt.timezone.utc)
+    latest = DAILY.get_last_partition_key()
+    materialized(instance, "silver_events", latest)
+    materialized(instance, "gold_minute_activity", latest)
+    first = evaluate_automation_conditions(defs, instance, AssetSelection.assets("gold_minute_activity"))
+    quiet = evaluate_automation_conditions(defs, instance, AssetSelection.assets("gold_minute_activity"),
+                                           cursor=first.cursor)
+    assert quiet.total_requested == 0, "fresh and up to date"
+
+    # The freshness daemon finds no materialisation within the 5-minute window.
+    instance.report_runless_asset_event(FreshnessStateChange(
+        key=AssetKey("gold_minute_activity"), new_state=FreshnessState.FAIL,
+        previous_state=FreshnessState.PASS, state_change_timestamp=now.timestamp()))
+    stale = evaluate_automation_conditions(defs, instance, AssetSelection.assets("gold_minute_activity"),
+                                           cursor=quiet.cursor)
+    assert requested(stale) == {"gold_minute_activity": {latest}}
+    # Still failing on the next tick: no second request while the first one is handled.
+    again = evaluate_automation_conditions(defs, instance, AssetSelection.assets("gold_minute_activity"),
+                                           cursor=stale.cursor)
+    assert again.total_requested == 0
+
+
+def test_bi_assets_carry_freshness_policies_and_a_running_automation_sensor():
+    graph = defs.resolve_asset_graph()
+    windows = {k: graph.get(AssetKey(k)).freshness_policy.fail_window.to_timedelta() for k in BI}
+    assert windows["gold_minute_activity"] == dt.timedelta(minutes=5)
+    assert all(w <= dt.timedelta(minutes=30) for w in windows.values())
+    [sensor] = [s for s in defs.sensors if s.name == "bi_automation"]
+    assert sensor.default_status.value == "RUNNING"
+    assert sensor.asset_selection.resolve(graph) == set(map(AssetKey, BI))
