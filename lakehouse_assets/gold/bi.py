@@ -128,7 +128,8 @@ def gold_sessions(context: AssetExecutionContext, lakehouse: LakehouseResource) 
         _revenue().alias("revenue"),
     ).select(
         "*",
-        (F.col("session_end").cast("long") - F.col("session_start").cast("long")).alias("duration_s"),
+        F.floor((F.unix_micros("session_end") - F.unix_micros("session_start")) / 1_000_000).cast("long")
+        .alias("duration_s"),
         F.when(F.col("purchases") > 0, "purchase").when(F.col("add_to_carts") > 0, "cart")
         .otherwise("browse").alias("outcome"),
     )

@@ -90,7 +90,8 @@ def features_as_of(events: DataFrame, points: DataFrame) -> DataFrame:
         F.count(F.when(within(7) & purchase, True)).alias("purchases_7d"),
         F.count(F.when(purchase, True)).alias("purchases_30d"),
         F.coalesce(F.sum(F.when(purchase, F.col("price"))), F.lit(0)).cast("decimal(18,2)").alias("spend_30d"),
-        (F.col("as_of_ts").cast("long") - F.max("event_ts").cast("long")).alias("seconds_since_last_event"),
+        F.floor((F.unix_micros(F.first("as_of_ts")) - F.unix_micros(F.max("event_ts"))) / 1_000_000).cast("long")
+        .alias("seconds_since_last_event"),
     )
 
 
