@@ -160,6 +160,7 @@ def gold_daily_funnel(context: AssetExecutionContext, lakehouse: LakehouseResour
 @asset(
     description=GOLD_DAILY_PRODUCT_REVENUE.description, group_name="gold", kinds={"spark", "iceberg"},
     deps=["silver_orders", "silver_order_items"], automation_condition=BI_REFRESH_WHOLE,
+    backfill_policy=SINGLE_RUN,  # so that it can run inside a single-run range backfill of its parents
     freshness_policy=FreshnessPolicy.time_window(fail_window=dt.timedelta(minutes=15)),
 )
 def gold_daily_product_revenue(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
