@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime as dt
 import gzip
 import json
+import math
 import sys
+import uuid
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -176,6 +180,69 @@ def cmd_s3(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _plain(value):
+    """A JSON-ready value: dates, timestamps, decimals and the like as strings."""
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (Decimal, dt.timedelta, uuid.UUID)):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _cell(value, null: str = "") -> str:
+    if value is None:
+        return null
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    value = _plain(value)
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else str(value)
+
+
+def _unique_names(names: list[str]) -> list[str]:
+    """Result columns as keys: a repeated name (SELECT a.id, b.id) gets a suffix."""
+    unique: list[str] = []
+    for name in names:
+        key, n = name, 1
+        while key in unique:
+            n += 1
+            key = f"{name}_{n}"
+        unique.append(key)
+    return unique
+
+
+def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
+    from .sql import run
+
+    result = run(settings, args.query, as_of=args.as_of)
+    if args.explain:
+        for scan in result.scans:
+            print(f"scan {scan.describe()}", file=sys.stderr)
+    table = result.table
+    names = list(table.column_names)
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    rows = list(zip(*columns)) if columns else []
+    if args.format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows([_cell(v) for v in row] for row in rows)
+    elif args.format == "json":
+        keys = _unique_names(names)
+        print(json.dumps([{k: _plain(v) for k, v in zip(keys, row)} for row in rows], indent=2, ensure_ascii=False))
+    else:
+        keys = _unique_names(names)
+        _print_table([{k: _cell(v, "NULL") for k, v in zip(keys, row)} for row in rows], keys)
+        print(f"({len(rows)} row{'' if len(rows) == 1 else 's'})", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -202,6 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", action="append", choices=SOURCES, help="one source (repeatable); default all")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reconcile)
+
+    p = sub.add_parser("sql", help="run SQL (DuckDB) over the namespace's tables, read through pyiceberg")
+    p.add_argument("query", help='e.g. "SELECT day, count(*) FROM gold_daily_activity GROUP BY day"')
+    p.add_argument("--as-of", metavar="SNAPSHOT_ID|TIMESTAMP",
+                   help="read every table as of a snapshot id or an ISO date/timestamp (naive means UTC)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--explain", action="store_true",
+                   help="print the scan of each table (snapshot, data files planned/total, filter) to stderr")
+    p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("s3", help="start, stop or check a local S3 server (SeaweedFS) under the lakehouse home")
     p.add_argument("action", choices=("start", "stop", "status"))

@@ -115,3 +115,19 @@ def read_pinned(
     if as_ != "arrow":
         raise ValueError(f"as_ must be 'arrow', 'pandas' or 'spark', not {as_!r}")
     return data
+
+
+def content_hash(data) -> str:
+    """Order-independent SHA-256 of an Arrow table's rows: equal hashes, identical data."""
+    import hashlib
+
+    rows = sorted(repr(sorted(r.items())) for r in data.to_pylist())
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()
+
+
+def describe(asset: str, run_id: str | None = None, partition: str | None = None,
+             instance: DagsterInstance | None = None, settings: Settings | None = None) -> dict[str, Any]:
+    """The pins of a materialisation and what reading them gives (rows, content hash)."""
+    pins = pinned(asset, run_id, partition, instance)
+    data = read_pinned(asset, pins["run_id"], partition, instance=instance, settings=settings)
+    return {**pins, "rows": data.num_rows, "content_sha256": content_hash(data)}

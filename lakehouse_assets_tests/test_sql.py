@@ -1,0 +1,293 @@
+"""`lakehouse sql`: DuckDB over the Iceberg tables, read through pyiceberg, no Spark."""
+
+import csv
+import datetime as dt
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import DayTransform
+from pyiceberg.types import (
+    DateType,
+    DecimalType,
+    DoubleType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestamptzType,
+)
+
+from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.sql import plan, pushdown, query, run
+
+LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
+UTC = dt.timezone.utc
+
+EVENTS = Schema(
+    NestedField(1, "event_id", LongType(), required=True),
+    NestedField(2, "ts", TimestamptzType(), required=False),
+    NestedField(3, "user_id", LongType(), required=False),
+    NestedField(4, "kind", StringType(), required=False),
+    NestedField(5, "amount", DecimalType(10, 2), required=False),
+)
+USERS = Schema(
+    NestedField(1, "user_id", LongType(), required=False),
+    NestedField(2, "name", StringType(), required=False),
+)
+DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)]
+
+
+def _events_of(day: dt.date, start_id: int, count: int) -> list[dict]:
+    rows = []
+    for n in range(count):
+        event_id = start_id + n
+        rows.append({
+            "event_id": event_id,
+            "ts": dt.datetime.combine(day, dt.time(hour=(3 * n) % 24, minute=7 * n % 60), UTC),
+            "user_id": 1 + event_id % 3,
+            "kind": ("view", "click", "buy")[event_id % 3 if event_id % 4 else 1],
+            "amount": Decimal(event_id * 125).scaleb(-2),
+        })
+    return rows
+
+
+@pytest.fixture
+def lake(lake_settings, namespace):
+    """Events partitioned by day(ts), one append (snapshot, data file) per day, and a users table."""
+    catalog = catalog_for(lake_settings)
+    catalog.create_namespace(namespace)
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=DayTransform(), name="ts_day"))
+    events = catalog.create_table((namespace, "events"), schema=EVENTS, partition_spec=spec)
+    per_day = {}
+    for i, day in enumerate(DAYS):
+        rows = _events_of(day, start_id=100 * (i + 1), count=4 + i)
+        per_day[day] = rows
+        events.append(pa.Table.from_pylist(rows, schema=events.schema().as_arrow()))
+        time.sleep(0.02)  # distinct commit times, with room for a moment between two commits
+    users = catalog.create_table((namespace, "users"), schema=USERS)
+    users.append(pa.Table.from_pylist(
+        [{"user_id": 1, "name": "ann"}, {"user_id": 2, "name": "bob"}, {"user_id": 3, "name": "cy"}],
+        schema=users.schema().as_arrow(),
+    ))
+    snapshots = sorted(events.refresh().metadata.snapshots, key=lambda s: s.timestamp_ms)
+    return {"settings": lake_settings.with_(namespace=namespace), "per_day": per_day, "snapshots": snapshots,
+            "names": {1: "ann", 2: "bob", 3: "cy"}}
+
+
+def _all(lake, days=DAYS):
+    return [row for day in days for row in lake["per_day"][day]]
+
+
+def test_an_aggregate_equals_the_same_computation_in_python(lake):
+    result = query(lake["settings"],
+                   "SELECT kind, count(*) AS n, sum(amount) AS total FROM events GROUP BY kind ORDER BY kind")
+    expected_n, expected_total = Counter(), defaultdict(Decimal)
+    for row in _all(lake):
+        expected_n[row["kind"]] += 1
+        expected_total[row["kind"]] += row["amount"]
+    assert result.column_names == ["kind", "n", "total"]
+    assert result.to_pylist() == [
+        {"kind": kind, "n": expected_n[kind], "total": expected_total[kind]} for kind in sorted(expected_n)
+    ]
+
+
+def test_a_one_day_filter_plans_fewer_files_and_returns_that_day(lake):
+    settings = lake["settings"]
+    day_two = sorted(r["event_id"] for r in lake["per_day"][DAYS[1]])
+    for where in ("ts >= '2025-01-02' AND ts < '2025-01-03'",
+                  "CAST(ts AS DATE) = DATE '2025-01-02'",
+                  "ts BETWEEN TIMESTAMP '2025-01-02 00:00:00' AND '2025-01-02 23:59:59.999999'"):
+        result = run(settings, f"SELECT event_id FROM events WHERE {where} ORDER BY event_id")
+        assert result.table.column("event_id").to_pylist() == day_two, where
+        (scan,) = result.scans
+        assert (scan.files_planned, scan.files_total) == (1, 3), where
+        assert scan.columns == ("event_id", "ts")
+        assert scan.rows == len(day_two)
+        assert scan.snapshot_id == lake["snapshots"][-1].snapshot_id
+        assert scan.row_filter.startswith("ts >")
+
+    # Without a predicate it can use, every file is read (and the answer is still right).
+    result = run(settings, "SELECT count(*) AS n FROM events WHERE strftime(ts, '%d') = '02'")
+    assert result.table.column("n").to_pylist() == [len(day_two)]
+    assert (result.scans[0].files_planned, result.scans[0].row_filter) == (3, "TRUE")
+
+    # plan() is the same planning, without reading.
+    (planned,) = plan(settings, "SELECT * FROM events WHERE ts::DATE = '2025-01-03' AND kind IN ('buy', 'view')")
+    assert (planned.files_planned, planned.files_total, planned.columns, planned.rows) == (1, 3, None, None)
+    assert "kind IN ('buy', 'view')" in planned.row_filter
+
+
+def test_as_of_a_snapshot_id_or_a_timestamp_reads_the_older_data(lake):
+    settings = lake["settings"]
+    first, second, _ = lake["snapshots"]
+    assert second.timestamp_ms - first.timestamp_ms >= 2
+    day_one = sorted(r["event_id"] for r in lake["per_day"][DAYS[0]])
+    sql = "SELECT event_id FROM events ORDER BY event_id"
+
+    by_id = run(settings, sql, as_of=str(first.snapshot_id))
+    assert by_id.table.column("event_id").to_pylist() == day_one
+    assert by_id.scans[0].snapshot_id == first.snapshot_id
+    assert by_id.scans[0].files_total == 1
+
+    # A moment between the first two commits, naive, so UTC.
+    between = dt.datetime.fromtimestamp((first.timestamp_ms + second.timestamp_ms) / 2000, UTC)
+    by_time = query(settings, sql, as_of=between.replace(tzinfo=None).isoformat(timespec="milliseconds"))
+    assert by_time.column("event_id").to_pylist() == day_one
+
+    two_days = sorted(r["event_id"] for r in _all(lake, DAYS[:2]))
+    at_second = dt.datetime.fromtimestamp(second.timestamp_ms / 1000, UTC).isoformat(timespec="milliseconds")
+    assert query(settings, sql, as_of=at_second).column("event_id").to_pylist() == two_days
+
+    # users did not exist at the first events snapshot: a clear error, naming it.
+    with pytest.raises(ValueError, match=r"table \S+\.users did not exist yet as of snapshot"):
+        query(settings, "SELECT * FROM events JOIN users USING (user_id)", as_of=str(first.snapshot_id))
+    with pytest.raises(ValueError, match=r"table \S+\.events did not exist yet as of 2001-01-01"):
+        query(settings, sql, as_of="2001-01-01")
+    with pytest.raises(ValueError, match="no table in namespace .* has snapshot 42"):
+        query(settings, sql, as_of="42")
+    # A snapshot id of users: events is read as of users' commit, i.e. whole.
+    users_snapshot = catalog_for(settings).load_table((settings.namespace, "users")).current_snapshot()
+    assert query(settings, "SELECT count(*) AS n FROM events",
+                 as_of=str(users_snapshot.snapshot_id)).to_pylist() == [{"n": len(_all(lake))}]
+
+
+def test_a_join_of_two_tables(lake):
+    result = run(lake["settings"], """
+        SELECT u.name, count(*) AS events, sum(e.amount) AS total
+        FROM events e JOIN users u ON u.user_id = e.user_id
+        WHERE e.kind <> 'view' AND u.name IN ('ann', 'bob')
+        GROUP BY u.name ORDER BY u.name
+    """)
+    expected = defaultdict(lambda: [0, Decimal(0)])
+    for row in _all(lake):
+        name = lake["names"][row["user_id"]]
+        if row["kind"] != "view" and name in ("ann", "bob"):
+            expected[name][0] += 1
+            expected[name][1] += row["amount"]
+    assert result.table.to_pylist() == [
+        {"name": name, "events": n, "total": total} for name, (n, total) in sorted(expected.items())
+    ]
+    scans = {s.table.split(".")[-1]: s for s in result.scans}
+    assert scans["events"].row_filter == "kind <> 'view'"
+    assert scans["users"].row_filter == "name IN ('ann', 'bob')"
+    assert scans["users"].columns == ("user_id", "name")
+
+
+def test_unknown_tables_and_bad_sql_are_clear_errors(lake):
+    settings = lake["settings"]
+    with pytest.raises(ValueError, match=r"unknown table 'nope': namespace '\w+' has no such table "
+                                         r"\(tables: events, users\)"):
+        query(settings, "SELECT * FROM events JOIN nope USING (user_id)")
+    with pytest.raises(ValueError, match="Parser Error: syntax error"):
+        query(settings, "SELECT * FROM events WHERE")
+    with pytest.raises(ValueError, match="Binder Error.*no_such_column"):
+        query(settings, "SELECT no_such_column FROM events")
+    with pytest.raises(ValueError, match="unknown table 'nope'"):
+        query(settings, "SELECT 1", tables=["nope"])
+    # DuckDB's own catalog and CTEs are not lake tables.
+    assert query(settings, "WITH nope AS (SELECT 1 AS x) SELECT x FROM nope").to_pylist() == [{"x": 1}]
+
+
+def _cli(*args, settings):
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace}
+    return subprocess.run([LAKEHOUSE, "sql", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_cli_answers_the_same_in_json_and_csv(lake):
+    settings = lake["settings"]
+    sql = ("SELECT CAST(ts AS DATE) AS day, count(*) AS n, sum(amount) AS total, max(ts) AS last "
+           "FROM events WHERE ts >= '2025-01-02' GROUP BY ALL ORDER BY day")
+    expected = []
+    for day in DAYS[1:]:
+        rows = lake["per_day"][day]
+        expected.append({"day": day.isoformat(), "n": len(rows), "total": str(sum(r["amount"] for r in rows)),
+                         "last": max(r["ts"] for r in rows).isoformat()})
+
+    as_json = _cli(sql, "--format", "json", "--explain", settings=settings)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == expected
+    assert "2 of 3 data files" in as_json.stderr and "filter ts >= TIMESTAMPTZ '2025-01-02" in as_json.stderr
+
+    as_csv = _cli(sql, "--format", "csv", settings=settings)
+    assert as_csv.returncode == 0, as_csv.stderr
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert [{**r, "n": int(r["n"])} for r in rows] == expected
+
+    failed = _cli("SELECT * FROM nope", settings=settings)
+    assert failed.returncode == 2
+    assert failed.stderr.startswith("lakehouse sql: unknown table 'nope'")
+
+
+def test_the_cli_table_format_and_as_of(lake):
+    first = lake["snapshots"][0]
+    done = _cli("SELECT kind, count(*) AS n FROM events GROUP BY kind ORDER BY kind",
+                "--as-of", str(first.snapshot_id), settings=lake["settings"])
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    counts = Counter(r["kind"] for r in lake["per_day"][DAYS[0]])
+    assert lines[0].split() == ["kind", "n"]
+    assert [line.split() for line in lines[1:]] == [[k, str(n)] for k, n in sorted(counts.items())]
+
+
+# -- push-down, without a lake: which predicates and columns go into the scans -----------
+
+EV = Schema(
+    NestedField(1, "id", LongType()), NestedField(2, "ts", TimestamptzType()), NestedField(3, "kind", StringType()),
+    NestedField(4, "score", DoubleType()), NestedField(5, "day", DateType()), NestedField(6, "user_id", LongType()),
+)
+US = Schema(NestedField(1, "user_id", LongType()), NestedField(2, "name", StringType()))
+
+
+def _pushed(sql):
+    return {t: (p.text, None if p.columns is None else sorted(p.columns))
+            for t, p in pushdown(sql, {"events": EV, "users": US}).items()}
+
+
+@pytest.mark.parametrize("sql, expected", [
+    # Simple predicates, literal on either side, AND-ed; the rest stays with DuckDB.
+    ("SELECT id FROM events WHERE 5 < id AND kind = 'a' AND lower(kind) = 'a'",
+     {"events": ("id > 5 AND kind = 'a'", ["id", "kind"])}),
+    ("SELECT count(*) FROM events WHERE day BETWEEN '2025-01-01' AND DATE '2025-01-31' AND kind IS NULL",
+     {"events": ("day >= DATE '2025-01-01' AND day <= DATE '2025-01-31' AND kind IS NULL", ["day", "kind"])}),
+    # An OR goes down only when every branch does.
+    ("SELECT id FROM events WHERE id = 1 OR kind LIKE 'a%'", {"events": ("TRUE", ["id", "kind"])}),
+    ("SELECT id FROM events WHERE id = 1 OR kind IN ('a', 'b')",
+     {"events": ("id = 1 OR kind IN ('a', 'b')", ["id", "kind"])}),
+    # Doubles: DuckDB orders NaN above every number, Iceberg filters do not.
+    ("SELECT id FROM events WHERE score > 1", {"events": ("TRUE", ["id", "score"])}),
+    # Literals whose meaning depends on DuckDB's casts are left alone.
+    ("SELECT id FROM events WHERE id = '5' AND id = 5.5 AND kind = 5 AND id = NULL",
+     {"events": ("TRUE", ["id", "kind"])}),
+    # Not the side an outer join pads with NULLs; both sides of an inner join.
+    ("SELECT * FROM events e LEFT JOIN users u USING (user_id) WHERE u.name IS NULL AND e.kind = 'a'",
+     {"events": ("kind = 'a'", None), "users": ("TRUE", None)}),
+    ("SELECT e.id FROM events e JOIN users u ON u.user_id = e.user_id WHERE u.name = 'bob' AND e.id < 3",
+     {"events": ("id < 3", ["id", "user_id"]), "users": ("name = 'bob'", ["name", "user_id"])}),
+    # An unqualified column both tables have is not pushed (USING merges it).
+    ("SELECT name FROM events JOIN users USING (user_id) WHERE user_id = 3",
+     {"events": ("TRUE", ["user_id"]), "users": ("TRUE", ["name", "user_id"])}),
+    # A table read twice gets the OR of both reads' filters, or none if one has none.
+    ("SELECT id FROM events WHERE id = 1 UNION ALL SELECT id FROM events WHERE kind = 'b'",
+     {"events": ("id = 1 OR kind = 'b'", ["id", "kind"])}),
+    ("SELECT id FROM events WHERE id = 1 UNION ALL SELECT id FROM events", {"events": ("TRUE", ["id"])}),
+    # Not through a subquery's outputs, nor a CTE that shadows the table's name.
+    ("SELECT * FROM (SELECT id + 1 AS id FROM events) s WHERE id = 3", {"events": ("TRUE", ["id"])}),
+    ("WITH events AS (SELECT * FROM events) SELECT id FROM events WHERE id = 5", {"events": ("TRUE", None)}),
+    # Whole rows and positional column names need every column.
+    ("SELECT e FROM events e WHERE id = 1", {"events": ("id = 1", None)}),
+    ("SELECT a FROM events AS e(a) WHERE a = 1", {"events": ("TRUE", None)}),
+    # Statements DuckDB cannot serialise: tables found by their names, read whole.
+    ("PIVOT events ON kind USING count(*)", {"events": ("TRUE", None)}),
+])
+def test_pushdown_is_conservative(sql, expected):
+    assert _pushed(sql) == expected
