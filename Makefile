@@ -32,6 +32,9 @@ demo: setup
 	$(BIN)/lakehouse tables
 	$(BIN)/lakehouse reconcile
 	@echo
+	@echo "Pinned training set of this run (read back without Spark: lakehouse_assets.pinning.read_pinned):"
+	$(BIN)/lakehouse pin ml_training_set
+	$(BIN)/lakehouse sql "SELECT activity_date, active_users, purchases, revenue FROM gold_daily_activity ORDER BY 1"
 	@echo "Open the Dagster UI with: make dev   (then http://127.0.0.1:3000)"
 	@echo "Drop new files for the landing sensors: $(BIN)/lakehouse drop --day $(DEMO_END)"
 

@@ -243,6 +243,27 @@ def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
+    """What a materialisation pinned, and what reading those snapshots gives (no Spark)."""
+    from dagster import DagsterInstance
+
+    from .pinning import describe, read_pinned
+
+    try:
+        instance = DagsterInstance.get()
+    except Exception as exc:  # DAGSTER_HOME unset or unreadable
+        raise ValueError(f"no Dagster instance to read pins from ({exc}); run through make, or set DAGSTER_HOME") from exc
+    info = describe(args.asset, args.run_id, args.partition, instance=instance, settings=settings)
+    if args.out:
+        import pyarrow.parquet as pq
+
+        pq.write_table(read_pinned(args.asset, info["run_id"], args.partition, instance=instance,
+                                   settings=settings), args.out)
+        info["written_to"] = args.out
+    print(json.dumps(info, indent=2, default=str))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -278,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true",
                    help="print the scan of each table (snapshot, data files planned/total, filter) to stderr")
     p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("pin", help="the snapshots an ML materialisation pinned, read back exactly (no Spark)")
+    p.add_argument("asset", help="e.g. ml_training_set")
+    p.add_argument("--run-id", help="that run's materialisation (default: the newest)")
+    p.add_argument("--partition", help="one daily partition (YYYY-MM-DD)")
+    p.add_argument("--out", help="also write the pinned rows to this Parquet file")
+    p.set_defaults(func=cmd_pin)
 
     p = sub.add_parser("s3", help="start, stop or check a local S3 server (SeaweedFS) under the lakehouse home")
     p.add_argument("action", choices=("start", "stop", "status"))
