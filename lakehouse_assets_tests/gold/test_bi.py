@@ -1,9 +1,14 @@
 """BI gold tables agree with their sources, computed independently."""
 
 import datetime as dt
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections import defaultdict
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, materialize
@@ -16,6 +21,7 @@ from lakehouse_assets.silver.cdc import silver_cdc_assets
 from lakehouse_assets.silver.events import silver_events
 from lakehouse_assets.sources.cdc_generator import generate_cdc
 from lakehouse_assets.sources.generator import generate
+from lakehouse_assets.sql import query
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
 
@@ -92,3 +98,32 @@ def test_product_revenue_matches_the_source_databases_true_state(gold):
            for r in table(lakehouse, "gold_daily_product_revenue").collect()}
     assert got == {k: (len(v[0]), v[1], v[2]) for k, v in expected.items()}
     assert got
+
+
+def test_sql_without_spark_answers_like_spark_now_and_as_of_an_older_snapshot(gold):
+    """Runs last in this module: it deletes a gold row to make a newer snapshot."""
+    lakehouse, _ = gold
+    spark, settings = lakehouse.spark, lakehouse.settings
+    table_id = lakehouse.table_id("gold_daily_funnel")
+    sql = "SELECT funnel_date, sessions, purchased FROM {t} WHERE funnel_date >= DATE'2025-01-01' ORDER BY funnel_date"
+    older = lakehouse.iceberg_table("gold_daily_funnel").current_snapshot().snapshot_id
+    spark.sql(f"DELETE FROM {table_id} WHERE funnel_date = DATE'2025-01-01'")
+
+    now = query(settings, sql.format(t="gold_daily_funnel")).to_pylist()
+    assert now == [r.asDict() for r in spark.sql(sql.format(t=table_id)).collect()]
+    assert [r["funnel_date"] for r in now] == [DAYS[1]]
+
+    before = query(settings, sql.format(t="gold_daily_funnel"), as_of=str(older)).to_pylist()
+    assert before == [r.asDict() for r in spark.sql(sql.format(t=f"{table_id} VERSION AS OF {older}")).collect()]
+    assert [r["funnel_date"] for r in before] == DAYS
+
+    # The CLI, as an analyst runs it.
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("lakehouse")), "sql", sql.format(t="gold_daily_funnel"),
+         "--as-of", str(older), "--format", "json"],
+        env={**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [(r["funnel_date"], r["sessions"]) for r in json.loads(done.stdout)] == \
+        [(str(r["funnel_date"]), r["sessions"]) for r in before]
