@@ -9,18 +9,13 @@ partitioned by the day the change was committed in the source.
 
 from functools import partial
 
-from dagster import AssetExecutionContext, AssetsDefinition, AssetSpec, MaterializeResult, multi_asset
 
 from pyspark.sql import types as T
 
-from ..partitions import DAILY, SINGLE_RUN
-from ..runtime.commit import Window
-from ..runtime.resource import LakehouseResource
 from ..sources.cdc import bronze_cdc_schema, new_image_fields, parse_cdc
 from ..sources.cdc_tables import CDC_TABLES, CdcTableInfo
-from ..sources.landing import day_folders, list_landing_files
 from ..tables.registry import TableSpec, register
-from .ingest import LandingSource, ingest, lineage_columns, quarantine_spec
+from .ingest import LandingSource, landing_asset, lineage_columns, quarantine_spec
 
 
 def cdc_source(info: CdcTableInfo) -> LandingSource:
@@ -44,31 +39,5 @@ def cdc_source(info: CdcTableInfo) -> LandingSource:
     )
 
 
-def bronze_cdc_asset(source: LandingSource) -> AssetsDefinition:
-    bronze, quarantine = source.bronze.name, source.quarantine.name
-
-    @multi_asset(
-        name=bronze,
-        specs=[
-            AssetSpec(bronze, description=source.bronze.description, group_name="bronze",
-                      kinds={"spark", "iceberg"}),
-            AssetSpec(quarantine, description=source.quarantine.description, group_name="bronze",
-                      kinds={"spark", "iceberg"}),
-        ],
-        partitions_def=DAILY,
-        backfill_policy=SINGLE_RUN,
-    )
-    def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
-        window = Window.of_days("landing_date", *context.partition_time_window, as_date=True)
-        files = list_landing_files(
-            lakehouse.spark, day_folders(lakehouse.settings.landing, source.name, window.start, window.end)
-        )
-        report = ingest(lakehouse, source, files, context.run_id, window.label, log=context.log.info)
-        yield MaterializeResult(asset_key=bronze, metadata=report.metadata(report.kept))
-        yield MaterializeResult(asset_key=quarantine, metadata=report.metadata(report.quarantined))
-
-    return _asset
-
-
 CDC_SOURCES = {name: cdc_source(info) for name, info in CDC_TABLES.items()}
-bronze_cdc_assets = [bronze_cdc_asset(source) for source in CDC_SOURCES.values()]
+bronze_cdc_assets = [landing_asset(source) for source in CDC_SOURCES.values()]

@@ -8,20 +8,19 @@ snapshot that was checked (see `append_staged`). The ingest log, written last,
 only spares re-reading files already fully taken; correctness never rests on it.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import MetadataValue
+from dagster import AssetExecutionContext, AssetsDefinition, AssetSpec, MaterializeResult, MetadataValue, multi_asset
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..runtime.commit import CommitResult, append_staged, current_state
+from ..partitions import DAILY, SINGLE_RUN
+from ..runtime.commit import CommitResult, Window, append_staged, current_state
 from ..runtime.resource import LakehouseResource
-from ..sources.landing import read_lines
+from ..sources.landing import day_folders, list_landing_files, read_lines
 from ..tables.ddl import add_columns
 from ..tables.registry import TableSpec, col, register
 
@@ -201,3 +200,30 @@ def lineage_columns() -> list[T.StructField]:
         col("run_id", T.StringType(), False, "Dagster run that ingested the line"),
     ]
 
+
+def landing_asset(source: LandingSource) -> AssetsDefinition:
+    """The bronze asset of a landing source: its table and quarantine, partitioned by landing day
+    (the `date=` folders whose files a run takes)."""
+    bronze, quarantine = source.bronze.name, source.quarantine.name
+
+    @multi_asset(
+        name=bronze,
+        specs=[
+            AssetSpec(bronze, description=source.bronze.description, group_name="bronze",
+                      kinds={"spark", "iceberg"}),
+            AssetSpec(quarantine, description=source.quarantine.description, group_name="bronze",
+                      kinds={"spark", "iceberg"}),
+        ],
+        partitions_def=DAILY,
+        backfill_policy=SINGLE_RUN,
+    )
+    def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
+        window = Window.of_days("landing_date", *context.partition_time_window, as_date=True)
+        files = list_landing_files(
+            lakehouse.spark, day_folders(lakehouse.settings.landing, source.name, window.start, window.end)
+        )
+        report = ingest(lakehouse, source, files, context.run_id, window.label, log=context.log.info)
+        yield MaterializeResult(asset_key=bronze, metadata=report.metadata(report.kept))
+        yield MaterializeResult(asset_key=quarantine, metadata=report.metadata(report.quarantined))
+
+    return _asset

@@ -67,7 +67,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from .cdc_tables import CDC_TABLES, ORDER_STATUSES, CdcTableInfo  # noqa: F401  (the tables it simulates)
+from .cdc_tables import CDC_TABLES, ORDER_STATUSES
 from .generator import PRODUCTS
 
 DEBEZIUM_VERSION = "2.7.0.Final"
