@@ -102,10 +102,12 @@ def markdown(results: dict) -> str:
         f"### CDC MERGE: copy-on-write vs merge-on-read ({p['changes']:,} changes into {p['rows']:,} rows, "
         f"median of {p['repeats']})",
         "",
-        "| mode | MERGE s | bytes written | count(*) after, s | scan + aggregate after, s |",
-        "|---|---|---|---|---|",
-        f"| copy-on-write | {cow['merge_s']:.2f} | {cow['bytes_written']:,} | {cow['count_s']:.2f} | {cow['scan_s']:.2f} |",
-        f"| merge-on-read | {mor['merge_s']:.2f} | {mor['bytes_written']:,} | {mor['count_s']:.2f} | {mor['scan_s']:.2f} |",
+        "| mode | MERGE s | changes/s | bytes written | count(*) after, s | scan + aggregate after, s |",
+        "|---|---|---|---|---|---|",
+        f"| copy-on-write | {cow['merge_s']:.2f} | {p['changes'] / cow['merge_s']:,.0f} | {cow['bytes_written']:,} | "
+        f"{cow['count_s']:.2f} | {cow['scan_s']:.2f} |",
+        f"| merge-on-read | {mor['merge_s']:.2f} | {p['changes'] / mor['merge_s']:,.0f} | {mor['bytes_written']:,} | "
+        f"{mor['count_s']:.2f} | {mor['scan_s']:.2f} |",
         "",
         f"Copy-on-write takes {r['merge_time_cow_over_mor']:.2f}x the MERGE time and writes "
         f"{r['bytes_written_cow_over_mor']:.1f}x the bytes; merge-on-read reads back in "

@@ -35,14 +35,11 @@ def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
     if not files:
         schema = "source_file string, source_line int, landing_date date, payload string"
         return spark.createDataFrame([], schema)
+    # Split each file once: an expression next to the generator would be evaluated per output line.
     whole = spark.read.text(files, wholetext=True).select(
-        F.col("_metadata.file_path").alias("source_file"), F.col("value")
-    )
-    lines = whole.select(
-        "source_file",
-        F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "payload"),
-        F.size(F.split(F.col("value"), "\n")).alias("n_parts"),
-    )
+        F.col("_metadata.file_path").alias("source_file"), F.split(F.col("value"), "\n").alias("parts")
+    ).select("source_file", "parts", F.size("parts").alias("n_parts"))
+    lines = whole.select("source_file", "n_parts", F.posexplode("parts").alias("pos", "payload"))
     return (
         lines
         # A final newline leaves one empty piece: it is not a record.
