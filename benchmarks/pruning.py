@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
-from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pyarrow.compute as pc

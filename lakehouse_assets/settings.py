@@ -174,9 +174,6 @@ class Settings:
             loc.startswith(("s3://", "s3a://")) for loc in (self.warehouse, self.landing)
         )
 
-    def landing_path(self, *parts: str) -> str:
-        return "/".join([self.landing.rstrip("/"), *parts])
-
     def local_path(self, uri: str) -> Path:
         """The filesystem path of a file:// location (for local-only helpers)."""
         parts = urlsplit(uri)

@@ -8,7 +8,7 @@ from pyspark.sql import types as T
 
 from ..automation.bi import BI_REFRESH
 from ..partitions import DAILY, SINGLE_RUN
-from ..runtime.commit import Window, overwrite_window
+from ..runtime.commit import Window, stage
 from ..runtime.resource import LakehouseResource
 from ..silver.events import silver_events
 from ..tables.registry import TableSpec, col, register
@@ -63,6 +63,6 @@ def gold_daily_activity(context: AssetExecutionContext, lakehouse: LakehouseReso
             F.sum(F.when(F.col("event_type") == "purchase", F.col("price"))), F.lit(0)
         ).cast(T.DecimalType(18, 2)).alias("revenue"),
     ).withColumn("computed_at", F.current_timestamp())
-    result = overwrite_window(lakehouse, "gold_daily_activity", daily, target, context.run_id,
-                              "gold_daily_activity")
+    result = stage(lakehouse, GOLD_DAILY_ACTIVITY, context.run_id, "gold_daily_activity",
+                   target.label).overwrite(daily, target).publish()
     return MaterializeResult(metadata=result.metadata())

@@ -224,13 +224,6 @@ def append_staged(
     return stage(lakehouse, table, run_id, asset, label, base_snapshot_id).append(df).publish()
 
 
-def overwrite_window(
-    lakehouse: LakehouseResource, table: str, df: DataFrame, window: Window, run_id: str, asset: str,
-) -> CommitResult:
-    """Atomically replace the rows of `window` with `df` on main."""
-    return stage(lakehouse, table, run_id, asset, window.label).overwrite(df, window).publish()
-
-
 def current_state(lakehouse: LakehouseResource, table: str) -> CommitResult:
     """The table as it stands, reported like a commit that added nothing."""
     lakehouse.ensure(table)

@@ -183,6 +183,7 @@ def silver_cdc_asset(info: CdcTableInfo) -> AssetsDefinition:
         window = Window.of_days("source_ts", *context.partition_time_window)
         history_id, current_id = lakehouse.ensure(history), lakehouse.ensure(current)
         batch = changes(lakehouse, info, window).cache()
+        recomputed = None
         try:
             held = spark.table(history_id).join(batch.select("key").distinct(), "key", "left_semi")
             versions = held.select(*(c for c in batch.columns if c in held.columns)).unionByName(
@@ -228,7 +229,8 @@ def silver_cdc_asset(info: CdcTableInfo) -> AssetsDefinition:
             applied = batch.count()
         finally:
             batch.unpersist()
-            spark.catalog.clearCache()  # the recomputed versions too
+            if recomputed is not None:
+                recomputed.unpersist()
         counts = {"changes_in_window": MetadataValue.int(applied)}
         history_commit, current_commit = commits
         yield MaterializeResult(asset_key=history.name, metadata={**history_commit.metadata(), **counts},
