@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
+# The project's declaration: its sources and tables (the shop demo by default).
+export LAKEHOUSE_PROJECT ?= $(CURDIR)/examples/shop/lakehouse.yaml
 export DAGSTER_HOME := $(CURDIR)
 export LAKEHOUSE_DAGSTER_STORAGE ?= $(LAKEHOUSE_HOME)/dagster
 export LAKEHOUSE_DAGSTER_LOGS ?= $(LAKEHOUSE_HOME)/dagster/logs

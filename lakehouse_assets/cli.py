@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
+from .errors import LakehouseError
+from .project import Project, load_project
 from .runtime.catalog import catalog_for
 from .settings import Settings
 
@@ -66,21 +68,27 @@ def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
-    from .sources.cdc_generator import generate_cdc
-    from .sources.generator import generate
+def _generator(project: Project):
+    """The demo-data module the declaration names (`generator:`), loaded from its file."""
+    import importlib.util
 
+    if project.generator is None:
+        raise LakehouseError(f"{project.file} names no generator: this project's data comes from its own producers")
+    spec = importlib.util.spec_from_file_location(f"lakehouse_generator_{project.name}", project.generator)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
+    project = load_project(settings.project)
     start = dt.date.fromisoformat(args.start)
     days = [start + dt.timedelta(days=n) for n in range(args.days)]
     landing = settings.local_path(settings.landing)
-    for day in generate(landing, days, events_per_day=args.events_per_day, seed=args.seed):
-        print(f"events {day.day}: {len(day.files)} files, {day.lines} lines ({day.events} events, "
-              f"{day.duplicates} duplicate deliveries, {sum(day.malformed.values())} malformed)")
-    if args.cdc:
-        cdc = generate_cdc(landing, days, changes_per_day=args.changes_per_day, seed=args.seed)
-        for day in cdc.days:
-            print(f"cdc/{day.table} {day.day}: {len(day.files)} files, {day.lines} lines ({day.changes} changes, "
-                  f"{day.tombstones} tombstones, {day.duplicates} duplicates, {sum(day.malformed.values())} malformed)")
+    for line in _generator(project).generate(landing, days, events_per_day=args.events_per_day,
+                                             changes_per_day=args.changes_per_day, cdc=args.cdc, seed=args.seed):
+        print(line)
     print(f"landing zone: {landing}")
     return 0
 
@@ -90,22 +98,18 @@ def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
     import tempfile
     import time
 
-    from .sources.generator import generate_day
     from .sources.zones import landing_zone
 
+    project = load_project(settings.project)
     day = dt.date.fromisoformat(args.day)
     zone = landing_zone(settings)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     with tempfile.TemporaryDirectory() as tmp:
-        generated = generate_day(Path(tmp), day, events_per_day=args.events, files_per_day=1,
-                                 seed=int(time.time()))
-        for f in generated.files:
-            uri = zone.put(f, "events", day, f"events-drop-{stamp}.jsonl")
-            print(f"dropped {generated.lines} lines: {uri}")
+        for source, path in _generator(project).drop(Path(tmp), day, args.events, int(time.time())):
+            lines = _count_lines(path.read_bytes(), path.name)
+            uri = zone.put(path, source, day, f"{source.replace('/', '-')}-drop-{stamp}.jsonl")
+            print(f"dropped {lines} lines: {uri}")
     return 0
-
-
-SOURCES = ("events", "cdc/customers", "cdc/orders", "cdc/order_items")
 
 
 def _count_lines(data: bytes, name: str) -> int:
@@ -114,17 +118,19 @@ def _count_lines(data: bytes, name: str) -> int:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
-def reconcile(settings: Settings, source: str = "events") -> list[dict]:
-    """Per landing day: lines in the landing files vs rows kept in bronze + rows quarantined."""
+def reconcile(settings: Settings, project: Project, source: str | None = None) -> list[dict]:
+    """Per landing source and day: lines in the landing files vs rows kept in bronze + rows quarantined."""
     from .sources.zones import landing_zone
 
+    if source is None:
+        return [row for s in project.landing_sources for row in reconcile(settings, project, s.landing)]
+    declared = project.landing_source(source)
     zone = landing_zone(settings)
     lines_in: Counter = Counter()
     for f in zone.list(source):
         if f.day is not None:
             lines_in[f.day.isoformat()] += _count_lines(zone.read(f.uri), f.uri)
     catalog = catalog_for(settings)
-    bronze = "bronze_" + source.replace("/", "_")
 
     def per_day(table: str) -> Counter:
         identifier = (settings.namespace, table)
@@ -134,7 +140,7 @@ def reconcile(settings: Settings, source: str = "events") -> list[dict]:
         counts = pc.value_counts(dates["landing_date"].combine_chunks()).to_pylist()
         return Counter({c["values"].isoformat(): c["counts"] for c in counts})
 
-    kept, quarantined = per_day(bronze), per_day(f"{bronze}_quarantine")
+    kept, quarantined = per_day(declared.bronze), per_day(declared.quarantine)
     rows = []
     for day in sorted(set(lines_in) | set(kept) | set(quarantined)):
         rows.append({
@@ -149,7 +155,9 @@ def reconcile(settings: Settings, source: str = "events") -> list[dict]:
 
 
 def cmd_reconcile(args: argparse.Namespace, settings: Settings) -> int:
-    rows = [row for source in (args.source or SOURCES) for row in reconcile(settings, source)]
+    project = load_project(settings.project)
+    sources = args.source or [s.landing for s in project.landing_sources]
+    rows = [row for source in sources for row in reconcile(settings, project, source)]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -163,7 +171,7 @@ def cmd_reconcile(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_s3(args: argparse.Namespace, settings: Settings) -> int:
     """A local S3-compatible server (SeaweedFS) for trying S3 landing zones and warehouses."""
-    from .runtime.s3server import DEFAULT_SECRET_KEY, SeaweedS3, server_status, stop_server
+    from .dev.s3server import DEFAULT_SECRET_KEY, SeaweedS3, server_status, stop_server
 
     root = settings.home / "s3"
     if args.action == "start":
@@ -264,15 +272,34 @@ def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_project(args: argparse.Namespace, settings: Settings) -> int:
+    """The declared project: its sources and every table the platform derives from it."""
+    project = load_project(settings.project)
+    summary = project.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"project {project.name} ({project.file})")
+    for source in project.landing_sources:
+        print(f"  landing {source.landing}/ -> {', '.join(source.table_names)}")
+    others = [t for t in summary["tables"] if not any(t in s.table_names for s in project.landing_sources)]
+    print(f"  other tables: {', '.join(others)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("project", help="the declared sources and the tables derived from them (LAKEHOUSE_PROJECT)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_project)
 
     p = sub.add_parser("tables", help="tables with their current snapshot, rows, files and bytes")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_tables)
 
-    p = sub.add_parser("generate", help="write sample behavioural event logs into the landing zone")
+    p = sub.add_parser("generate", help="write the project's sample data (its declared generator) into the landing zone")
     p.add_argument("--start", default="2025-01-01", help="first day (YYYY-MM-DD)")
     p.add_argument("--days", type=int, default=3)
     p.add_argument("--events-per-day", type=int, default=2_000)
@@ -287,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_drop)
 
     p = sub.add_parser("reconcile", help="check records in = kept + quarantined, per source and landing day")
-    p.add_argument("--source", action="append", choices=SOURCES, help="one source (repeatable); default all")
+    p.add_argument("--source", action="append", help="one landing source, e.g. events (repeatable); default all")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reconcile)
 
@@ -317,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args, Settings.from_env())
-    except (ValueError, OSError) as exc:
+    except (LakehouseError, ValueError, OSError, LookupError) as exc:
         print(f"lakehouse {args.command}: {exc}", file=sys.stderr)
         return 2
 

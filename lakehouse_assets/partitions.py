@@ -1,14 +1,16 @@
-"""The time partitioning every daily asset shares."""
+"""The time partitioning every daily asset of a project shares."""
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 
 from dagster import BackfillPolicy, BetaWarning, DailyPartitionsDefinition
 
-from .settings import Settings
 
-DAILY = DailyPartitionsDefinition(start_date=Settings.from_env().start_date, timezone="UTC")
+def daily_partitions(start: dt.date | str) -> DailyPartitionsDefinition:
+    return DailyPartitionsDefinition(start_date=str(start), timezone="UTC")
+
 
 # One Spark job for a whole range: a 10-day backfill is one run, not ten JVM starts.
 SINGLE_RUN = BackfillPolicy.single_run()

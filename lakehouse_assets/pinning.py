@@ -20,24 +20,13 @@ from typing import Any
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
 from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
-from pyspark.sql import DataFrame
+from pyiceberg.types import DateType
 
 from .runtime.catalog import catalog_for
 from .runtime.resource import LakehouseResource
 from .settings import Settings, validate_identifier
-from .tables.registry import get_table, transform_column
 
 PINNED = "pinned_snapshots"
-
-
-def read_at_current(lakehouse: LakehouseResource, table: str) -> tuple[DataFrame, dict[str, int]]:
-    """The table at its current snapshot, fixed now, and {table id: snapshot id} to record."""
-    table_id = lakehouse.ensure(table)
-    snapshot = lakehouse.iceberg_table(table).current_snapshot()
-    if snapshot is None:
-        raise ValueError(f"{table_id} has no data yet: materialise it before reading it pinned")
-    df = lakehouse.spark.read.option("snapshot-id", snapshot.snapshot_id).table(table_id)
-    return df, {table_id: snapshot.snapshot_id}
 
 
 def pin_snapshots(lakehouse: LakehouseResource, run_id: str, asset: str, snapshots: dict[str, int]) -> dict:
@@ -75,15 +64,15 @@ def pinned(asset: str, run_id: str | None = None, partition: str | None = None,
     raise LookupError(f"no materialisation of {asset} {scope} found in this Dagster instance".replace("  ", " "))
 
 
-def _day_window(asset: str, partition: str) -> tuple[str, Any, Any]:
-    """(column, start, end) of one daily partition on the table's time partition column."""
-    spec = get_table(asset)
-    column = transform_column(spec.partitioned_by[0])
+def _day_window(table: Any, partition: str) -> tuple[str, Any, Any]:
+    """(column, start, end) of one daily partition, on the column the table is partitioned by."""
+    field = table.spec().fields[0]
+    column = table.schema().find_field(field.source_id)
     start = dt.date.fromisoformat(partition)
     end = start + dt.timedelta(days=1)
-    if spec.schema[column].dataType.typeName() == "date":
-        return column, start.isoformat(), end.isoformat()
-    return column, f"{start.isoformat()}T00:00:00+00:00", f"{end.isoformat()}T00:00:00+00:00"
+    if isinstance(column.field_type, DateType):
+        return column.name, start.isoformat(), end.isoformat()
+    return column.name, f"{start.isoformat()}T00:00:00+00:00", f"{end.isoformat()}T00:00:00+00:00"
 
 
 def read_pinned(
@@ -95,7 +84,9 @@ def read_pinned(
     pins = pinned(asset, run_id, partition, instance)
     table_id = pins["table"]
     snapshot_id = pins["snapshots"][table_id]["snapshot_id"]
-    window = _day_window(asset, partition) if partition else None
+    settings = settings or Settings.from_env()
+    table = catalog_for(settings).load_table(tuple(table_id.split(".")[1:]))
+    window = _day_window(table, partition) if partition else None
     if as_ == "spark":
         if spark is None:
             raise ValueError("as_='spark' needs a SparkSession (spark=...)")
@@ -104,9 +95,6 @@ def read_pinned(
             column, start, end = window
             df = df.where((df[column] >= start) & (df[column] < end))
         return df
-    settings = settings or Settings.from_env()
-    catalog = catalog_for(settings)
-    table = catalog.load_table(tuple(table_id.split(".")[1:]))
     row_filter = And(GreaterThanOrEqual(window[0], window[1]), LessThan(window[0], window[2])) if window else None
     scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter) if row_filter else table.scan(snapshot_id=snapshot_id)
     data = scan.to_arrow()

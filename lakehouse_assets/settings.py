@@ -116,7 +116,10 @@ class Settings:
     # Maven coordinates for machines with internet; empty means local jars.
     spark_packages: str = ""
     extra_jars: tuple[str, ...] = ()
-    start_date: str = "2025-01-01"
+    # First daily partition; empty means the declaration's `start_date`.
+    start_date: str = ""
+    # The project's declaration (lakehouse.yaml): its sources and tables.
+    project: str = "lakehouse.yaml"
     # An S3-compatible endpoint (e.g. SeaweedFS or MinIO); empty means AWS's own.
     s3_endpoint: str = ""
     s3_access_key: str = ""
@@ -151,7 +154,8 @@ class Settings:
             namespace=_env("LAKEHOUSE_NAMESPACE", "lake"),
             spark_packages=_env("LAKEHOUSE_SPARK_PACKAGES", ""),
             extra_jars=tuple(j for j in jars.split(",") if j.strip()),
-            start_date=_env("LAKEHOUSE_START_DATE", "2025-01-01"),
+            start_date=_env("LAKEHOUSE_START_DATE", ""),
+            project=_env("LAKEHOUSE_PROJECT", "lakehouse.yaml"),
             s3_endpoint=_env("LAKEHOUSE_S3_ENDPOINT", ""),
             s3_access_key=_env("LAKEHOUSE_S3_ACCESS_KEY", os.environ.get("AWS_ACCESS_KEY_ID", "")),
             s3_secret_key=_env("LAKEHOUSE_S3_SECRET_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "")),

@@ -16,7 +16,7 @@ import pytest
 
 from lakehouse_assets.runtime.catalog import catalog_for, open_catalog, s3_properties
 from lakehouse_assets.runtime.resource import LakehouseResource
-from lakehouse_assets.runtime.s3server import SeaweedS3
+from lakehouse_assets.dev.s3server import SeaweedS3
 from lakehouse_assets.runtime.spark import get_spark
 from lakehouse_assets.settings import CatalogUri, Settings
 

@@ -11,12 +11,15 @@ import pyarrow as pa
 
 from lakehouse_assets.runtime.catalog import catalog_for
 
+from .shop import SHOP_FILE
+
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("ts", pa.timestamp("us", tz="UTC"))])
 
 
 def lakehouse_cli(*args, home, namespace="lake"):
-    env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_NAMESPACE": namespace}
+    env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_NAMESPACE": namespace,
+           "LAKEHOUSE_PROJECT": str(SHOP_FILE)}
     return subprocess.run([LAKEHOUSE, *args], env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -17,15 +17,19 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..partitions import DAILY, SINGLE_RUN
-from ..runtime.commit import CommitResult, Window, append_staged, current_state
+from dagster import PartitionsDefinition
+
+from ..errors import BalanceError
+from ..partitions import SINGLE_RUN
+from ..project.model import INGEST_LOG as INGEST_LOG_NAME
+from ..runtime.commit import CommitResult, Window
 from ..runtime.resource import LakehouseResource
 from ..sources.landing import day_folders, list_landing_files, read_lines
-from ..tables.ddl import add_columns
-from ..tables.registry import TableSpec, col, register
+from ..tables.handle import TableHandle
+from ..tables.registry import TableSpec, col
 
-INGEST_LOG = register(TableSpec(
-    name="bronze_ingest_log",
+INGEST_LOG = TableSpec(
+    name=INGEST_LOG_NAME,
     layer="bronze",
     description="One row per landing file taken: how many records it had, kept and quarantined.",
     schema=T.StructType([
@@ -38,7 +42,7 @@ INGEST_LOG = register(TableSpec(
         col("ingested_at", T.TimestampType(), False),
         col("run_id", T.StringType(), False),
     ]),
-))
+)
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,12 @@ class LandingSource:
     fields that appeared in the data; added before parsing, so nothing is dropped.
     """
 
-    name: str
+    name: str  # the landing folder, e.g. events or cdc/customers
     bronze: TableSpec
     quarantine: TableSpec
     parse: Callable[[DataFrame, T.StructType], DataFrame]
     new_fields: Callable[[DataFrame, T.StructType], list[tuple[str, str]]] | None = None
+    description: str = ""
 
 
 @dataclass
@@ -80,22 +85,19 @@ class IngestReport:
         return {**(commit.metadata() if commit else {}), **counts}
 
 
-def append_new_files(
-    lakehouse: LakehouseResource, table: str, df: DataFrame, files: list[str],
-    run_id: str, asset: str, label: str,
-) -> CommitResult:
+def append_new_files(table: TableHandle, df: DataFrame, files: list[str], run_id: str, asset: str,
+                     label: str) -> CommitResult:
     """Append the rows of `df` whose source_file the table's main branch does not hold yet."""
-    table_id = lakehouse.ensure(table)
-    snapshot = lakehouse.iceberg_table(table).current_snapshot()
-    base = snapshot.snapshot_id if snapshot else None
+    base = table.create().snapshot_id()
     if base is not None:
         taken = [
-            r.source_file for r in lakehouse.spark.read.option("snapshot-id", base).table(table_id)
+            r.source_file for r in table.read(snapshot_id=base)
             .where(F.col("source_file").isin(files)).select("source_file").distinct().collect()
         ]
         if taken:
             df = df.where(~F.col("source_file").isin(taken))
-    return append_staged(lakehouse, table, df, base, run_id, asset, label)
+    # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
+    return table.stage(run_id, asset, label, base, evolve=True).append(df).publish()
 
 
 def _conform(df: DataFrame, schema: T.StructType) -> DataFrame:
@@ -109,9 +111,10 @@ def ingest(
 ) -> IngestReport:
     spark = lakehouse.spark
     report = IngestReport(files_listed=len(files))
-    log_id = lakehouse.ensure(INGEST_LOG)
+    ingest_log, bronze, quarantine = (lakehouse.table(s).create()
+                                      for s in (INGEST_LOG, source.bronze, source.quarantine))
     done = {
-        r.source_file for r in spark.table(log_id)
+        r.source_file for r in ingest_log.read()
         .where((F.col("source") == source.name) & F.col("source_file").isin(files))
         .select("source_file").distinct().collect()
     } if files else set()
@@ -119,31 +122,28 @@ def ingest(
     report.files_read = len(todo)
     log(f"{source.name} {label}: {len(files)} landing files, {len(done)} already taken, {len(todo)} to read")
     if not todo:
-        report.kept = current_state(lakehouse, source.bronze.name)
-        report.quarantined = current_state(lakehouse, source.quarantine.name)
+        report.kept = bronze.current_state()
+        report.quarantined = quarantine.current_state()
         return report
 
-    bronze_id = lakehouse.ensure(source.bronze)
     lines = read_lines(spark, todo).cache()
     try:
         if source.new_fields:
-            added = source.new_fields(lines, spark.table(bronze_id).schema)
+            added = source.new_fields(lines, bronze.schema())
             if added:
-                add_columns(spark, bronze_id, added)
+                bronze.add_columns(added)
                 report.new_columns = [name for name, _ in added]
                 log(f"{source.bronze.name}: new fields in the data became columns: {report.new_columns}")
-        bronze_schema = spark.table(bronze_id).schema
+        bronze_schema = bronze.schema()
         checked = source.parse(lines, bronze_schema).withColumns(
             {"ingested_at": F.current_timestamp(), "run_id": F.lit(run_id)}
         ).cache()
         good = checked.where(F.col("reason").isNull())
         bad = checked.where(F.col("reason").isNotNull())
-        report.kept = append_new_files(lakehouse, source.bronze.name, _conform(good, bronze_schema), todo,
+        report.kept = append_new_files(bronze, _conform(good, bronze_schema), todo,
                                        run_id, source.bronze.name, label)
-        quarantine_id = lakehouse.ensure(source.quarantine)
         report.quarantined = append_new_files(
-            lakehouse, source.quarantine.name,
-            _conform(bad.withColumn("source", F.lit(source.name)), spark.table(quarantine_id).schema),
+            quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
             todo, run_id, source.quarantine.name, label,
         )
         per_file = checked.groupBy("source_file", "landing_date").agg(
@@ -152,24 +152,19 @@ def ingest(
             F.count(F.when(F.col("reason").isNotNull(), True)).alias("quarantined"),
             F.max("ingested_at").alias("ingested_at"),
         ).withColumns({"source": F.lit(source.name), "run_id": F.lit(run_id)})
-        append_new_files(lakehouse, INGEST_LOG.name, _conform(per_file, INGEST_LOG.schema), todo,
-                         run_id, INGEST_LOG.name, label)
+        append_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id, INGEST_LOG.name, label)
         report.records_in = lines.count()
     finally:
         lines.unpersist()
-    _verify_balance(lakehouse, source, todo, report.records_in)
+    _verify_balance(source, (bronze, quarantine), todo, report.records_in)
     return report
 
 
-def _verify_balance(lakehouse: LakehouseResource, source: LandingSource, files: list[str], records_in: int) -> None:
+def _verify_balance(source: LandingSource, tables: tuple[TableHandle, ...], files: list[str], records_in: int) -> None:
     """Records in = rows kept + rows quarantined, for the files of this run, as the tables now hold them."""
-    spark = lakehouse.spark
-    held = sum(
-        spark.table(lakehouse.table_id(spec)).where(F.col("source_file").isin(files)).count()
-        for spec in (source.bronze, source.quarantine)
-    )
+    held = sum(table.read().where(F.col("source_file").isin(files)).count() for table in tables)
     if held != records_in:
-        raise RuntimeError(
+        raise BalanceError(
             f"{source.bronze.name}: the {len(files)} files read had {records_in} records but bronze and "
             f"quarantine hold {held} rows for them; records would be lost or duplicated"
         )
@@ -177,7 +172,7 @@ def _verify_balance(lakehouse: LakehouseResource, source: LandingSource, files: 
 
 def quarantine_spec(name: str, description: str) -> TableSpec:
     """Quarantine tables share one shape: the raw line, where it came from, and why it was refused."""
-    return register(TableSpec(
+    return TableSpec(
         name=name,
         layer="bronze",
         description=description,
@@ -187,7 +182,7 @@ def quarantine_spec(name: str, description: str) -> TableSpec:
             *lineage_columns(),
         ]),
         partitioned_by=("landing_date",),
-    ))
+    )
 
 
 def lineage_columns() -> list[T.StructField]:
@@ -201,7 +196,7 @@ def lineage_columns() -> list[T.StructField]:
     ]
 
 
-def landing_asset(source: LandingSource) -> AssetsDefinition:
+def landing_asset(source: LandingSource, partitions: PartitionsDefinition) -> AssetsDefinition:
     """The bronze asset of a landing source: its table and quarantine, partitioned by landing day
     (the `date=` folders whose files a run takes)."""
     bronze, quarantine = source.bronze.name, source.quarantine.name
@@ -214,7 +209,7 @@ def landing_asset(source: LandingSource) -> AssetsDefinition:
             AssetSpec(quarantine, description=source.quarantine.description, group_name="bronze",
                       kinds={"spark", "iceberg"}),
         ],
-        partitions_def=DAILY,
+        partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):

@@ -15,18 +15,19 @@ reads the data back exactly, with or without Spark.
 
 import datetime as dt
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, PartitionsDefinition, asset
 from pyspark.sql import DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..partitions import DAILY, SINGLE_RUN
-from ..pinning import PINNED, pin_snapshots, read_at_current
-from ..runtime.commit import Window, stage
+from ..gold.events import EventColumns
+from ..partitions import SINGLE_RUN
+from ..pinning import PINNED, pin_snapshots
+from ..project import Gold
+from ..runtime.commit import Window
 from ..runtime.resource import LakehouseResource
-from ..silver.events import silver_events
-from ..tables.registry import TableSpec, col, register
+from ..tables.registry import TableSpec, col
 
 LOOKBACK_DAYS = 30
 
@@ -38,7 +39,7 @@ FEATURE_COLUMNS = [
     col("seconds_since_last_event", T.LongType(), False),
 ]
 
-ML_USER_FEATURES = register(TableSpec(
+ML_USER_FEATURES = TableSpec(
     name="ml_user_features",
     layer="ml",
     description="Per user, as of the last instant of each day: activity, purchases and spend over 1/7/30 days.",
@@ -49,9 +50,9 @@ ML_USER_FEATURES = register(TableSpec(
         *FEATURE_COLUMNS,
     ]),
     partitioned_by=("as_of_date",),
-))
+)
 
-ML_TRAINING_SET = register(TableSpec(
+ML_TRAINING_SET = TableSpec(
     name="ml_training_set",
     layer="ml",
     description="One row per session start: label (did the session purchase) and the user's features as of then.",
@@ -64,15 +65,25 @@ ML_TRAINING_SET = register(TableSpec(
         *[col(f.name, f.dataType) for f in FEATURE_COLUMNS],
     ]),
     partitioned_by=("days(observed_at)",),
-))
+)
+
+
+def canonical_events(events: DataFrame, gold: Gold) -> DataFrame:
+    """Silver events in the features' terms: user_id, session_id, event_ts, is_purchase, amount."""
+    c = EventColumns(gold)
+    return c.with_sessions(events).select(
+        F.col(c.user).cast("string").alias("user_id"), F.col("_session").alias("session_id"),
+        F.col(c.ts).alias("event_ts"), c.purchase().alias("is_purchase"),
+        (F.col(gold.amount) if gold.amount else F.lit(0)).cast("decimal(18,2)").alias("amount"),
+    )
 
 
 def features_as_of(events: DataFrame, points: DataFrame) -> DataFrame:
-    """Features for each (user_id, as_of_ts) in `points`, from events with event_ts <= as_of_ts.
+    """Features for each (user_id, as_of_ts) in `points`, from canonical events with event_ts <= as_of_ts.
 
     Users without events in the look-back get no row (the caller decides the default).
     """
-    e = events.select("user_id", "session_id", "event_type", "event_ts", "price")
+    e = events.select("user_id", "session_id", "is_purchase", "event_ts", "amount")
     joined = points.join(e, "user_id").where(
         (F.col("event_ts") <= F.col("as_of_ts"))
         & (F.col("event_ts") > F.col("as_of_ts") - F.expr(f"INTERVAL {LOOKBACK_DAYS} DAYS"))
@@ -81,7 +92,7 @@ def features_as_of(events: DataFrame, points: DataFrame) -> DataFrame:
     def within(days: int):
         return F.col("event_ts") > F.col("as_of_ts") - F.expr(f"INTERVAL {days} DAYS")
 
-    purchase = F.col("event_type") == "purchase"
+    purchase = F.col("is_purchase")
     return joined.groupBy("user_id", "as_of_ts").agg(
         F.count(F.when(within(1), True)).alias("events_1d"),
         F.count(F.when(within(7), True)).alias("events_7d"),
@@ -89,7 +100,7 @@ def features_as_of(events: DataFrame, points: DataFrame) -> DataFrame:
         F.countDistinct(F.when(within(7), F.col("session_id"))).alias("sessions_7d"),
         F.count(F.when(within(7) & purchase, True)).alias("purchases_7d"),
         F.count(F.when(purchase, True)).alias("purchases_30d"),
-        F.coalesce(F.sum(F.when(purchase, F.col("price"))), F.lit(0)).cast("decimal(18,2)").alias("spend_30d"),
+        F.coalesce(F.sum(F.when(purchase, F.col("amount"))), F.lit(0)).cast("decimal(18,2)").alias("spend_30d"),
         F.floor((F.unix_micros(F.first("as_of_ts")) - F.unix_micros(F.max("event_ts"))) / 1_000_000).cast("long")
         .alias("seconds_since_last_event"),
     )
@@ -100,68 +111,81 @@ def day_end(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.timezone.utc) - dt.timedelta(microseconds=1)
 
 
-@asset(
-    description=ML_USER_FEATURES.description,
-    group_name="ml",
-    kinds={"spark", "iceberg"},
-    partitions_def=DAILY,
-    backfill_policy=SINGLE_RUN,
-    deps=[silver_events],
-)
-def ml_user_features(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-    spark = lakehouse.spark
-    window = Window.of_days("as_of_date", *context.partition_time_window, as_date=True)
-    events, read = read_at_current(lakehouse, "silver_events")
-    days = [window.start + dt.timedelta(days=n) for n in range((window.end - window.start).days)]
-    ends = spark.createDataFrame([(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")
-    lookback = events.where(
-        (F.col("event_ts") > F.lit(day_end(days[0]) - dt.timedelta(days=LOOKBACK_DAYS)))
-        & (F.col("event_ts") <= F.lit(day_end(days[-1])))
-    )
-    points = lookback.select("user_id").distinct().crossJoin(ends)
-    features = features_as_of(lookback, points.select("user_id", "as_of_ts")).join(
-        ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
-    result = stage(lakehouse, "ml_user_features", context.run_id, "ml_user_features",
-                   window.label).overwrite(features, window).publish()
-    pins = pin_snapshots(lakehouse, context.run_id, "ml_user_features",
-                         {**read, lakehouse.table_id("ml_user_features"): result.snapshot_id})
-    return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -> list[AssetsDefinition]:
+    """Features and training set over the gold event source (none when the project has no user field)."""
+    if not gold.ml_tables:
+        return []
 
+    def read_events(lakehouse: LakehouseResource, reader: str) -> tuple[DataFrame, dict[str, int]]:
+        table = lakehouse.table(silver)
+        df, snapshot_id = table.read_pinned(reader)
+        return canonical_events(df, gold), {table.id: snapshot_id}
 
-@asset(
-    description=ML_TRAINING_SET.description,
-    group_name="ml",
-    kinds={"spark", "iceberg"},
-    partitions_def=DAILY,
-    backfill_policy=SINGLE_RUN,
-    deps=[silver_events, ml_user_features],
-)
-def ml_training_set(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-    window = Window.of_days("observed_at", *context.partition_time_window)
-    events, read_events = read_at_current(lakehouse, "silver_events")
-    features, read_features = read_at_current(lakehouse, "ml_user_features")
-    # Sessions are read a day past each edge: a session belongs to the day it starts.
-    near = events.where(
-        (F.col("event_ts") >= F.lit(window.start - dt.timedelta(days=1)))
-        & (F.col("event_ts") < F.lit(window.end + dt.timedelta(days=1)))
+    @asset(
+        name=ML_USER_FEATURES.name,
+        description=ML_USER_FEATURES.description,
+        group_name="ml",
+        kinds={"spark", "iceberg"},
+        partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
+        deps=[silver.name],
     )
-    sessions = near.groupBy("session_id", "user_id").agg(
-        F.min("event_ts").alias("observed_at"),
-        F.max(F.col("event_type") == "purchase").alias("label_purchased"),
-    ).where(window.condition)
-    # As-of join: the newest feature row computed at or before the observation.
-    candidates = sessions.join(features.withColumnRenamed("as_of_ts", "features_as_of"), "user_id", "left").where(
-        F.col("features_as_of").isNull() | (F.col("features_as_of") <= F.col("observed_at")))
-    newest = W.partitionBy("session_id", "user_id").orderBy(F.col("features_as_of").desc_nulls_last())
-    training = candidates.withColumn("_n", F.row_number().over(newest)).where("_n = 1")
-    # A session whose user has only later feature rows keeps its label, with no features.
-    training = sessions.join(training.select("session_id", "user_id", "features_as_of",
-                                             *(f.name for f in FEATURE_COLUMNS)),
-                             ["session_id", "user_id"], "left")
-    training = training.select(*ML_TRAINING_SET.column_names)
-    result = stage(lakehouse, "ml_training_set", context.run_id, "ml_training_set",
-                   window.label).overwrite(training, window).publish()
-    pins = pin_snapshots(lakehouse, context.run_id, "ml_training_set", {
-        **read_events, **read_features, lakehouse.table_id("ml_training_set"): result.snapshot_id,
-    })
-    return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+    def ml_user_features(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
+        spark = lakehouse.spark
+        window = Window.of_days("as_of_date", *context.partition_time_window, as_date=True)
+        events, read = read_events(lakehouse, ML_USER_FEATURES.name)
+        days = [window.start + dt.timedelta(days=n) for n in range((window.end - window.start).days)]
+        ends = spark.createDataFrame([(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")
+        lookback = events.where(
+            (F.col("event_ts") > F.lit(day_end(days[0]) - dt.timedelta(days=LOOKBACK_DAYS)))
+            & (F.col("event_ts") <= F.lit(day_end(days[-1])))
+        )
+        points = lookback.select("user_id").distinct().crossJoin(ends)
+        features = features_as_of(lookback, points.select("user_id", "as_of_ts")).join(
+            ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
+        table = lakehouse.table(ML_USER_FEATURES)
+        result = table.stage(context.run_id, table.name, window.label).overwrite(features, window).publish()
+        pins = pin_snapshots(lakehouse, context.run_id, table.name, {**read, table.id: result.snapshot_id})
+        return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+
+    @asset(
+        name=ML_TRAINING_SET.name,
+        description=ML_TRAINING_SET.description,
+        group_name="ml",
+        kinds={"spark", "iceberg"},
+        partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
+        deps=[silver.name, ML_USER_FEATURES.name],
+    )
+    def ml_training_set(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
+        window = Window.of_days("observed_at", *context.partition_time_window)
+        events, read_events_ids = read_events(lakehouse, ML_TRAINING_SET.name)
+        feature_table = lakehouse.table(ML_USER_FEATURES)
+        features, features_snapshot = feature_table.read_pinned(ML_TRAINING_SET.name)
+        # Sessions are read a day past each edge: a session belongs to the day it starts.
+        near = events.where(
+            (F.col("event_ts") >= F.lit(window.start - dt.timedelta(days=1)))
+            & (F.col("event_ts") < F.lit(window.end + dt.timedelta(days=1)))
+        )
+        sessions = near.where(F.col("session_id").isNotNull()).groupBy("session_id", "user_id").agg(
+            F.min("event_ts").alias("observed_at"),
+            F.max("is_purchase").alias("label_purchased"),
+        ).where(window.condition)
+        # As-of join: the newest feature row computed at or before the observation.
+        candidates = sessions.join(features.withColumnRenamed("as_of_ts", "features_as_of"), "user_id", "left").where(
+            F.col("features_as_of").isNull() | (F.col("features_as_of") <= F.col("observed_at")))
+        newest = W.partitionBy("session_id", "user_id").orderBy(F.col("features_as_of").desc_nulls_last())
+        training = candidates.withColumn("_n", F.row_number().over(newest)).where("_n = 1")
+        # A session whose user has only later feature rows keeps its label, with no features.
+        training = sessions.join(training.select("session_id", "user_id", "features_as_of",
+                                                 *(f.name for f in FEATURE_COLUMNS)),
+                                 ["session_id", "user_id"], "left")
+        training = training.select(*ML_TRAINING_SET.column_names)
+        table = lakehouse.table(ML_TRAINING_SET)
+        result = table.stage(context.run_id, table.name, window.label).overwrite(training, window).publish()
+        pins = pin_snapshots(lakehouse, context.run_id, table.name, {
+            **read_events_ids, feature_table.id: features_snapshot, table.id: result.snapshot_id,
+        })
+        return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+
+    return [ml_user_features, ml_training_set]

@@ -23,9 +23,9 @@ from dagster import MetadataValue
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from ..errors import ConcurrentCommitError
+from ..tables.handle import CURRENT, TableHandle
 from .failpoints import failpoint
-from .resource import LakehouseResource
-from ..tables.registry import TableSpec, get_table
 from .schema import conform
 
 WRITE_ID = "lakehouse.write-id"
@@ -96,29 +96,31 @@ class CommitResult:
         }
 
 
-class ConcurrentCommitError(RuntimeError):
-    """Another writer moved the table's main branch while this write was staged."""
-
-
 _SUMMED = ("added-records", "deleted-records", "added-data-files", "deleted-data-files", "added-files-size",
            "added-delete-files", "added-position-deletes", "added-equality-deletes")
-CURRENT = object()  # stage() from main's current snapshot
 
 
 @dataclass
 class StagedWrite:
     """Writes on a private branch of one table, not yet visible on main."""
 
-    lakehouse: LakehouseResource
-    table: TableSpec
-    table_id: str
+    table: TableHandle
     branch: str
     base_snapshot_id: int | None
     run_id: str
     asset: str
     label: str
     write_id: str
+    evolve: bool = False
     stamped: bool = True
+
+    @property
+    def table_id(self) -> str:
+        return self.table.id
+
+    @property
+    def spark(self):
+        return self.table.spark
 
     @property
     def target(self) -> str:
@@ -126,10 +128,10 @@ class StagedWrite:
         return f"{self.table_id}.branch_{self.branch}"
 
     def read(self) -> DataFrame:
-        return self.lakehouse.spark.read.option("branch", self.branch).table(self.table_id)
+        return self.spark.read.option("branch", self.branch).table(self.table_id)
 
     def _writer(self, df: DataFrame):
-        writer = conform(self.lakehouse.spark, self.table_id, df).writeTo(self.target)
+        writer = conform(self.spark, self.table_id, df, evolve=self.evolve).writeTo(self.target)
         props = {WRITE_ID: self.write_id, RUN_ID: self.run_id, ASSET: self.asset, PARTITIONS: self.label}
         for key, value in props.items():
             writer = writer.option(f"snapshot-property.{key}", value)
@@ -152,14 +154,18 @@ class StagedWrite:
         would append them without replacing anything, and a re-run would duplicate them)."""
         return self._write(lambda: self._writer(df.where(window.condition)).overwrite(window.condition))
 
+    def replace_all(self, df: DataFrame) -> StagedWrite:
+        """Replace every row of the table with `df` (a table recomputed whole)."""
+        return self._write(lambda: self._writer(df).overwrite(F.lit(True)))
+
     def sql(self, statement: str) -> StagedWrite:
         """Run a statement (MERGE, DELETE, UPDATE) against `{target}`, the branch."""
-        self._write(lambda: self.lakehouse.spark.sql(statement.format(target=self.target)))
+        self._write(lambda: self.spark.sql(statement.format(target=self.target)))
         self.stamped = False  # SQL commits cannot carry snapshot properties
         return self
 
     def publish(self) -> CommitResult:
-        spark = self.lakehouse.spark
+        spark = self.spark
         if not self.stamped:
             # An empty stamped commit on top: the published head says which run wrote it.
             self.append(spark.createDataFrame([], spark.table(self.table_id).schema))
@@ -180,11 +186,11 @@ class StagedWrite:
         return result
 
     def discard(self) -> None:
-        self.lakehouse.spark.sql(f"ALTER TABLE {self.table_id} DROP BRANCH IF EXISTS `{self.branch}`")
+        self.spark.sql(f"ALTER TABLE {self.table_id} DROP BRANCH IF EXISTS `{self.branch}`")
 
     def result(self) -> CommitResult:
         """Figures of everything written on the branch since its base (head totals, summed changes)."""
-        table = self.lakehouse.iceberg_table(self.table)
+        table = self.table.iceberg()
         head = table.snapshot_by_name(self.branch) or table.current_snapshot()
         summary = dict(head.summary.additional_properties)
         totals = {k: 0 for k in _SUMMED}
@@ -200,35 +206,24 @@ class StagedWrite:
 
 
 def stage(
-    lakehouse: LakehouseResource, table: TableSpec | str, run_id: str, asset: str, label: str,
-    base_snapshot_id: Any = CURRENT, prefix: str = "stage",
+    table: TableHandle, run_id: str, asset: str, label: str,
+    base_snapshot_id: Any = CURRENT, prefix: str = "stage", evolve: bool = False,
 ) -> StagedWrite:
     """A branch `<prefix>_<id>` of `table` cut at `base_snapshot_id` (main's current snapshot by default)."""
-    table = get_table(table) if isinstance(table, str) else table
-    table_id = lakehouse.ensure(table)
+    table.create()
     if base_snapshot_id is CURRENT:
-        current = lakehouse.iceberg_table(table).current_snapshot()
-        base_snapshot_id = current.snapshot_id if current else None
+        base_snapshot_id = table.snapshot_id()
     write_id = uuid.uuid4().hex
     branch = f"{prefix}_{write_id[:16]}"
     as_of = f" AS OF VERSION {int(base_snapshot_id)}" if base_snapshot_id is not None else ""
-    lakehouse.spark.sql(f"ALTER TABLE {table_id} CREATE BRANCH `{branch}`{as_of}")
-    return StagedWrite(lakehouse, table, table_id, branch, base_snapshot_id, run_id, asset, label, write_id)
+    table.spark.sql(f"ALTER TABLE {table.id} CREATE BRANCH `{branch}`{as_of}")
+    return StagedWrite(table, branch, base_snapshot_id, run_id, asset, label, write_id, evolve)
 
 
-def append_staged(
-    lakehouse: LakehouseResource, table: str, df: DataFrame, base_snapshot_id: int | None,
-    run_id: str, asset: str, label: str,
-) -> CommitResult:
-    """Append `df`, decided against main at `base_snapshot_id`, and publish it."""
-    return stage(lakehouse, table, run_id, asset, label, base_snapshot_id).append(df).publish()
-
-
-def current_state(lakehouse: LakehouseResource, table: str) -> CommitResult:
+def current_state(table: TableHandle) -> CommitResult:
     """The table as it stands, reported like a commit that added nothing."""
-    lakehouse.ensure(table)
-    snapshot = lakehouse.iceberg_table(table).current_snapshot()
+    snapshot = table.create().iceberg().current_snapshot()
     totals = {}
     if snapshot and snapshot.summary:
         totals = {k: v for k, v in snapshot.summary.additional_properties.items() if k.startswith("total-")}
-    return CommitResult(lakehouse.table_id(table), snapshot.snapshot_id if snapshot else None, "none", totals)
+    return CommitResult(table.id, snapshot.snapshot_id if snapshot else None, "none", totals)

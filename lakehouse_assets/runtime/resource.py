@@ -1,17 +1,16 @@
-"""The Dagster resource every asset uses: Spark, the shared catalog, declared tables."""
+"""The Dagster resource every asset uses: Spark, the shared catalog, and table handles."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from dagster import ConfigurableResource
+from pydantic import PrivateAttr
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from ..settings import Settings
-from ..tables.ddl import ensure_table
-from ..tables.registry import TableSpec, get_table
+from ..tables.registry import TableSpec
 from .catalog import catalog_for, ensure_namespace
 from .spark import get_spark
 
@@ -21,7 +20,8 @@ class LakehouseResource(ConfigurableResource):
 
     Each field left empty comes from the environment (see `Settings.from_env`), so
     `LakehouseResource()` is the local default and a deployment changes it with
-    environment variables alone.
+    environment variables alone. `table(spec)` gives the one handle of a declared
+    table for the life of this resource (a run).
     """
 
     home: Optional[str] = None
@@ -32,17 +32,21 @@ class LakehouseResource(ConfigurableResource):
     spark_master: Optional[str] = None
     driver_memory: Optional[str] = None
 
+    _settings: Optional[Settings] = PrivateAttr(default=None)
+    _handles: dict[str, Any] = PrivateAttr(default_factory=dict)
+
     @property
     def settings(self) -> Settings:
-        overrides = {k: v for k, v in self.model_dump().items() if v is not None}
-        return Settings.from_env(**overrides)
+        if self._settings is None:
+            overrides = {k: v for k, v in self.model_dump().items() if v is not None}
+            self._settings = Settings.from_env(**overrides)
+        return self._settings
 
     @property
     def catalog(self) -> SqlCatalog:
         """pyiceberg's view of the catalog; its namespace exists once this returns."""
-        settings = self.settings
-        catalog = catalog_for(settings)
-        ensure_namespace(catalog, settings.namespace)
+        catalog = catalog_for(self.settings)
+        ensure_namespace(catalog, self.settings.namespace)
         return catalog
 
     @property
@@ -51,18 +55,20 @@ class LakehouseResource(ConfigurableResource):
         self.catalog  # noqa: B018
         return get_spark(self.settings)
 
-    def table_id(self, table: TableSpec | str) -> str:
-        """The Spark identifier, e.g. `lakehouse.lake.bronze_events`."""
-        spec = get_table(table) if isinstance(table, str) else table
+    def table(self, spec: TableSpec):
+        """The handle of a declared table: built once, created (if missing) at most once."""
+        from ..tables.handle import TableHandle
+
+        handle = self._handles.get(spec.name)
+        if handle is None or handle.spec != spec:
+            handle = self._handles[spec.name] = TableHandle(self, spec)
+        return handle
+
+    def table_id(self, table: str | TableSpec) -> str:
+        """The Spark identifier of a table of this lakehouse, e.g. `lakehouse.lake.bronze_events`."""
         s = self.settings
-        return f"{s.catalog_name}.{s.namespace}.{spec.name}"
+        return f"{s.catalog_name}.{s.namespace}.{getattr(table, 'name', table)}"
 
-    def iceberg_table(self, table: TableSpec | str) -> Table:
-        spec = get_table(table) if isinstance(table, str) else table
-        return self.catalog.load_table((self.settings.namespace, spec.name))
-
-    def ensure(self, spec: TableSpec | str) -> str:
-        """Create the declared table when missing; returns its Spark identifier."""
-        table_id = self.table_id(spec)
-        ensure_table(self.spark, table_id, get_table(spec) if isinstance(spec, str) else spec)
-        return table_id
+    def iceberg_table(self, table: str | TableSpec):
+        """pyiceberg's Table, freshly loaded (for reading metadata; writes go through handles)."""
+        return self.catalog.load_table((self.settings.namespace, getattr(table, "name", table)))

@@ -5,7 +5,9 @@ For each column of a write, against the table:
   double, decimal(p,s) into decimal(p',s) with p <= p'): cast;
 - a wider type that Iceberg can promote the column to (int -> bigint,
   float -> double, a decimal's precision up): the table column is widened;
-- a column the table lacks: added as a nullable column;
+- a column the table lacks: added as a nullable column when the write may evolve
+  the table (bronze, whose sources drift), refused everywhere else: a table
+  holds what its declaration says;
 - anything else (a narrower type, a scale change, string into a number...) and a
   required table column missing from the write: `SchemaMismatchError` naming the
   table and the column.
@@ -18,11 +20,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..errors import SchemaMismatchError
 from ..settings import validate_identifier
 
-
-class SchemaMismatchError(ValueError):
-    pass
+__all__ = ["SchemaMismatchError", "casts_up", "conform", "promotable"]
 
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
@@ -69,13 +70,21 @@ def promotable(table_type: T.DataType, write_type: T.DataType) -> bool:
     )
 
 
-def conform(spark: SparkSession, table_id: str, df: DataFrame) -> DataFrame:
-    """`df` in the table's column order and types, after evolving the table where that is safe."""
+def conform(spark: SparkSession, table_id: str, df: DataFrame, evolve: bool = True) -> DataFrame:
+    """`df` in the table's column order and types, after evolving the table where that is safe.
+
+    With `evolve=False` a column the table does not have is refused (SchemaMismatchError).
+    """
     table = spark.table(table_id).schema
     columns = {f.name: f for f in table.fields}
     changes = []
     for f in df.schema.fields:
         current = columns.get(f.name)
+        if current is None and not evolve:
+            raise SchemaMismatchError(
+                f"table {table_id}, column {f.name}: the write has a column the table's declaration does not; "
+                "declare it, or drop it from the write"
+            )
         if current is None:
             validate_identifier(f.name, f"new column of {table_id}")
             changes.append(f"ALTER TABLE {table_id} ADD COLUMN `{f.name}` {f.dataType.simpleString()}")

@@ -17,71 +17,81 @@ Re-applying the same days changes nothing. A primary-key change arrives as a
 delete of the old key and a create of the new one, and is applied as such.
 
 Both writes are staged on branches and published only if their Pandera checks
-pass (write-audit-publish). Both tables are merge-on-read: CDC tables take many
-small row-level changes, and merge-on-read writes delete files instead of
-rewriting data files (figures in benchmarks/RESULTS.md).
+pass (write-audit-publish): the primary key unique and not null, declared types
+and value checks, one current version per key in history. Declared references
+(`orders.customer_id -> customers.customer_id`) are checked after publishing,
+as warnings: CDC delivers related tables independently. By default both tables
+are merge-on-read: CDC tables take many small row-level changes, and
+merge-on-read writes delete files instead of rewriting data files (figures in
+benchmarks/RESULTS.md). Columns declared PII are kept only as keyed hashes.
+A column added upstream (seen in bronze's images) is added to both tables.
 """
 
 import uuid
 
 import pandera.pyspark as pa
-from dagster import AssetExecutionContext, AssetsDefinition, AssetSpec, MaterializeResult, MetadataValue, multi_asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetsDefinition,
+    AssetSpec,
+    MaterializeResult,
+    MetadataValue,
+    PartitionsDefinition,
+    multi_asset,
+)
 from pyspark.sql import DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
-from ..partitions import DAILY, SINGLE_RUN
-from ..runtime.commit import Window, stage
+from ..checks.rules import HASH_PATTERN, pandera_column, unique_key
+from ..partitions import SINGLE_RUN
+from ..project import CdcTable
+from ..runtime.commit import Window
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..runtime.schema import conform
-from ..sources.cdc import OPS, POSITION, spark_type
-from ..sources.cdc_tables import CDC_TABLES, ORDER_STATUSES, CdcTableInfo
-from ..tables.registry import MERGE_ON_READ, TableSpec, col, register
-
-# Personal data in source tables: kept in silver only as a keyed hash.
-PSEUDONYMISED = {"customers": ("email",)}
-
-# Value rules per table, beyond types and keys.
-VALUE_CHECKS = {
-    "orders": {"status": [pa.Check.isin(list(ORDER_STATUSES))], "total": [pa.Check.ge(0)]},
-    "order_items": {"quantity": [pa.Check.gt(0)], "unit_price": [pa.Check.ge(0)]},
-}
+from ..sources.cdc import OPS, POSITION
+from ..tables.handle import TableHandle
+from ..tables.registry import TableSpec, col
+from ..tables.types import spark_type
 
 
-def _silver_name(column: str, table: str) -> str:
-    return f"{column}_hash" if column in PSEUDONYMISED.get(table, ()) else column
+def _silver_name(info: CdcTable, column: str) -> str:
+    return f"{column}_hash" if column in info.pii else column
 
 
-def _image_fields(info: CdcTableInfo) -> list[T.StructField]:
+def _image_fields(info: CdcTable) -> list[T.StructField]:
     return [
-        col(_silver_name(c, info.name), T.StringType() if c in PSEUDONYMISED.get(info.name, ()) else spark_type(t),
-            c not in info.primary_key, "HMAC-SHA256 of the source value" if c in PSEUDONYMISED.get(info.name, ()) else "")
+        col(f"{c}_hash", T.StringType(), True, "HMAC-SHA256 of the source value") if c in info.pii
+        else col(c, spark_type(t), c not in info.primary_key)
         for c, t in info.columns.items()
     ]
 
 
-def current_spec(info: CdcTableInfo) -> TableSpec:
-    return register(TableSpec(
-        name=f"silver_{info.name}",
+def current_spec(info: CdcTable) -> TableSpec:
+    return TableSpec(
+        name=info.silver,
         layer="silver",
-        description=f"Current state of {info.topic}, kept by MERGE from its change events.",
+        description=info.description or f"Current state of {info.topic}, kept by MERGE from its change events.",
         schema=T.StructType([
             *_image_fields(info),
             col("change_position", POSITION, False, "position of the change this row comes from"),
             col("last_op", T.StringType(), False),
             col("source_ts", T.TimestampType(), comment="commit time of that change"),
         ]),
-        partitioned_by=(f"bucket(8, {info.primary_key[0]})",),
-        write_mode=MERGE_ON_READ,
-    ))
+        partitioned_by=info.partition,
+        write_mode=info.write_mode,
+    )
 
 
-def history_spec(info: CdcTableInfo) -> TableSpec:
-    return register(TableSpec(
-        name=f"silver_{info.name}_history",
+def history_spec(info: CdcTable) -> TableSpec:
+    return TableSpec(
+        name=info.history,
         layer="silver",
         description=f"Every version of every row of {info.topic} (SCD type 2): valid_from <= t < valid_to.",
         schema=T.StructType([
@@ -95,29 +105,22 @@ def history_spec(info: CdcTableInfo) -> TableSpec:
             col("is_current", T.BooleanType(), False),
         ]),
         partitioned_by=("bucket(8, key)",),
-        write_mode=MERGE_ON_READ,
-    ))
-
-
-def current_model(info: CdcTableInfo) -> pa.DataFrameSchema:
-    columns = {
-        _silver_name(c, info.name): pa.Column(
-            T.StringType() if c in PSEUDONYMISED.get(info.name, ()) else spark_type(t),
-            nullable=c not in info.primary_key,
-            checks=VALUE_CHECKS.get(info.name, {}).get(c, []),
-        )
-        for c, t in info.columns.items()
-    }
-    columns["last_op"] = pa.Column(T.StringType(), checks=[pa.Check.isin(["c", "u", "r"])])
-    keys = list(info.primary_key)
-    return pa.DataFrameSchema(
-        columns, name=f"silver_{info.name}",
-        checks=[pa.Check(lambda df: df.groupBy(*keys).count().where("count > 1").limit(1).count() == 0,
-                         name="one_row_per_primary_key")],
+        write_mode=info.write_mode,
     )
 
 
-def history_model(info: CdcTableInfo) -> pa.DataFrameSchema:
+def current_model(info: CdcTable) -> pa.DataFrameSchema:
+    columns = {
+        _silver_name(info, c): pandera_column(T.StringType(), True, None, pa.Check.str_matches(HASH_PATTERN))
+        if c in info.pii else pandera_column(spark_type(t), c not in info.primary_key, info.checks.get(c))
+        for c, t in info.columns.items()
+    }
+    columns["last_op"] = pa.Column(T.StringType(), checks=[pa.Check.isin(["c", "u", "r"])])
+    return pa.DataFrameSchema(columns, name=info.silver,
+                              checks=[unique_key(list(info.primary_key), "one_row_per_primary_key")])
+
+
+def history_model(info: CdcTable) -> pa.DataFrameSchema:
     def one_current(df) -> bool:
         return df.where("is_current").groupBy("key").count().where("count > 1").limit(1).count() == 0
 
@@ -130,29 +133,48 @@ def history_model(info: CdcTableInfo) -> pa.DataFrameSchema:
             "op": pa.Column(T.StringType(), checks=[pa.Check.isin(list(OPS))]),
             "is_current": pa.Column(T.BooleanType()),
         },
-        name=f"silver_{info.name}_history",
+        name=info.history,
         checks=[pa.Check(one_current, name="one_current_version_per_key"),
                 pa.Check(ordered, name="versions_in_position_order")],
     )
 
 
-def changes(lakehouse: LakehouseResource, info: CdcTableInfo, window: Window) -> DataFrame:
+def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, window: Window) -> DataFrame:
     """The window's changes as versions: key, image columns, op, position, valid_from."""
-    bronze = lakehouse.spark.table(lakehouse.ensure(f"bronze_cdc_{info.name}"))
-    image_columns = [f.name for f in bronze.schema["after"].dataType.fields]
-    rows = bronze.where(window.condition & F.col("op").isin(*OPS))
-    once = W.partitionBy("change_position").orderBy("ingested_at", "source_file", "source_line")
+    rows = bronze.read(reader=info.silver)
+    image_columns = [f.name for f in rows.schema["after"].dataType.fields]
+    rows = rows.where(window.condition & F.col("op").isin(*OPS))
+    # A change is one key at one position: a redelivery repeats both; the rows of one snapshot share a position.
+    once = W.partitionBy("key", "change_position").orderBy("ingested_at", "source_file", "source_line")
     rows = rows.withColumn("_n", F.row_number().over(once)).where("_n = 1")
     image = F.when(F.col("op") == "d", F.col("before")).otherwise(F.col("after"))
     key = pii_key(lakehouse.settings)
     return rows.select(
         "key",
-        *(keyed_hash(image[c], key).alias(_silver_name(c, info.name)) if c in PSEUDONYMISED.get(info.name, ())
+        *(keyed_hash(image[c], key).alias(_silver_name(info, c)) if c in info.pii
           else image[c].alias(c) for c in image_columns),
         "op",
         "change_position",
         F.col("source_ts").alias("valid_from"),
     )
+
+
+def _add_drifted_columns(batch: DataFrame, *tables: TableHandle) -> None:
+    """Columns added upstream (new fields in bronze's images) are added to silver on purpose."""
+    for table in tables:
+        present = set(table.schema().fieldNames())
+        new = [(f.name, f.dataType.simpleString()) for f in batch.schema.fields
+               if f.name not in present and f.name not in ("op", "valid_from")]
+        if new:
+            table.add_columns(new)
+
+
+def _orphans(current: TableHandle, column: str, target: TableHandle, target_column: str) -> int:
+    if not target.exists():
+        return current.read().where(F.col(column).isNotNull()).count()
+    wanted = current.read().where(F.col(column).isNotNull()).select(F.col(column).alias("_ref"))
+    present = target.read().select(F.col(target_column).alias("_ref"))
+    return wanted.join(present, "_ref", "left_anti").count()
 
 
 def _view(df: DataFrame) -> str:
@@ -161,42 +183,56 @@ def _view(df: DataFrame) -> str:
     return name
 
 
-def silver_cdc_asset(info: CdcTableInfo) -> AssetsDefinition:
+def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDefinition,
+                     referenced: dict[str, TableSpec]) -> AssetsDefinition:
+    """`referenced`: the current-state specs of the tables `info` declares references to."""
     current, history = current_spec(info), history_spec(info)
     models = {current.name: current_model(info), history.name: history_model(info)}
     pk_match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in info.primary_key)
+    reference_checks = {
+        column: AssetCheckSpec(
+            name=f"references_{column}", asset=current.name, blocking=False,
+            description=f"every {column} is a {target_table}.{target_column} in silver_{target_table} (a warning: "
+                        "CDC delivers related tables independently)",
+        )
+        for column, (target_table, target_column) in info.references.items()
+    }
+    # Referenced tables are applied first, so that a run sees their rows.
+    upstream = [bronze.name, *sorted({spec.name for spec in referenced.values()} - {current.name})]
 
     @multi_asset(
         name=current.name,
         specs=[
             AssetSpec(current.name, description=current.description, group_name="silver",
-                      kinds={"spark", "iceberg"}, deps=[f"bronze_cdc_{info.name}"]),
+                      kinds={"spark", "iceberg"}, deps=upstream),
             AssetSpec(history.name, description=history.description, group_name="silver",
-                      kinds={"spark", "iceberg"}, deps=[f"bronze_cdc_{info.name}"]),
+                      kinds={"spark", "iceberg"}, deps=[bronze.name]),
         ],
-        check_specs=[check_spec(current.name, models[current.name]), check_spec(history.name, models[history.name])],
-        partitions_def=DAILY,
+        check_specs=[check_spec(current.name, models[current.name]), check_spec(history.name, models[history.name]),
+                     *reference_checks.values()],
+        partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
         spark = lakehouse.spark
         window = Window.of_days("source_ts", *context.partition_time_window)
-        history_id, current_id = lakehouse.ensure(history), lakehouse.ensure(current)
-        batch = changes(lakehouse, info, window).cache()
+        history_table, current_table = lakehouse.table(history).create(), lakehouse.table(current).create()
+        batch = changes(lakehouse, info, lakehouse.table(bronze), window).cache()
         recomputed = None
         try:
-            held = spark.table(history_id).join(batch.select("key").distinct(), "key", "left_semi")
+            _add_drifted_columns(batch, history_table, current_table)
+            held = history_table.read().join(batch.select("key").distinct(), "key", "left_semi")
             versions = held.select(*(c for c in batch.columns if c in held.columns)).unionByName(
                 batch, allowMissingColumns=True)
             versions = versions.dropDuplicates(["key", "change_position"])
             order = W.partitionBy("key").orderBy("change_position")
-            recomputed = conform(spark, history_id, versions
+            recomputed = conform(spark, history_table.id, versions
                                  .withColumn("valid_to", F.lead("valid_from").over(order))
                                  .withColumn("valid_to_position", F.lead("change_position").over(order))
-                                 .withColumn("is_current", F.col("valid_to_position").isNull())).cache()
+                                 .withColumn("is_current", F.col("valid_to_position").isNull()),
+                                 evolve=False).cache()
 
-            staged_history = stage(lakehouse, history.name, context.run_id, history.name, window.label,
-                                   prefix="audit").sql(f"""
+            staged_history = history_table.stage(context.run_id, history.name, window.label, prefix="audit").sql(f"""
                 MERGE INTO {{target}} t USING {_view(recomputed)} s
                 ON t.key = s.key AND t.change_position = s.change_position
                 WHEN MATCHED AND NOT (t.valid_to_position <=> s.valid_to_position) THEN UPDATE SET
@@ -204,12 +240,11 @@ def silver_cdc_asset(info: CdcTableInfo) -> AssetsDefinition:
                 WHEN NOT MATCHED THEN INSERT *""")
 
             latest = recomputed.where("is_current").select(
-                *(F.col(f.name) for f in current.schema.fields if f.name not in ("last_op", "source_ts")),
+                *(F.col(f.name) for f in current_table.schema().fields if f.name not in ("last_op", "source_ts")),
                 F.col("op").alias("last_op"), F.col("valid_from").alias("source_ts"),
             )
-            latest = conform(spark, current_id, latest)
-            staged_current = stage(lakehouse, current.name, context.run_id, current.name, window.label,
-                                   prefix="audit").sql(f"""
+            latest = conform(spark, current_table.id, latest, evolve=False)
+            staged_current = current_table.stage(context.run_id, current.name, window.label, prefix="audit").sql(f"""
                 MERGE INTO {{target}} t USING {_view(latest)} s ON {pk_match}
                 WHEN MATCHED AND s.last_op = 'd' THEN DELETE
                 WHEN MATCHED AND s.change_position > t.change_position THEN UPDATE SET *
@@ -231,6 +266,14 @@ def silver_cdc_asset(info: CdcTableInfo) -> AssetsDefinition:
             batch.unpersist()
             if recomputed is not None:
                 recomputed.unpersist()
+        for column, spec in reference_checks.items():
+            target_table, target_column = info.references[column]
+            orphans = _orphans(current_table, column, lakehouse.table(referenced[target_table]), target_column)
+            checks.append(AssetCheckResult(
+                asset_key=current.name, check_name=spec.name, passed=orphans == 0,
+                severity=AssetCheckSeverity.WARN,
+                metadata={"rows_without_referenced_row": MetadataValue.int(orphans)},
+            ))
         counts = {"changes_in_window": MetadataValue.int(applied)}
         history_commit, current_commit = commits
         yield MaterializeResult(asset_key=history.name, metadata={**history_commit.metadata(), **counts},
@@ -239,6 +282,3 @@ def silver_cdc_asset(info: CdcTableInfo) -> AssetsDefinition:
                                 check_results=[c for c in checks if c.asset_key.path == [current.name]])
 
     return _asset
-
-
-silver_cdc_assets = [silver_cdc_asset(info) for info in CDC_TABLES.values()]

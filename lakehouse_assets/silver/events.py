@@ -1,156 +1,203 @@
-"""silver_events: clean behavioural events, one row per event id, personal data pseudonymised.
+"""silver_<source>: clean behavioural events, one row per event key, personal data pseudonymised.
 
 A day of silver holds the events whose event time falls on that day, whichever
 landing day brought them. Duplicate deliveries keep the first one landed, across
-days too: an event id that silver already holds on another day is not taken
-again. Events that break an explicit rule go to silver_events_rejected with the
-rule's name, so bronze (deduplicated) = silver + rejected, always.
-IP and email become keyed hashes (HMAC-SHA256, key from settings).
+days too: a key that silver already holds on another day is not taken again.
+Events that break a declared rule (or, when the source declares a closed
+vocabulary, have an unknown event type) go to silver_<source>_rejected with the
+rule's name, so bronze (deduplicated) = silver + rejected, always; by default
+nothing beyond structural validity (bronze's quarantine) is rejected.
+Declared PII fields become keyed hashes (`<field>_hash`, HMAC-SHA256).
 
 The write is audited before anyone sees it: staged on a branch, checked by the
-Pandera model, published to main only when it passes.
+Pandera model derived from the declaration (types, required fields, the key
+unique and not null, declared value checks, hashes well formed, and the rows
+reconciled with bronze), published to main only when it passes.
 """
 
+
+from typing import Any
+
 import pandera.pyspark as pa
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
-from pyspark.sql import Column
+from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, PartitionsDefinition, asset
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..bronze.events import bronze_events
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
-from ..partitions import DAILY, SINGLE_RUN
-from ..runtime.commit import Window, stage
+from ..checks.rules import HASH_PATTERN, col_ref, count_matches, pandera_column, unique_key
+from ..partitions import SINGLE_RUN
+from ..project import EventSource, parse_duration
+from ..project.declaration import RuleDecl
+from ..runtime.commit import Window
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
-from ..sources.events import EVENT_TYPES
-from ..tables.registry import COPY_ON_WRITE, TableSpec, col, register
+from ..tables.registry import COPY_ON_WRITE, TableSpec, col
 
-# Read far more than written (dashboards, features): copy-on-write keeps reads free of delete files.
-SILVER_EVENTS = register(TableSpec(
-    name="silver_events",
-    layer="silver",
-    description="Clean behavioural events (one row per event_id), personal data pseudonymised.",
-    schema=T.StructType([
-        col("event_id", T.StringType(), False),
-        col("user_id", T.StringType(), False),
-        col("session_id", T.StringType()),
-        col("event_type", T.StringType(), False),
-        col("event_ts", T.TimestampType(), False),
-        col("ip_hash", T.StringType(), comment="HMAC-SHA256 of the IP address"),
-        col("email_hash", T.StringType(), comment="HMAC-SHA256 of the email address"),
-        col("properties", T.MapType(T.StringType(), T.StringType())),
-        col("price", T.DecimalType(12, 2)),
-        col("source_file", T.StringType(), False, "landing file of the delivery kept"),
-        col("source_line", T.IntegerType(), False),
-        col("ingested_at", T.TimestampType(), False),
-    ]),
-    partitioned_by=("days(event_ts)",),
-    write_mode=COPY_ON_WRITE,
-))
-
-SILVER_EVENTS_REJECTED = register(TableSpec(
-    name="silver_events_rejected",
-    layer="silver",
-    description="Bronze events that silver does not take, with the rule they break.",
-    schema=T.StructType([
-        col("event_id", T.StringType(), False),
-        col("event_ts", T.TimestampType(), False),
-        col("rule", T.StringType(), False, "name of the first rule the event breaks"),
-        col("event_type", T.StringType()),
-        col("source_file", T.StringType(), False),
-        col("source_line", T.IntegerType(), False),
-    ]),
-    partitioned_by=("days(event_ts)",),
-))
-
-BOT_AGENT = r"(?i)(bot|crawler|spider|slurp|headless)"
-
-def rules() -> dict[str, Column]:
-    """An event is rejected by the first rule it breaks, in this order."""
-    return {
-        "unknown_event_type": ~F.col("event_type").isin(*EVENT_TYPES),
-        "bot_user_agent": F.coalesce(F.col("properties")["user_agent"].rlike(BOT_AGENT), F.lit(False)),
-        "purchase_without_price": (F.col("event_type") == "purchase") & F.col("price").isNull(),
-        "negative_price": F.coalesce(F.col("price") < 0, F.lit(False)),
-        "event_after_ingestion": F.col("event_ts") > F.col("ingested_at") + F.expr("INTERVAL 1 HOUR"),
-    }
+UNKNOWN_EVENT_TYPE = "unknown_event_type"
 
 
-def first_broken_rule() -> Column:
+def silver_name(source: EventSource, field: str) -> str:
+    return f"{field}_hash" if field in source.pii else field
+
+
+def silver_spec(source: EventSource) -> TableSpec:
+    # Read far more than written (dashboards, features): copy-on-write keeps reads free of delete files.
+    return TableSpec(
+        name=source.silver,
+        layer="silver",
+        description=f"{source.description} Clean: one row per {source.key}, personal data pseudonymised.",
+        schema=T.StructType([
+            *(col(f"{name}_hash", T.StringType(), comment=f"HMAC-SHA256 of {name}") if name in source.pii
+              else col(name, dtype, name not in source.required) for name, dtype in source.fields.items()),
+            col("source_file", T.StringType(), False, "landing file of the delivery kept"),
+            col("source_line", T.IntegerType(), False),
+            col("ingested_at", T.TimestampType(), False),
+        ]),
+        partitioned_by=(f"days({source.timestamp})",),
+        write_mode=COPY_ON_WRITE,
+    )
+
+
+def rejected_spec(source: EventSource) -> TableSpec:
+    fields = source.fields
+    return TableSpec(
+        name=source.rejected,
+        layer="silver",
+        description=f"Events of {source.bronze} that {source.silver} does not take, with the rule they break.",
+        schema=T.StructType([
+            col(source.key, fields[source.key], False),
+            col(source.timestamp, T.TimestampType(), False),
+            col("rule", T.StringType(), False, "name of the first rule the event breaks"),
+            *([col(source.event_type, fields[source.event_type])] if source.event_type else []),
+            col("source_file", T.StringType(), False),
+            col("source_line", T.IntegerType(), False),
+        ]),
+        partitioned_by=(f"days({source.timestamp})",),
+    )
+
+
+def _broken(rule: RuleDecl) -> Column:
+    value = col_ref(rule.field)
+    if rule.matches is not None:
+        broken = value.rlike(rule.matches)
+    elif rule.in_ is not None:
+        broken = value.isin(*rule.in_)
+    elif rule.not_in is not None:
+        broken = value.isNotNull() & ~value.isin(*rule.not_in)
+    elif rule.below is not None:
+        broken = value < F.lit(rule.below)
+    elif rule.above is not None:
+        broken = value > F.lit(rule.above)
+    elif rule.missing is not None:
+        broken = value.isNull() if rule.missing else value.isNotNull()
+    else:
+        seconds = int(parse_duration(rule.later_than_ingestion_by or "0s").total_seconds())
+        broken = value > F.col("ingested_at") + F.expr(f"INTERVAL {seconds} SECONDS")
+    for field, expected in rule.when.items():
+        broken = broken & (col_ref(field) == F.lit(expected))
+    return F.coalesce(broken, F.lit(False))
+
+
+def rules(source: EventSource) -> dict[str, Column]:
+    """The rules an event is judged by, in order: the first one it breaks rejects it."""
+    judged: dict[str, Column] = {}
+    if source.event_types is not None and source.event_type is not None:
+        judged[UNKNOWN_EVENT_TYPE] = F.coalesce(~F.col(source.event_type).isin(*source.event_types), F.lit(True))
+    for rule in source.rules:
+        judged[rule.name] = _broken(rule)
+    return judged
+
+
+def first_broken_rule(source: EventSource) -> Column:
     rule = F.lit(None).cast("string")
-    for name, broken in reversed(rules().items()):
+    for name, broken in reversed(rules(source).items()):
         rule = F.when(broken, F.lit(name)).otherwise(rule)
     return rule
 
 
-class SilverEventsModel(pa.DataFrameModel):
-    """What every silver event row must satisfy."""
-
-    event_id: T.StringType() = pa.Field(str_startswith="e-")
-    user_id: T.StringType() = pa.Field()
-    session_id: T.StringType() = pa.Field(nullable=True)
-    event_type: T.StringType() = pa.Field(isin=list(EVENT_TYPES))
-    event_ts: T.TimestampType() = pa.Field()
-    ip_hash: T.StringType() = pa.Field(nullable=True, str_matches=r"^[0-9a-f]{64}$")
-    email_hash: T.StringType() = pa.Field(nullable=True, str_matches=r"^[0-9a-f]{64}$")
-    price: T.DecimalType(12, 2) = pa.Field(nullable=True, ge=0)
-
-    @pa.dataframe_check
-    def purchases_have_a_price(cls, df) -> bool:
-        return df.where((F.col("event_type") == "purchase") & F.col("price").isNull()).limit(1).count() == 0
+def silver_model(source: EventSource, spec: TableSpec, reconciled: Any = None) -> pa.DataFrameSchema:
+    """What every silver row must satisfy, from the declaration; `reconciled` adds the layer count check."""
+    columns = {}
+    for f in spec.schema.fields:
+        if f.name.endswith("_hash") and f.name.removesuffix("_hash") in source.pii:
+            columns[f.name] = pandera_column(f.dataType, True, None, pa.Check.str_matches(HASH_PATTERN))
+        elif f.name in source.fields:
+            columns[f.name] = pandera_column(f.dataType, f.nullable, source.checks.get(f.name))
+    checks = [unique_key([source.key])]
+    if reconciled is not None:
+        checks.append(reconciled)
+    return pa.DataFrameSchema(columns, name=spec.name, checks=checks)
 
 
-@asset(
-    description=SILVER_EVENTS.description,
-    group_name="silver",
-    kinds={"spark", "iceberg"},
-    partitions_def=DAILY,
-    backfill_policy=SINGLE_RUN,
-    deps=[bronze_events.keys_by_output_name["bronze_events"]],
-    check_specs=[check_spec("silver_events", SilverEventsModel)],
-)
-def silver_events(context: AssetExecutionContext, lakehouse: LakehouseResource):
-    spark = lakehouse.spark
-    window = Window.of_days("event_ts", *context.partition_time_window)
-    silver_id = lakehouse.ensure(SILVER_EVENTS)
-    bronze = spark.table(lakehouse.ensure("bronze_events")).where(window.condition)
-    first_landed = W.partitionBy("event_id").orderBy("ingested_at", "source_file", "source_line")
-    deduped = bronze.withColumn("_n", F.row_number().over(first_landed)).where(F.col("_n") == 1).drop("_n")
-    # An event id silver holds on another day came first: it is not taken twice.
-    elsewhere = spark.table(silver_id).where(~window.condition).select("event_id")
-    fresh = deduped.join(elsewhere, "event_id", "left_anti")
-    judged = fresh.withColumn("rule", first_broken_rule()).cache()
-    try:
-        key = pii_key(lakehouse.settings)
-        clean = judged.where(F.col("rule").isNull()).select(
-            *(c for c in SILVER_EVENTS.column_names if c not in ("ip_hash", "email_hash")),
-            keyed_hash(F.col("ip"), key).alias("ip_hash"),
-            keyed_hash(F.col("email"), key).alias("email_hash"),
-        ).select(*SILVER_EVENTS.column_names)
-        rejected = judged.where(F.col("rule").isNotNull()).select(*SILVER_EVENTS_REJECTED.column_names)
+def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: PartitionsDefinition) -> AssetsDefinition:
+    spec, rejected_table = silver_spec(source), rejected_spec(source)
+    key, ts = source.key, source.timestamp
 
-        staged = stage(lakehouse, "silver_events", context.run_id, "silver_events", window.label,
-                       prefix="audit").overwrite(clean, window)
-        commits, checks = audit_and_publish([Audit(staged, [
-            ("silver_events", "pandera_schema", SilverEventsModel, staged.read().where(window.condition)),
-        ])])
-        if not commits:
-            yield from checks
-            raise_if_failed(checks)
-        rejects = stage(lakehouse, "silver_events_rejected", context.run_id, "silver_events",
-                        window.label).overwrite(rejected, window).publish()
-        by_rule = {r.rule: r["count"] for r in rejected.groupBy("rule").count().collect()}
-        duplicates = bronze.count() - judged.count()
-    finally:
-        judged.unpersist()
-    yield MaterializeResult(
-        metadata={
-            **commits[0].metadata(),
-            "duplicates_dropped": MetadataValue.int(duplicates),
-            "rejected": MetadataValue.int(rejects.added_records),
-            "rejected_by_rule": MetadataValue.json(by_rule),
-        },
-        check_results=checks,
+    @asset(
+        name=spec.name,
+        description=spec.description,
+        group_name="silver",
+        kinds={"spark", "iceberg"},
+        partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
+        deps=[bronze.name],
+        check_specs=[check_spec(spec.name, silver_model(source, spec), "pandera_schema")],
     )
+    def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
+        silver, rejected_handle = lakehouse.table(spec).create(), lakehouse.table(rejected_table)
+        window = Window.of_days(ts, *context.partition_time_window)
+        bronze_window = lakehouse.table(bronze).read(reader=spec.name).where(window.condition)
+        first_landed = W.partitionBy(key).orderBy("ingested_at", "source_file", "source_line")
+        deduped = bronze_window.withColumn("_n", F.row_number().over(first_landed)).where("_n = 1").drop("_n")
+        # A key silver holds on another day came first: it is not taken twice.
+        elsewhere = silver.read().where(~window.condition).select(key)
+        fresh = deduped.join(elsewhere, key, "left_anti")
+        judged = fresh.withColumn("rule", first_broken_rule(source)).cache()
+        try:
+            secret = pii_key(lakehouse.settings)
+            clean = judged.where(F.col("rule").isNull()).select(*(
+                keyed_hash(F.col(f.name.removesuffix("_hash")), secret).alias(f.name)
+                if f.name.endswith("_hash") and f.name.removesuffix("_hash") in source.pii else F.col(f.name)
+                for f in spec.schema.fields
+            ))
+            rejects = judged.where(F.col("rule").isNotNull()).select(*rejected_table.column_names)
+
+            staged = silver.stage(context.run_id, spec.name, window.label, prefix="audit").overwrite(clean, window)
+            staged_rejects = rejected_handle.stage(context.run_id, spec.name, window.label).overwrite(rejects, window)
+
+            def bronze_keys() -> int:
+                return bronze_window.select(key).distinct().count()
+
+            def accounted() -> int:
+                held_elsewhere = bronze_window.select(key).distinct().join(
+                    silver.read().where(~window.condition).select(key).distinct(), key, "left_semi").count()
+                return (staged.read().where(window.condition).count()
+                        + staged_rejects.read().where(window.condition).count() + held_elsewhere)
+
+            model = silver_model(source, spec, count_matches("bronze_keys_equal_silver_plus_rejected",
+                                                             bronze_keys, accounted))
+            commits, checks = audit_and_publish([
+                Audit(staged, [(spec.name, "pandera_schema", model, staged.read().where(window.condition))]),
+                Audit(staged_rejects),
+            ])
+            if not commits:
+                staged_rejects.discard()
+                yield from checks
+                raise_if_failed(checks)
+            by_rule = {r.rule: r["count"] for r in rejects.groupBy("rule").count().collect()}
+            duplicates = bronze_window.count() - deduped.count()
+        finally:
+            judged.unpersist()
+        yield MaterializeResult(
+            metadata={
+                **commits[0].metadata(),
+                "duplicates_dropped": MetadataValue.int(duplicates),
+                "rejected": MetadataValue.int(commits[1].added_records),
+                "rejected_by_rule": MetadataValue.json(by_rule),
+            },
+            check_results=checks,
+        )
+
+    return _asset

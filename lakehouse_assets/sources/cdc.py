@@ -18,19 +18,15 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..project import CdcTable
 from ..tables.registry import col
-from .cdc_tables import CdcTableInfo
-from .landing import LINEAGE_COLUMNS, blank, json_reason
+from ..tables.types import spark_type
+from .landing import LINEAGE_COLUMNS, blank, json_reason, typed_value
 
 OPS = ("c", "u", "d", "r")
 TOMBSTONE = "t"
 POSITION = T.DecimalType(38, 0)
 
-_TYPES = {
-    "long": T.LongType(), "int": T.IntegerType(), "string": T.StringType(),
-    "timestamp": T.TimestampType(), "boolean": T.BooleanType(), "double": T.DoubleType(),
-}
-_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 _LINE = T.StructType([T.StructField(n, T.StringType()) for n in ("schema", "payload", "_corrupt_record")])
@@ -45,21 +41,11 @@ _ENVELOPE = T.StructType(
 _SHAPES = T.StructType([T.StructField(n, T.MapType(T.StringType(), T.StringType())) for n in ("before", "after")])
 
 
-def spark_type(name: str) -> T.DataType:
-    m = _DECIMAL.match(name)
-    if m:
-        return T.DecimalType(int(m.group(1)), int(m.group(2)))
-    try:
-        return _TYPES[name]
-    except KeyError:
-        raise ValueError(f"unknown column type {name!r}; use {sorted(_TYPES)} or decimal(p,s)") from None
-
-
-def image_type(info: CdcTableInfo) -> T.StructType:
+def image_type(info: CdcTable) -> T.StructType:
     return T.StructType([T.StructField(c, spark_type(t)) for c, t in info.columns.items()])
 
 
-def bronze_cdc_schema(info: CdcTableInfo) -> T.StructType:
+def bronze_cdc_schema(info: CdcTable) -> T.StructType:
     return T.StructType([
         col("op", T.StringType(), False, "c create, u update, d delete, r snapshot read, t tombstone"),
         col("key", T.StringType(), comment="primary key as canonical JSON"),
@@ -81,19 +67,13 @@ def _millis(c: Column) -> Column:
     return F.timestamp_millis(c.cast("long"))
 
 
-def _typed_value(raw: Column, dtype: T.DataType) -> Column:
-    if isinstance(dtype, T.TimestampType):
-        return F.to_timestamp(raw)
-    return raw.cast(dtype)
-
-
 def _image(text: Column, image: T.StructType) -> tuple[Column, Column]:
     """(typed struct, reason for a bad value or None) of an image's JSON text."""
     as_text = F.from_json(text, T.StructType([T.StructField(f.name, T.StringType()) for f in image.fields]))
-    typed = F.struct(*(_typed_value(as_text[f.name], f.dataType).alias(f.name) for f in image.fields))
+    typed = F.struct(*(typed_value(as_text[f.name], f.dataType).alias(f.name) for f in image.fields))
     reason = F.lit(None).cast("string")
     for f in reversed(image.fields):
-        bad = as_text[f.name].isNotNull() & _typed_value(as_text[f.name], f.dataType).isNull()
+        bad = as_text[f.name].isNotNull() & typed_value(as_text[f.name], f.dataType).isNull()
         reason = F.when(bad, F.concat(F.lit(f"{f.name} is not a {f.dataType.simpleString()}: "),
                                       as_text[f.name])).otherwise(reason)
     return typed, reason
@@ -103,7 +83,7 @@ def _present(text: Column) -> Column:
     return text.isNotNull() & (F.trim(text) != "null")
 
 
-def parse_cdc(info: CdcTableInfo, lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
+def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
     """Bronze CDC columns for `info`, the lineage columns and `reason` (null for a good record)."""
     image = table_schema["after"].dataType if table_schema else image_type(info)
     line = F.from_json("payload", _LINE, {"columnNameOfCorruptRecord": "_corrupt_record"})

@@ -1,91 +1,80 @@
-"""Behavioural event logs: one JSON object per line.
+"""Behavioural event logs: one JSON object per line, typed by the source's declaration.
 
-Every field is read as text first, so a wrong type becomes a precise reason
-instead of Spark nulling the whole record; fields the schema does not know yet
-are found so that the bronze table can grow a column for them.
+Every declared field is read as text first (from its declared path in the
+record), then typed, so a wrong type becomes a precise reason instead of Spark
+nulling the whole record. Fields the declaration does not know are found, so
+that the bronze table can grow a column for them (schema drift).
 """
 
 from __future__ import annotations
 
 import re
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .landing import LINEAGE_COLUMNS, blank, json_reason
-
-EVENT_TYPES = ("page_view", "add_to_cart", "purchase")
-REQUIRED_FIELDS = ("event_id", "user_id", "event_type", "event_ts")
-KNOWN_FIELDS = ("event_id", "user_id", "session_id", "event_type", "event_ts", "ip", "email", "properties", "price")
-
-_RAW_SCHEMA = T.StructType(
-    [T.StructField(name, T.StringType()) for name in KNOWN_FIELDS]
-    + [T.StructField("_corrupt_record", T.StringType())]
-)
-_PROPERTIES = T.MapType(T.StringType(), T.StringType())
+from ..project import EventSource
+from .landing import LINEAGE_COLUMNS, blank, json_reason, typed_value
 
 _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_NEW_COLUMNS = 32  # per run: a flood of new keys is more likely garbage than schema
+STAMP_COLUMNS = ("ingested_at", "run_id")
 
-EVENT_COLUMNS = ["event_id", "user_id", "session_id", "event_type", "event_ts", "ip", "email", "properties", "price"]
+
+def _raw_fields(source: EventSource, payload: Column, raw: Column) -> dict[str, Column]:
+    """Each declared field's text: top-level ones from one JSON parse, nested paths one by one."""
+    return {
+        name: raw[path] if "." not in path else F.get_json_object(payload, f"$.{path}")
+        for name, path in source.paths.items()
+    }
 
 
-def parse_events(lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
+def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
     """Typed event columns, the lineage columns, and `reason` (null when the line is a good event).
 
     Columns the table gained from schema drift are filled from the payload by name.
     """
-    raw = F.col("raw")
+    top_level = sorted({p for p in source.paths.values() if "." not in p})
+    raw_schema = T.StructType([T.StructField(p, T.StringType()) for p in top_level]
+                              + [T.StructField("_corrupt_record", T.StringType())])
     parsed = lines.withColumn(
-        "raw", F.from_json("payload", _RAW_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt_record"})
-    ).select(
-        *LINEAGE_COLUMNS,
-        "raw",
-        F.to_timestamp("raw.event_ts").alias("event_ts"),
-        F.col("raw.price").cast(T.DecimalType(12, 2)).alias("price"),
-        F.from_json("raw.properties", _PROPERTIES).alias("properties"),
+        "raw", F.from_json("payload", raw_schema, {"columnNameOfCorruptRecord": "_corrupt_record"})
     )
-    reason = json_reason(F.col("payload"), raw["_corrupt_record"])
-    for name in REQUIRED_FIELDS:
-        reason = reason.when(blank(raw[name]), F.lit(f"missing required field {name}"))
-    reason = reason.when(
-        F.col("event_ts").isNull(), F.concat(F.lit("event_ts is not a timestamp: "), raw["event_ts"])
-    )
-    reason = reason.when(
-        raw["price"].isNotNull() & F.col("price").isNull(),
-        F.concat(F.lit("price is not a number: "), raw["price"]),
-    )
-    reason = reason.when(
-        raw["properties"].isNotNull() & F.col("properties").isNull(),
-        F.lit("properties is not a JSON object"),
-    )
+    text = _raw_fields(source, F.col("payload"), F.col("raw"))
+    typed = {name: typed_value(text[name], dtype) for name, dtype in source.fields.items()}
+
+    reason = json_reason(F.col("payload"), F.col("raw._corrupt_record"))
+    for name in source.required:
+        reason = reason.when(blank(text[name]), F.lit(f"missing required field {name}"))
+    for name, dtype in source.fields.items():
+        what = "a JSON object" if isinstance(dtype, T.MapType) else f"a {dtype.simpleString()}"
+        reason = reason.when(
+            text[name].isNotNull() & typed[name].isNull(),
+            F.concat(F.lit(f"{name} is not {what}: "), F.substring(text[name], 1, 200)),
+        )
     return parsed.select(
-        *(raw[c].alias(c) for c in ("event_id", "user_id", "session_id", "event_type")),
-        "event_ts",
-        raw["ip"].alias("ip"),
-        raw["email"].alias("email"),
-        "properties",
-        "price",
+        *(typed[name].alias(name) for name in source.fields),
         *LINEAGE_COLUMNS,
         *(F.get_json_object("payload", f"$.{f.name}").cast(f.dataType).alias(f.name)
-          for f in _drifted(table_schema)),
+          for f in drifted_columns(source, table_schema)),
         reason.alias("reason"),
     )
 
 
-def _drifted(table_schema: T.StructType | None) -> list[T.StructField]:
-    taken = set(EVENT_COLUMNS) | set(LINEAGE_COLUMNS) | {"ingested_at", "run_id"}
+def drifted_columns(source: EventSource, table_schema: T.StructType | None) -> list[T.StructField]:
+    """Columns the bronze table gained from the data, beyond the declaration."""
+    taken = set(source.fields) | set(LINEAGE_COLUMNS) | set(STAMP_COLUMNS)
     return [f for f in (table_schema.fields if table_schema else []) if f.name not in taken]
 
 
-def new_event_fields(lines: DataFrame, table_schema: T.StructType) -> list[tuple[str, str]]:
+def new_event_fields(source: EventSource, lines: DataFrame, table_schema: T.StructType) -> list[tuple[str, str]]:
     """Top-level keys in the lines that the table has no column for yet (schema drift).
 
     They become nullable string columns; keys that are not plain lower-case
     identifiers stay in the raw payload only.
     """
-    present = {f.name.lower() for f in table_schema.fields} | set(KNOWN_FIELDS)
+    present = {f.name.lower() for f in table_schema.fields} | {p.split(".")[0] for p in source.paths.values()}
     keys = lines.select(F.explode(F.json_object_keys("payload")).alias("key")).distinct().collect()
     new = sorted(k.key for k in keys if _DRIFT_NAME.match(k.key) and k.key not in present)
     return [(name, "string") for name in new[:MAX_NEW_COLUMNS]]

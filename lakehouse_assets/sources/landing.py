@@ -10,6 +10,7 @@ import datetime as dt
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ..runtime.files import glob_files
 
@@ -67,3 +68,29 @@ def json_reason(payload: Column, corrupt: Column) -> Column:
 
 def blank(column: Column) -> Column:
     return column.isNull() | (F.trim(column) == "")
+
+
+_EPOCH = r"^-?[0-9]{1,19}([.][0-9]+)?$"
+
+
+def to_timestamp(text: Column) -> Column:
+    """ISO-8601 text (any offset, s/ms/us fractions) or a number since the epoch in s, ms or us."""
+    number = text.cast("decimal(38,6)")
+    magnitude = F.abs(number)
+    micros = (F.when(magnitude < 1e11, number * 1_000_000).when(magnitude < 1e14, number * 1_000)
+              .otherwise(number)).cast("long")
+    return F.when(text.rlike(_EPOCH), F.timestamp_micros(micros)).otherwise(F.to_timestamp(text))
+
+
+def typed_value(text: Column, dtype: T.DataType) -> Column:
+    """A JSON value's text as `dtype`; null where it does not parse (the caller names the reason)."""
+    if isinstance(dtype, T.TimestampType):
+        return to_timestamp(text)
+    if isinstance(dtype, T.DateType):
+        return F.to_date(text)
+    if isinstance(dtype, T.MapType):
+        return F.from_json(text, dtype)
+    if isinstance(dtype, T.BooleanType):
+        lowered = F.lower(F.trim(text))
+        return F.when(lowered == "true", True).when(lowered == "false", False)
+    return text.cast(dtype)

@@ -1,7 +1,8 @@
-"""Tables declared as data: schema, hidden partitioning, properties, in one place.
+"""A table's declaration as data: schema, hidden partitioning, write mode, properties.
 
-An asset names its table; the engine room creates it from this declaration, so a
-reader finds a table's whole shape here and nowhere else.
+Each layer builds the specs of its tables from the project's declaration; an
+asset holds the handle of its table (`LakehouseResource.table(spec)`), which
+creates it from this spec.
 """
 
 from __future__ import annotations
@@ -79,20 +80,3 @@ class TableSpec:
     @property
     def column_names(self) -> list[str]:
         return [f.name for f in self.schema.fields]
-
-
-TABLES: dict[str, TableSpec] = {}
-
-
-def register(spec: TableSpec) -> TableSpec:
-    if spec.name in TABLES and TABLES[spec.name] != spec:
-        raise ValueError(f"table {spec.name} is declared twice")
-    TABLES[spec.name] = spec
-    return spec
-
-
-def get_table(name: str) -> TableSpec:
-    try:
-        return TABLES[name]
-    except KeyError:
-        raise KeyError(f"no table named {name!r} is declared; known: {sorted(TABLES)}") from None

@@ -5,8 +5,7 @@ import datetime as dt
 from dagster import AssetKey, AssetMaterialization, AssetSelection, DagsterInstance, evaluate_automation_conditions
 from dagster._core.definitions.freshness import FreshnessState, FreshnessStateChange
 
-from lakehouse_assets.definitions import defs
-from lakehouse_assets.partitions import DAILY
+from ..shop import DEFS as defs
 
 BI = ["gold_minute_activity", "gold_sessions", "gold_daily_funnel", "gold_daily_activity", "gold_daily_product_revenue"]
 SELECTION = AssetSelection.assets(*BI)
@@ -51,7 +50,7 @@ def test_new_upstream_data_requests_exactly_the_dependent_bi_partitions():
 def test_a_failed_freshness_window_requests_the_latest_partition():
     instance = DagsterInstance.ephemeral()
     now = dt.datetime.now(dt.timezone.utc)
-    latest = DAILY.get_last_partition_key()
+    latest = defs.resolve_asset_graph().get(AssetKey("gold_minute_activity")).partitions_def.get_last_partition_key()
     materialized(instance, "silver_events", latest)
     materialized(instance, "gold_minute_activity", latest)
     first = evaluate_automation_conditions(defs, instance, AssetSelection.assets("gold_minute_activity"))

@@ -6,13 +6,17 @@ import uuid
 import pytest
 from dagster import AssetKey, DagsterInstance, Definitions, build_sensor_context, materialize
 
+from examples.shop.events_generator import generate_day
 from lakehouse_assets.automation.landing_sensors import landing_sensor
-from lakehouse_assets.bronze.events import EVENTS, bronze_events
+from lakehouse_assets.bronze.sources import event_landing_source
 from lakehouse_assets.runtime.resource import LakehouseResource
-from lakehouse_assets.sources.generator import generate_day
 from lakehouse_assets.sources.zones import landing_zone
 
+from ..shop import SHOP, asset
+
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
+EVENTS = event_landing_source(SHOP.events["events"])
+bronze_events = asset("bronze_events")
 SENSOR = landing_sensor(EVENTS)
 
 

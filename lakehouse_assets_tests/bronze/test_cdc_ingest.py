@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 from dagster import DagsterInstance, materialize
 
-from lakehouse_assets.bronze.cdc import bronze_cdc_assets
-from lakehouse_assets.sources.cdc_generator import generate_cdc
-from lakehouse_assets.sources.cdc_tables import CDC_TABLES
+from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
+
+from ..shop import BRONZE_CDC as bronze_cdc_assets
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
 # What a consumer calls each kind of breakage the generator makes.

@@ -9,7 +9,9 @@ import sys
 import pytest
 from dagster import DagsterInstance, materialize
 
-from lakehouse_assets.bronze.events import bronze_events
+from ..shop import SHOP_FILE, asset
+
+bronze_events = asset("bronze_events")
 
 DAY = "2025-01-01"
 
@@ -99,7 +101,8 @@ def _crash_run(lakehouse, failpoint):
     s = lakehouse.settings
     env = {**os.environ, "LAKEHOUSE_HOME": str(s.home), "LAKEHOUSE_NAMESPACE": s.namespace,
            "LAKEHOUSE_LANDING": s.landing, "LAKEHOUSE_SPARK_MASTER": "local[1]",
-           "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_FAILPOINTS": failpoint}
+           "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_FAILPOINTS": failpoint,
+           "LAKEHOUSE_PROJECT": str(SHOP_FILE)}
     env.pop("DAGSTER_HOME", None)
     dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
     return subprocess.run(

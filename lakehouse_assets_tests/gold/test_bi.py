@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, materialize
 
-from lakehouse_assets.bronze.cdc import bronze_cdc_assets
-from lakehouse_assets.bronze.events import bronze_events
-from lakehouse_assets.gold.bi import PAID, bi_assets
+from examples.shop.cdc_generator import generate_cdc
+from examples.shop.events_generator import generate
 from lakehouse_assets.runtime.resource import LakehouseResource
-from lakehouse_assets.silver.cdc import silver_cdc_assets
-from lakehouse_assets.silver.events import silver_events
-from lakehouse_assets.sources.cdc_generator import generate_cdc
-from lakehouse_assets.sources.generator import generate
 from lakehouse_assets.sql import query
+
+from ..shop import BRONZE_CDC, SHOP_FILE, SILVER_CDC, assets
+
+PAID = ("paid", "shipped", "delivered")  # the declaration's revenue query counts these
+BI = assets("gold_minute_activity", "gold_sessions", "gold_daily_funnel", "gold_daily_activity",
+            "gold_daily_product_revenue")
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
 
@@ -34,7 +35,7 @@ def gold(spark, lake_settings, tmp_path_factory):
     lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
                                   namespace=f"t_gold_{uuid.uuid4().hex[:6]}", landing=str(landing))
     result = materialize(
-        [bronze_events, silver_events, *bronze_cdc_assets, *silver_cdc_assets, *bi_assets],
+        [*assets("bronze_events", "silver_events"), *BRONZE_CDC, *SILVER_CDC, *BI],
         resources={"lakehouse": lakehouse}, instance=DagsterInstance.ephemeral(),
         tags={"dagster/asset_partition_range_start": "2025-01-01", "dagster/asset_partition_range_end": "2025-01-02"},
     )
@@ -70,15 +71,29 @@ def test_sessions_and_funnel(gold):
         s = sessions[sid]
         start, end = min(e.event_ts for e in events), max(e.event_ts for e in events)
         kinds = {e.event_type for e in events}
-        outcome = "purchase" if "purchase" in kinds else "cart" if "add_to_cart" in kinds else "browse"
-        assert (s.session_start, s.session_end, s.events, s.outcome) == (start, end, len(events), outcome)
+        # The funnel is page_view -> add_to_cart -> purchase: a step counts with every step before it.
+        step = 0
+        for n, kind in enumerate(("page_view", "add_to_cart", "purchase"), start=1):
+            if kind not in kinds:
+                break
+            step = n
+        outcome = ("none", "page_view", "add_to_cart", "purchase")[step]
+        assert (s.session_start, s.session_end, s.events, s.funnel_step, s.outcome) == \
+            (start, end, len(events), step, outcome)
+        assert s.purchases == sum(1 for e in events if e.event_type == "purchase")
         assert s.duration_s == int((end - start).total_seconds())
-    funnel = {f.funnel_date: f for f in table(lakehouse, "gold_daily_funnel").collect()}
+    funnel = defaultdict(dict)
+    for f in table(lakehouse, "gold_daily_funnel").collect():
+        funnel[f.funnel_date][f.step] = f
     for day in DAYS:
         todays = [s for s in sessions.values() if s.session_start.date() == day]
-        f = funnel[day]
-        assert (f.sessions, f.purchased) == (len(todays), sum(1 for s in todays if s.outcome == "purchase"))
-        assert f.viewed >= f.carted >= f.purchased > 0
+        steps = funnel[day]
+        assert [steps[n].event_type for n in (1, 2, 3)] == ["page_view", "add_to_cart", "purchase"]
+        for n in (1, 2, 3):
+            assert steps[n].sessions == sum(1 for s in todays if s.funnel_step >= n)
+        assert steps[1].conversion == steps[1].sessions / len(todays)
+        assert steps[3].conversion == steps[3].sessions / steps[2].sessions
+        assert steps[1].sessions >= steps[2].sessions >= steps[3].sessions > 0
 
 
 def test_product_revenue_matches_the_source_databases_true_state(gold):
@@ -105,23 +120,25 @@ def test_sql_without_spark_answers_like_spark_now_and_as_of_an_older_snapshot(go
     lakehouse, _ = gold
     spark, settings = lakehouse.spark, lakehouse.settings
     table_id = lakehouse.table_id("gold_daily_funnel")
-    sql = "SELECT funnel_date, sessions, purchased FROM {t} WHERE funnel_date >= DATE'2025-01-01' ORDER BY funnel_date"
+    sql = ("SELECT funnel_date, step, sessions FROM {t} WHERE funnel_date >= DATE'2025-01-01' "
+           "ORDER BY funnel_date, step")
     older = lakehouse.iceberg_table("gold_daily_funnel").current_snapshot().snapshot_id
     spark.sql(f"DELETE FROM {table_id} WHERE funnel_date = DATE'2025-01-01'")
 
     now = query(settings, sql.format(t="gold_daily_funnel")).to_pylist()
     assert now == [r.asDict() for r in spark.sql(sql.format(t=table_id)).collect()]
-    assert [r["funnel_date"] for r in now] == [DAYS[1]]
+    assert {r["funnel_date"] for r in now} == {DAYS[1]}
 
     before = query(settings, sql.format(t="gold_daily_funnel"), as_of=str(older)).to_pylist()
     assert before == [r.asDict() for r in spark.sql(sql.format(t=f"{table_id} VERSION AS OF {older}")).collect()]
-    assert [r["funnel_date"] for r in before] == DAYS
+    assert sorted({r["funnel_date"] for r in before}) == DAYS
 
     # The CLI, as an analyst runs it.
     done = subprocess.run(
         [str(Path(sys.executable).with_name("lakehouse")), "sql", sql.format(t="gold_daily_funnel"),
          "--as-of", str(older), "--format", "json"],
-        env={**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace},
+        env={**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace,
+             "LAKEHOUSE_PROJECT": str(SHOP_FILE)},
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr

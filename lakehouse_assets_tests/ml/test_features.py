@@ -7,15 +7,15 @@ import uuid
 import pytest
 from dagster import DagsterInstance, materialize
 
-from lakehouse_assets.bronze.events import bronze_events
-from lakehouse_assets.ml.features import day_end, features_as_of, ml_training_set, ml_user_features
+from examples.shop.events_generator import generate
+from lakehouse_assets.ml.features import canonical_events, day_end, features_as_of
 from lakehouse_assets.pinning import PINNED, pinned, read_pinned
 from lakehouse_assets.runtime.resource import LakehouseResource
-from lakehouse_assets.silver.events import silver_events
-from lakehouse_assets.sources.generator import generate
+
+from ..shop import SHOP, assets
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)]
-ASSETS = [bronze_events, silver_events, ml_user_features, ml_training_set]
+ASSETS = assets("bronze_events", "silver_events", "ml_user_features", "ml_training_set")
 
 
 def run(lakehouse, instance, first, last):
@@ -60,7 +60,7 @@ def test_a_feature_row_as_of_t_ignores_an_event_one_second_later(spark):
         "user_id string, session_id string, event_type string, event_ts timestamp, price double",
     )
     points = spark.createDataFrame([("u1", t), ("u1", t + dt.timedelta(seconds=1))], "user_id string, as_of_ts timestamp")
-    rows = {r.as_of_ts: r for r in features_as_of(events, points).collect()}
+    rows = {r.as_of_ts: r for r in features_as_of(canonical_events(events, SHOP.gold), points).collect()}
     at_t = rows[t]
     assert (at_t.events_1d, at_t.events_7d, at_t.events_30d) == (1, 2, 2)
     assert (at_t.purchases_30d, float(at_t.spend_30d), at_t.seconds_since_last_event) == (1, 10.0, 0)

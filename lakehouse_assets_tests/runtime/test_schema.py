@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import types as T
 
-from lakehouse_assets.runtime.commit import stage
+from lakehouse_assets.errors import UpstreamMissingError
 from lakehouse_assets.runtime.schema import SchemaMismatchError, casts_up, promotable
 from lakehouse_assets.tables.registry import TableSpec, col
 
@@ -21,9 +21,9 @@ SPEC = TableSpec(
 )
 
 
-def write(lakehouse, spark, rows, schema):
-    lakehouse.ensure(SPEC)
-    return stage(lakehouse, SPEC, "run-1", "probe", "-").append(spark.createDataFrame(rows, schema)).publish()
+def write(lakehouse, spark, rows, schema, evolve=True):
+    table = lakehouse.table(SPEC)
+    return table.stage("run-1", "probe", "-", evolve=evolve).append(spark.createDataFrame(rows, schema)).publish()
 
 
 @pytest.mark.parametrize("column, bad_type, value", [
@@ -63,6 +63,27 @@ def test_a_new_nullable_column_and_a_widening_evolve_the_table(lakehouse, spark)
     # A narrower write than the table now holds casts up without loss.
     write(lakehouse, spark, [(3, 1)], "id int, qty int")
     assert spark.table(lakehouse.table_id(SPEC)).where("id = 3").first().amount is None
+
+
+def test_outside_bronze_a_column_the_declaration_does_not_have_is_refused(lakehouse, spark):
+    write(lakehouse, spark, [(1, 2, Decimal("3.00"), "x")], "id bigint, qty int, amount decimal(12,2), note string")
+    before = lakehouse.iceberg_table(SPEC).current_snapshot().snapshot_id
+    with pytest.raises(SchemaMismatchError, match=r"schema_probe, column channel: the write has a column the table's "
+                                                  r"declaration does not"):
+        write(lakehouse, spark, [(2, 3, Decimal("1.00"), "y", "web")],
+              "id bigint, qty int, amount decimal(12,2), note string, channel string", evolve=False)
+    table = lakehouse.iceberg_table(SPEC)
+    assert table.current_snapshot().snapshot_id == before
+    assert "channel" not in [f.name for f in table.schema().fields]
+
+
+def test_reading_a_table_that_was_never_materialised_names_the_asset_to_run(lakehouse):
+    handle = lakehouse.table(TableSpec(name="never_written", layer="silver", description="-",
+                                       schema=T.StructType([col("id", T.LongType())])))
+    with pytest.raises(UpstreamMissingError, match=r"never_written does not exist yet \(read by gold_x\): "
+                                                   r"materialise never_written first"):
+        handle.read(reader="gold_x")
+    assert not lakehouse.catalog.table_exists((lakehouse.settings.namespace, "never_written")), "nothing was created"
 
 
 def test_type_rules():

@@ -9,12 +9,12 @@ from decimal import Decimal
 import pytest
 from dagster import DagsterInstance, materialize
 
-from lakehouse_assets.bronze.cdc import bronze_cdc_assets
+from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
-from lakehouse_assets.silver.cdc import PSEUDONYMISED, silver_cdc_assets
-from lakehouse_assets.sources.cdc_generator import generate_cdc
-from lakehouse_assets.sources.cdc_tables import CDC_TABLES
+
+from ..shop import BRONZE_CDC as bronze_cdc_assets
+from ..shop import SILVER_CDC as silver_cdc_assets
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)]
 
@@ -46,7 +46,7 @@ def expected_row(info, row, key):
     """The true source row as silver stores it: typed, personal data hashed."""
     out = {}
     for name, value in row.items():
-        if name in PSEUDONYMISED.get(info.name, ()):
+        if name in info.pii:
             out[f"{name}_hash"] = hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
         elif info.columns.get(name) == "timestamp" and value is not None:
             out[name] = dt.datetime.fromisoformat(value.replace("Z", "+00:00")).replace(tzinfo=None)

@@ -9,6 +9,10 @@ import pytest
 from lakehouse_assets.sources.events import parse_events
 from lakehouse_assets.sources.landing import MAX_RECORD_BYTES, day_folders, list_landing_files, read_lines
 
+from ..shop import SHOP
+
+SOURCE = SHOP.events["events"]
+
 GOOD = {
     "event_id": "e-1", "user_id": "u1", "session_id": "s1", "event_type": "purchase",
     "event_ts": "2025-01-01T10:00:00.250Z", "ip": "198.51.100.7",
@@ -30,8 +34,8 @@ BAD_LINES = {
     _line(event_type=None): "missing required field event_type",
     _line(event_ts=...): "missing required field event_ts",
     _line(event_ts="yesterday"): "event_ts is not a timestamp: yesterday",
-    _line(price="twelve"): "price is not a number: twelve",
-    _line(properties="page=/deals"): "properties is not a JSON object",
+    _line(price="twelve"): "price is not a decimal(12,2): twelve",
+    _line(properties="page=/deals"): "properties is not a JSON object: page=/deals",
     _line(ip="x" * MAX_RECORD_BYTES): f"record larger than {MAX_RECORD_BYTES} bytes",
 }
 
@@ -51,7 +55,7 @@ def test_each_bad_line_is_quarantined_with_its_reason_and_good_lines_are_typed(s
     files = list_landing_files(spark, day_folders(root.as_uri(), "events", dt.date(2025, 1, 1), dt.date(2025, 1, 2)))
     assert len(files) == 1
     read = read_lines(spark, files)
-    checked = parse_events(read)
+    checked = parse_events(SOURCE, read)
     events, rejects = checked.where("reason IS NULL"), checked.where("reason IS NOT NULL")
 
     rejected = {r.source_line: r for r in rejects.collect()}
@@ -75,4 +79,4 @@ def test_each_bad_line_is_quarantined_with_its_reason_and_good_lines_are_typed(s
 def test_no_files_gives_empty_frames_not_an_error(spark, tmp_path):
     folders = day_folders(tmp_path.as_uri(), "events", dt.date(2025, 1, 1), dt.date(2025, 1, 3))
     assert list_landing_files(spark, folders) == []
-    assert parse_events(read_lines(spark, [])).count() == 0
+    assert parse_events(SOURCE, read_lines(spark, [])).count() == 0

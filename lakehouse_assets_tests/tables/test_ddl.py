@@ -4,7 +4,7 @@ import pytest
 from pyspark.sql import types as T
 
 from lakehouse_assets.tables.ddl import create_table_sql, ensure_table
-from lakehouse_assets.tables.registry import MERGE_ON_READ, TABLES, TableSpec, col, transform_column
+from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col, transform_column
 
 SPEC = TableSpec(
     name="ddl_probe",
@@ -22,7 +22,7 @@ SPEC = TableSpec(
 
 
 def test_create_is_idempotent_and_sets_partitioning_and_properties(lakehouse, spark):
-    table_id = lakehouse.ensure(SPEC)
+    table_id = lakehouse.table(SPEC).create().id
     assert ensure_table(spark, table_id, SPEC) == [], "a second ensure changes nothing"
 
     table = lakehouse.iceberg_table(SPEC)
@@ -37,7 +37,7 @@ def test_create_is_idempotent_and_sets_partitioning_and_properties(lakehouse, sp
 
 
 def test_a_newly_declared_nullable_column_is_added_and_old_rows_read_null(lakehouse, spark):
-    table_id = lakehouse.ensure(SPEC)
+    table_id = lakehouse.table(SPEC).create().id
     spark.sql(f"INSERT INTO {table_id} VALUES ('a', TIMESTAMP'2025-01-01 00:00:00', 1.50, map('k', 'v'))")
 
     evolved = TableSpec(**{**SPEC.__dict__, "schema": T.StructType([*SPEC.schema.fields, col("channel", T.StringType())])})
@@ -63,9 +63,9 @@ def test_sql_text_escapes_values_and_rejects_bad_names():
 
 
 def test_every_declared_table_is_iceberg_v2_with_a_description():
-    import lakehouse_assets.definitions  # noqa: F401  (registers every table)
+    from ..shop import SPECS
 
-    assert {"bronze_events", "bronze_events_quarantine", "silver_events", "gold_daily_activity"} <= set(TABLES)
-    for spec in TABLES.values():
+    assert {"bronze_events", "bronze_events_quarantine", "silver_events", "gold_daily_activity"} <= set(SPECS)
+    for spec in SPECS.values():
         assert spec.table_properties["format-version"] == "2"
         assert spec.description

@@ -3,7 +3,7 @@
 import datetime as dt
 import json
 
-from lakehouse_assets.sources.generator import generate_day
+from examples.shop.events_generator import generate_day
 
 
 def test_same_seed_same_bytes_and_counts_match_the_files(tmp_path):

@@ -67,8 +67,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from .cdc_tables import CDC_TABLES, ORDER_STATUSES
-from .generator import PRODUCTS
+from lakehouse_assets.project import load_project
+
+from .events_generator import PRODUCTS
+
+# The captured tables as the shop's declaration has them; the generator writes what they would send.
+CDC_TABLES = load_project(Path(__file__).with_name("lakehouse.yaml")).cdc
+ORDER_STATUSES = ("pending", "paid", "shipped", "delivered", "cancelled")
+# A column the customers table gains upstream half way through (schema drift).
+DRIFT_COLUMNS = {"customers": {"loyalty_tier": "string"}}
 
 DEBEZIUM_VERSION = "2.7.0.Final"
 MAX_RECORD_BYTES = 64 * 1024  # a consumer's line limit; oversized copies exceed it
@@ -518,7 +525,7 @@ def _column_schema(name: str, type_name: str, optional: bool) -> dict:
 def _envelope_schema(table: str, drifted: bool) -> str:
     """The JsonConverter schema of a table's envelope, serialised once."""
     info = CDC_TABLES[table]
-    columns = dict(info.columns, **(info.drift_columns if drifted else {}))
+    columns = dict(info.columns, **(DRIFT_COLUMNS.get(table, {}) if drifted else {}))
     value = f"{info.topic}.Value"
     row_fields = [_column_schema(c, t, c not in info.primary_key) for c, t in columns.items()]
     source_fields = [

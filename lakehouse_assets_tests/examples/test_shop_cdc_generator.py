@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_assets.sources.cdc_generator import CDC_TABLES, MALFORMED_KINDS, generate_cdc
+from examples.shop.cdc_generator import CDC_TABLES, MALFORMED_KINDS, generate_cdc
 
 DAYS = [dt.date(2025, 3, 1), dt.date(2025, 3, 2), dt.date(2025, 3, 3)]
 OPS = {"c", "u", "d", "r"}

@@ -1,0 +1,78 @@
+"""The bronze tables of each declared landing source.
+
+`bronze_<source>` (events) and `bronze_cdc_<table>` (change events): every
+record as landed, typed by the declaration, with its lineage; the quarantine
+beside each holds what could not be taken, with the reason. Append-only and
+exactly once per landing file. One bronze table per CDC source table (not one
+table with a table column): each has its own typed images, so a column added
+upstream evolves only its own table.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from pyspark.sql import types as T
+
+from ..project import CdcTable, EventSource, Project
+from ..sources.cdc import bronze_cdc_schema, new_image_fields, parse_cdc
+from ..sources.events import new_event_fields, parse_events
+from ..tables.registry import TableSpec, col
+from .ingest import LandingSource, lineage_columns, quarantine_spec
+
+
+def event_bronze_spec(source: EventSource) -> TableSpec:
+    pii = set(source.pii)
+    return TableSpec(
+        name=source.bronze,
+        layer="bronze",
+        description=f"{source.description} As landed: typed fields, raw payload, ingest lineage.",
+        schema=T.StructType([
+            *(col(name, dtype, name not in source.required,
+                  "personal data: pseudonymised in silver" if name in pii else "")
+              for name, dtype in source.fields.items()),
+            *lineage_columns(),
+        ]),
+        partitioned_by=(f"days({source.timestamp})",),
+    )
+
+
+def event_landing_source(source: EventSource) -> LandingSource:
+    return LandingSource(
+        name=source.landing,
+        bronze=event_bronze_spec(source),
+        quarantine=quarantine_spec(
+            source.quarantine, f"Lines of {source.landing}/ that could not be taken, with the reason.",
+        ),
+        parse=partial(parse_events, source),
+        new_fields=partial(new_event_fields, source),
+        description=source.description,
+    )
+
+
+def cdc_bronze_spec(table: CdcTable) -> TableSpec:
+    return TableSpec(
+        name=table.bronze,
+        layer="bronze",
+        description=f"Change events of {table.topic} ({table.connector}) as landed, typed, with lineage.",
+        schema=T.StructType(bronze_cdc_schema(table).fields + lineage_columns()),
+        partitioned_by=("days(source_ts)",),
+    )
+
+
+def cdc_landing_source(table: CdcTable) -> LandingSource:
+    return LandingSource(
+        name=table.landing,
+        bronze=cdc_bronze_spec(table),
+        quarantine=quarantine_spec(
+            table.quarantine, f"Change events of {table.topic} that could not be taken, with the reason.",
+        ),
+        parse=partial(parse_cdc, table),
+        new_fields=new_image_fields,
+        description=f"Change events of {table.topic}.",
+    )
+
+
+def landing_sources(project: Project) -> list[LandingSource]:
+    return [*(event_landing_source(s) for s in project.events.values()),
+            *(cdc_landing_source(t) for t in project.cdc.values())]

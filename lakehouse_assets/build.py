@@ -1,0 +1,75 @@
+"""A project's whole Dagster graph, derived from its declaration.
+
+`table_specs(project)` declares every table; `build_definitions(project)` makes
+the assets that write them, their checks, freshness policies, automation and
+sensors. Nothing here knows a domain: a new source or table is a change to the
+declaration, not to this package.
+"""
+
+from __future__ import annotations
+
+from dagster import Definitions, in_process_executor
+
+from .automation.bi import bi_automation_sensor
+from .automation.landing_sensors import landing_sensor
+from .bronze.ingest import INGEST_LOG, landing_asset
+from .bronze.sources import cdc_landing_source, event_landing_source, landing_sources
+from .gold.events import gold_event_assets, gold_specs
+from .gold.sql import sql_table_asset, sql_table_spec
+from .ml.features import ML_TRAINING_SET, ML_USER_FEATURES, ml_assets
+from .partitions import daily_partitions
+from .project import Project
+from .runtime.resource import LakehouseResource
+from .settings import Settings
+from .silver.cdc import current_spec, history_spec, silver_cdc_asset
+from .silver.events import rejected_spec, silver_events_asset, silver_spec
+from .tables.registry import TableSpec
+
+
+def table_specs(project: Project) -> dict[str, TableSpec]:
+    """Every table of the project by name: bronze, quarantine, silver, gold, ML, the ingest log."""
+    specs = [INGEST_LOG]
+    for source in project.events.values():
+        landing = event_landing_source(source)
+        specs += [landing.bronze, landing.quarantine, silver_spec(source), rejected_spec(source)]
+    for table in project.cdc.values():
+        landing = cdc_landing_source(table)
+        specs += [landing.bronze, landing.quarantine, current_spec(table), history_spec(table)]
+    specs += [spec for name, spec in gold_specs(project.gold).items() if name in project.gold.event_tables]
+    specs += [sql_table_spec(t) for t in project.gold.sql_tables.values()]
+    if project.gold.ml_tables:
+        specs += [ML_USER_FEATURES, ML_TRAINING_SET]
+    return {spec.name: spec for spec in specs}
+
+
+def build_definitions(project: Project, settings: Settings | None = None) -> Definitions:
+    settings = settings or Settings.from_env()
+    partitions = daily_partitions(settings.start_date or project.start_date)
+    specs = table_specs(project)
+    sources = landing_sources(project)
+
+    assets = [landing_asset(source, partitions) for source in sources]
+    for source in project.events.values():
+        assets.append(silver_events_asset(source, specs[source.bronze], partitions))
+    for table in project.cdc.values():
+        referenced = {target: specs[project.cdc[target].silver] for target, _ in table.references.values()}
+        assets.append(silver_cdc_asset(table, specs[table.bronze], partitions, referenced))
+    gold = project.gold
+    bi = []
+    if gold.events is not None:
+        silver = specs[gold.events.silver]
+        bi += gold_event_assets(gold, silver, partitions)
+        assets += ml_assets(gold, silver, partitions)
+    bi += [sql_table_asset(t, specs) for t in gold.sql_tables.values()]
+    assets += bi
+
+    sensors = [landing_sensor(source) for source in sources]
+    if bi:
+        sensors.append(bi_automation_sensor(bi))
+    return Definitions(
+        assets=assets,
+        sensors=sensors,
+        resources={"lakehouse": LakehouseResource()},
+        # One JVM for the whole run: a process per step would start Spark each time.
+        executor=in_process_executor,
+    )

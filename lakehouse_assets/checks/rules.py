@@ -1,0 +1,59 @@
+"""Checks derived from a declaration, as Pandera (pyspark) parts.
+
+Value checks (`min`, `max`, `in`, `matches`, `not_null`) become column checks;
+keys become a uniqueness check. They run on the staged write before it is
+published, so each can fail on real data: none of them repeats a rule the
+asset already applied to the same rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandera.pyspark as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ..project.declaration import ValueCheck
+
+HASH_PATTERN = r"^[0-9a-f]{64}$"
+
+
+def value_checks(check: ValueCheck | None) -> list[Any]:
+    if check is None:
+        return []
+    checks = []
+    if check.min is not None:
+        checks.append(pa.Check.ge(check.min))
+    if check.max is not None:
+        checks.append(pa.Check.le(check.max))
+    if check.in_ is not None:
+        checks.append(pa.Check.isin(list(check.in_)))
+    if check.matches is not None:
+        checks.append(pa.Check.str_matches(check.matches))
+    return checks
+
+
+def unique_key(keys: list[str], name: str = "key_unique") -> Any:
+    """No two rows share the key, and no key part is null."""
+    def check(df: DataFrame) -> bool:
+        nulls = df.where(" OR ".join(f"`{k}` IS NULL" for k in keys)).limit(1).count()
+        return nulls == 0 and df.groupBy(*keys).count().where("count > 1").limit(1).count() == 0
+
+    return pa.Check(check, name=name)
+
+
+def pandera_column(dtype: Any, nullable: bool, check: ValueCheck | None = None, *extra: Any) -> Any:
+    return pa.Column(dtype, nullable=nullable and not (check and check.not_null),
+                     checks=[*value_checks(check), *extra])
+
+
+def count_matches(name: str, expected: Any, actual: Any) -> Any:
+    """A check that two counts, each computed on call from tables, agree (e.g. rows reconciled between layers)."""
+    return pa.Check(lambda _df: expected() == actual(), name=name)
+
+
+def col_ref(name: str) -> Any:
+    """A column, or `<map column>.<key>` read from a map column."""
+    base, _, key = name.partition(".")
+    return F.col(base)[key] if key else F.col(base)

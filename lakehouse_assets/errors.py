@@ -1,0 +1,44 @@
+"""Every error the platform raises on purpose, in one place.
+
+Each names what failed, on which table or file, and what to do. The CLI turns
+them into one line on stderr; Dagster shows them on the failed step.
+"""
+
+from __future__ import annotations
+
+
+class LakehouseError(Exception):
+    """Base of the platform's own errors."""
+
+
+class DeclarationError(LakehouseError, ValueError):
+    """A lakehouse declaration (YAML) is invalid: file, line and what is wrong."""
+
+    def __init__(self, file: str, line: int | None, reason: str):
+        self.file, self.line, self.reason = file, line, reason
+        where = f"{file}:{line}" if line else file
+        super().__init__(f"{where}: {reason}")
+
+
+class ConfigurationError(LakehouseError, ValueError):
+    """A setting (environment variable) is missing or malformed."""
+
+
+class SchemaMismatchError(LakehouseError, ValueError):
+    """A write does not fit its table's declared schema."""
+
+
+class UpstreamMissingError(LakehouseError):
+    """An asset reads a table that has not been materialised yet."""
+
+
+class ConcurrentCommitError(LakehouseError, RuntimeError):
+    """Another writer moved the table's main branch while this write was staged."""
+
+
+class BalanceError(LakehouseError, RuntimeError):
+    """Records in != records kept + records quarantined: something would be lost or duplicated."""
+
+
+class SparkConfigConflict(LakehouseError, RuntimeError):
+    """The process already runs a SparkSession with other catalog settings."""

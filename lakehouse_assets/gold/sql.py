@@ -1,0 +1,52 @@
+"""Gold tables declared as Spark SQL over other tables, recomputed whole on every run.
+
+A declaration names the tables the query reads (`reads:`), its columns and
+partitioning; the query sees each read table under its own name (a temporary
+view of its current snapshot), and its result replaces the table in one commit.
+Suited to aggregates over current state, where any row may change (an order's
+status changes days after it was placed).
+"""
+
+
+from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
+
+from ..automation.bi import BI_REFRESH_WHOLE
+from ..partitions import SINGLE_RUN
+from ..project import SqlTable
+from ..runtime.resource import LakehouseResource
+from ..tables.registry import TableSpec, col
+from ..tables.types import spark_type
+from .events import _freshness
+from pyspark.sql import types as T
+
+
+def sql_table_spec(table: SqlTable) -> TableSpec:
+    return TableSpec(
+        name=table.name, layer="gold", description=table.description,
+        schema=T.StructType([col(c, spark_type(t)) for c, t in table.columns.items()]),
+        partitioned_by=table.partitioned_by,
+    )
+
+
+def sql_table_asset(table: SqlTable, tables: dict[str, TableSpec]) -> AssetsDefinition:
+    spec = sql_table_spec(table)
+
+    @asset(
+        name=table.name, description=table.description, group_name="gold", kinds={"spark", "iceberg"},
+        deps=list(table.reads), automation_condition=BI_REFRESH_WHOLE,
+        backfill_policy=SINGLE_RUN,  # so that it can run inside a single-run range backfill of its parents
+        freshness_policy=_freshness(table.freshness) if table.freshness else None,
+    )
+    def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
+        for name in table.reads:
+            lakehouse.table(tables[name]).read(reader=table.name).createOrReplaceTempView(name)
+        try:
+            result_df = lakehouse.spark.sql(table.sql)
+            result = (lakehouse.table(spec).stage(context.run_id, table.name, "all")
+                      .replace_all(result_df).publish())
+        finally:
+            for name in table.reads:
+                lakehouse.spark.catalog.dropTempView(name)
+        return MaterializeResult(metadata=result.metadata())
+
+    return _asset

@@ -1,0 +1,7 @@
+"""A lakehouse project declared as data (`lakehouse.yaml`), validated on load."""
+
+from .load import load_project, parse_duration, parse_project
+from .model import CdcTable, EventSource, Freshness, Gold, Project, SqlTable
+
+__all__ = ["CdcTable", "EventSource", "Freshness", "Gold", "Project", "SqlTable", "load_project", "parse_duration",
+           "parse_project"]

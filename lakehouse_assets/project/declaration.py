@@ -1,0 +1,131 @@
+"""The shape of a `lakehouse.yaml`: what a project may declare, checked field by field.
+
+These models only say what is allowed where (unknown keys are errors); the
+cross-references between them (a key among the columns, a rule on a known
+field, one name per table) are checked in `project.load`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, ClassVar, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Decl(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class FieldDecl(_Decl):
+    type: str
+    path: Optional[str] = Field(None, description="where the value is in the record (a.b.c); default: the name")
+    description: str = ""
+
+
+class ValueCheck(_Decl):
+    """A rule every row of the silver table must satisfy, or the write is not published."""
+
+    min: Optional[float] = None
+    max: Optional[float] = None
+    in_: Optional[list[Any]] = Field(None, alias="in")
+    matches: Optional[str] = None
+    not_null: bool = False
+
+
+class RuleDecl(_Decl):
+    """A reason to reject an event from silver (it goes to the rejected table, with the rule's name)."""
+
+    name: str
+    field: str
+    when: dict[str, Any] = {}
+    matches: Optional[str] = None
+    in_: Optional[list[Any]] = Field(None, alias="in")
+    not_in: Optional[list[Any]] = None
+    below: Optional[float] = None
+    above: Optional[float] = None
+    missing: Optional[bool] = None
+    later_than_ingestion_by: Optional[str] = None
+
+    PREDICATES: ClassVar[tuple[str, ...]] = ("matches", "in_", "not_in", "below", "above", "missing", "later_than_ingestion_by")
+
+    def predicates(self) -> list[str]:
+        return [p for p in self.PREDICATES if getattr(self, p) is not None]
+
+
+class EventSourceDecl(_Decl):
+    description: str = ""
+    landing: Optional[str] = None
+    fields: dict[str, Union[str, FieldDecl]]
+    required: list[str] = []
+    key: str
+    timestamp: str
+    user: Optional[str] = None
+    session: Optional[str] = None
+    event_type: Optional[str] = None
+    event_types: Optional[list[str]] = None
+    pii: list[str] = []
+    rules: list[RuleDecl] = []
+    checks: dict[str, ValueCheck] = {}
+
+
+class CdcTableDecl(_Decl):
+    description: str = ""
+    primary_key: list[str]
+    columns: dict[str, str]
+    pii: list[str] = []
+    checks: dict[str, ValueCheck] = {}
+    references: dict[str, str] = {}
+    partition: Optional[list[str]] = None
+    write_mode: Literal["merge-on-read", "copy-on-write"] = "merge-on-read"
+
+
+class CdcSourceDecl(_Decl):
+    connector: Literal["postgresql", "mysql"]
+    server: Optional[str] = None
+    database: str
+    schema_: Optional[str] = Field(None, alias="schema")
+    tables: dict[str, CdcTableDecl]
+
+
+class FreshnessDecl(_Decl):
+    fail: str
+    warn: Optional[str] = None
+
+
+class PurchaseDecl(_Decl):
+    event_type: str
+    amount: Optional[str] = None
+
+
+class SessionDecl(_Decl):
+    field: Optional[str] = None
+    inactivity: str = "30m"
+
+
+class SqlTableDecl(_Decl):
+    description: str = ""
+    reads: list[str]
+    sql: str
+    columns: dict[str, str]
+    partitioned_by: list[str] = []
+    freshness: Union[str, FreshnessDecl, None] = "30m"
+
+
+class GoldDecl(_Decl):
+    events: Optional[str] = None
+    purchase: Optional[PurchaseDecl] = None
+    funnel: list[str] = []
+    sessions: Optional[SessionDecl] = None
+    freshness: dict[str, Union[str, FreshnessDecl]] = {}
+    tables: dict[str, SqlTableDecl] = {}
+
+
+class ProjectDecl(_Decl):
+    name: str
+    description: str = ""
+    start_date: Optional[dt.date] = None
+    generator: Optional[str] = None
+    events: dict[str, EventSourceDecl] = {}
+    cdc: dict[str, CdcSourceDecl] = {}
+    gold: GoldDecl = GoldDecl()

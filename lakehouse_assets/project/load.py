@@ -1,0 +1,380 @@
+"""Reading a `lakehouse.yaml`: every mistake is reported with its file, line and reason.
+
+    from lakehouse_assets.project import load_project
+    project = load_project("examples/shop/lakehouse.yaml")
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pyspark.sql import types as T
+
+from ..errors import DeclarationError
+from ..settings import validate_identifier
+from ..tables.types import is_numeric, spark_type
+from .declaration import (
+    CdcSourceDecl,
+    EventSourceDecl,
+    FieldDecl,
+    FreshnessDecl,
+    GoldDecl,
+    ProjectDecl,
+    RuleDecl,
+    ValueCheck,
+)
+from .model import GOLD_EVENT_TABLES, INGEST_LOG, CdcTable, EventSource, Freshness, Gold, Project, SqlTable
+from .yaml_lines import line_of, load_yaml
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+_TRANSFORM = re.compile(
+    r"^(?:(?P<col>[A-Za-z_]\w*)|(?:years|months|days|hours)\((?P<tcol>[A-Za-z_]\w*)\)"
+    r"|(?:bucket|truncate)\(\d+,\s*(?P<ncol>[A-Za-z_]\w*)\))$"
+)
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a duration: write e.g. 90s, 5m, 1h or 2d")
+    return dt.timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+
+
+class _Checker:
+    """Cross-reference checks over one document, raising with the line of the offending value."""
+
+    def __init__(self, file: str, document: Any):
+        self.file, self.document = file, document
+
+    def fail(self, path: tuple[Any, ...], reason: str) -> None:
+        raise DeclarationError(self.file, line_of(self.document, path), reason)
+
+    def identifier(self, path: tuple[Any, ...], name: str, what: str) -> None:
+        try:
+            validate_identifier(name, what)
+        except ValueError as exc:
+            self.fail(path, str(exc))
+
+    def type(self, path: tuple[Any, ...], name: str) -> T.DataType:
+        try:
+            return spark_type(name)
+        except ValueError as exc:
+            self.fail(path, str(exc))
+            raise  # unreachable: fail raises
+
+    def duration(self, path: tuple[Any, ...], text: str) -> dt.timedelta:
+        try:
+            return parse_duration(text)
+        except ValueError as exc:
+            self.fail(path, str(exc))
+            raise
+
+    def member(self, path: tuple[Any, ...], name: str | None, known: dict | list, what: str, owner: str) -> None:
+        if name is not None and name not in known:
+            self.fail(path, f"{what} {name!r} is not among the {owner}: {', '.join(known) or 'none'}")
+
+    def regex(self, path: tuple[Any, ...], pattern: str) -> None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            self.fail(path, f"{pattern!r} is not a valid regular expression: {exc}")
+
+    def freshness(self, path: tuple[Any, ...], value: str | FreshnessDecl | None) -> Freshness | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return Freshness(self.duration(path, value))
+        fail = self.duration((*path, "fail"), value.fail)
+        warn = self.duration((*path, "warn"), value.warn) if value.warn else None
+        if fail < dt.timedelta(minutes=1) or (warn is not None and warn >= fail):
+            self.fail(path, "freshness windows must be at least 1m, and warn shorter than fail")
+        return Freshness(fail, warn)
+
+    def checks(self, path: tuple[Any, ...], checks: dict[str, ValueCheck], columns: dict[str, T.DataType],
+               owner: str) -> None:
+        for column, check in checks.items():
+            self.member((*path, column), column, columns, "checked column", owner)
+            if (check.min is not None or check.max is not None) and not is_numeric(columns[column]):
+                self.fail((*path, column), f"min/max need a numeric column; {column} is "
+                                           f"{columns[column].simpleString()}")
+            if check.matches is not None:
+                self.regex((*path, column, "matches"), check.matches)
+
+
+def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
+    path = ("events", name)
+    c.identifier(path, name, "event source name")
+    fields: dict[str, T.DataType] = {}
+    paths: dict[str, str] = {}
+    for field_name, spec in decl.fields.items():
+        c.identifier((*path, "fields", field_name), field_name, "field name")
+        if field_name in ("source_file", "source_line", "landing_date", "payload", "ingested_at", "run_id"):
+            c.fail((*path, "fields", field_name), f"field name {field_name!r} is reserved for lineage columns")
+        type_name = spec.type if isinstance(spec, FieldDecl) else spec
+        fields[field_name] = c.type((*path, "fields", field_name), type_name)
+        paths[field_name] = (spec.path if isinstance(spec, FieldDecl) and spec.path else field_name)
+
+    def known(key: str, value: str | None) -> None:
+        c.member((*path, key), value, fields, key, f"fields of event source {name}")
+
+    for key in ("key", "timestamp", "user", "session", "event_type"):
+        known(key, getattr(decl, key))
+    if not isinstance(fields[decl.timestamp], T.TimestampType):
+        c.fail((*path, "timestamp"), f"timestamp field {decl.timestamp!r} must have type timestamp")
+    if not isinstance(fields[decl.key], (T.StringType, T.LongType, T.IntegerType)):
+        c.fail((*path, "key"), f"key field {decl.key!r} must be a string, int or long")
+    for n, f in enumerate(decl.required):
+        c.member((*path, "required", n), f, fields, "required field", f"fields of event source {name}")
+    for n, f in enumerate(decl.pii):
+        c.member((*path, "pii", n), f, fields, "pii field", f"fields of event source {name}")
+        if f in (decl.key, decl.timestamp):
+            c.fail((*path, "pii", n), f"{f!r} is the key or timestamp: it cannot be pseudonymised")
+    if decl.event_types is not None and decl.event_type is None:
+        c.fail((*path, "event_types"), "event_types (a closed vocabulary) needs event_type: the field holding it")
+
+    rule_names: set[str] = set()
+    for n, rule in enumerate(decl.rules):
+        rpath = (*path, "rules", n)
+        c.identifier((*rpath, "name"), rule.name, "rule name")
+        if rule.name in rule_names:
+            c.fail((*rpath, "name"), f"rule {rule.name!r} is declared twice")
+        rule_names.add(rule.name)
+        _check_rule_field(c, (*rpath, "field"), rule.field, fields, name)
+        for other in rule.when:
+            _check_rule_field(c, (*rpath, "when", other), other, fields, name)
+        predicates = rule.predicates()
+        if len(predicates) != 1:
+            c.fail(rpath, f"rule {rule.name!r} needs exactly one of matches, in, not_in, below, above, missing, "
+                          f"later_than_ingestion_by (it has {len(predicates)})")
+        if rule.matches is not None:
+            c.regex((*rpath, "matches"), rule.matches)
+        if rule.later_than_ingestion_by is not None:
+            c.duration((*rpath, "later_than_ingestion_by"), rule.later_than_ingestion_by)
+    c.checks((*path, "checks"), decl.checks, fields, f"fields of event source {name}")
+
+    # Key and timestamp are structurally required: without them an event cannot be placed or deduplicated.
+    required = tuple(dict.fromkeys([decl.key, decl.timestamp, *decl.required]))
+    landing = decl.landing or name
+    return EventSource(
+        name=name, landing=landing, description=decl.description or f"Behavioural events of source {name}.",
+        fields=fields, paths=paths, required=required, key=decl.key, timestamp=decl.timestamp,
+        user=decl.user, session=decl.session, event_type=decl.event_type,
+        event_types=tuple(decl.event_types) if decl.event_types is not None else None,
+        pii=tuple(decl.pii), rules=tuple(decl.rules), checks=dict(decl.checks),
+    )
+
+
+def _check_rule_field(c: _Checker, path: tuple[Any, ...], name: str, fields: dict[str, T.DataType],
+                      source: str) -> None:
+    """A rule reads a declared field, or `<map field>.<key>` inside a map field."""
+    base, _, key = name.partition(".")
+    if base not in fields:
+        c.fail(path, f"rule field {name!r} is not among the fields of event source {source}: {', '.join(fields)}")
+    if key and not isinstance(fields[base], T.MapType):
+        c.fail(path, f"rule field {name!r}: only a map field can be read by key ({base} is "
+                     f"{fields[base].simpleString()})")
+
+
+def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcTable]:
+    tables = []
+    c.identifier(("cdc", source_name), source_name, "CDC source name")
+    for name, t in decl.tables.items():
+        path = ("cdc", source_name, "tables", name)
+        c.identifier(path, name, "CDC table name")
+        columns = {}
+        for column, type_name in t.columns.items():
+            c.identifier((*path, "columns", column), column, "column name")
+            columns[column] = c.type((*path, "columns", column), type_name)
+        if not t.primary_key:
+            c.fail((*path, "primary_key"), f"table {name}: a primary key is needed to apply changes")
+        owner = f"columns of table {name}"
+        for n, k in enumerate(t.primary_key):
+            c.member((*path, "primary_key", n), k, columns, "primary key column", owner)
+        for n, p in enumerate(t.pii):
+            c.member((*path, "pii", n), p, columns, "pii column", owner)
+            if p in t.primary_key:
+                c.fail((*path, "pii", n), f"{p!r} is part of the primary key: it cannot be pseudonymised")
+        c.checks((*path, "checks"), t.checks, columns, owner)
+        for n, transform in enumerate(t.partition or ()):
+            m = _TRANSFORM.match(transform)
+            if not m:
+                c.fail((*path, "partition", n), f"invalid partition transform {transform!r}: use col, "
+                                                "years|months|days|hours(col), bucket(N, col) or truncate(N, col)")
+            else:
+                c.member((*path, "partition", n), m.group("col") or m.group("tcol") or m.group("ncol"),
+                         columns, "partition column", owner)
+        for column in t.references:
+            c.member((*path, "references", column), column, columns, "referencing column", owner)
+        tables.append(CdcTable(
+            name=name, connector=decl.connector, server=decl.server or source_name, database=decl.database,
+            db_schema=decl.schema_ if decl.connector == "postgresql" else None,
+            primary_key=tuple(t.primary_key), columns=dict(t.columns), description=t.description,
+            pii=tuple(t.pii), checks=dict(t.checks),
+            references={col: tuple(target.split(".", 1)) for col, target in t.references.items()},  # type: ignore[misc]
+            partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
+            write_mode=t.write_mode,
+        ))
+    return tables
+
+
+def _gold(c: _Checker, decl: GoldDecl, events: dict[str, EventSource], known_tables: list[str]) -> Gold:
+    source = None
+    if decl.events is not None:
+        c.member(("gold", "events"), decl.events, events, "gold event source", "declared event sources")
+        source = events[decl.events]
+    elif len(events) == 1:
+        source = next(iter(events.values()))
+    elif len(events) > 1:
+        c.fail(("gold",), f"several event sources ({', '.join(events)}): say which one gold reads (gold.events)")
+
+    fields = source.fields if source else {}
+    owner = f"fields of event source {source.name}" if source else "fields (no event source)"
+    purchase_type = amount = None
+    if decl.purchase is not None:
+        if source is None or source.event_type is None:
+            c.fail(("gold", "purchase"), "purchase needs an event source with an event_type field")
+        assert source is not None
+        purchase_type, amount = decl.purchase.event_type, decl.purchase.amount
+        if source.event_types is not None:
+            c.member(("gold", "purchase", "event_type"), purchase_type, list(source.event_types),
+                     "purchase event type", f"event_types of {source.name}")
+        c.member(("gold", "purchase", "amount"), amount, fields, "purchase amount field", owner)
+        if amount is not None and not is_numeric(fields[amount]):
+            c.fail(("gold", "purchase", "amount"), f"purchase amount {amount!r} must be numeric")
+    if decl.funnel:
+        if source is None or source.event_type is None:
+            c.fail(("gold", "funnel"), "a funnel needs an event source with an event_type field")
+        assert source is not None
+        if source.event_types is not None:
+            for n, step in enumerate(decl.funnel):
+                c.member(("gold", "funnel", n), step, list(source.event_types), "funnel step", f"event_types of {source.name}")
+    session_field = source.session if source else None
+    inactivity = dt.timedelta(minutes=30)
+    if decl.sessions is not None:
+        c.member(("gold", "sessions", "field"), decl.sessions.field, fields, "session field", owner)
+        session_field = decl.sessions.field
+        inactivity = c.duration(("gold", "sessions", "inactivity"), decl.sessions.inactivity)
+
+    freshness = dict(GOLD_EVENT_TABLES) if source else {}
+    for table, value in decl.freshness.items():
+        c.member(("gold", "freshness", table), table, freshness, "freshness of table", "event gold tables")
+        freshness[table] = c.freshness(("gold", "freshness", table), value)  # type: ignore[assignment]
+
+    sql_tables = {}
+    for name, t in decl.tables.items():
+        path = ("gold", "tables", name)
+        c.identifier(path, name, "table name")
+        columns = {}
+        for column, type_name in t.columns.items():
+            c.identifier((*path, "columns", column), column, "column name")
+            columns[column] = c.type((*path, "columns", column), type_name)
+        for n, table in enumerate(t.reads):
+            c.member((*path, "reads", n), table, [*known_tables, *decl.tables], "read table", "declared tables")
+            if table == name:
+                c.fail((*path, "reads", n), f"table {name} cannot read itself")
+        for n, column in enumerate(t.partitioned_by):
+            c.member((*path, "partitioned_by", n), column, columns, "partition column", f"columns of {name}")
+        sql_tables[name] = SqlTable(
+            name=name, description=t.description or f"Gold table {name}, recomputed from {', '.join(t.reads)}.",
+            reads=tuple(t.reads), sql=t.sql, columns=dict(t.columns), partitioned_by=tuple(t.partitioned_by),
+            freshness=c.freshness((*path, "freshness"), t.freshness),
+        )
+    return Gold(events=source, purchase_type=purchase_type, amount=amount, funnel=tuple(decl.funnel),
+                session_field=session_field, inactivity=inactivity, freshness=freshness, sql_tables=sql_tables)
+
+
+def _pydantic_error(file: str, document: Any, exc: ValidationError) -> DeclarationError:
+    error = exc.errors()[0]
+    loc = tuple(error["loc"])
+    where = ".".join(str(p) for p in loc) or "the document"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        reason = f"unknown key {loc[-1]!r} at {'.'.join(str(p) for p in loc[:-1]) or 'the top level'}"
+    elif kind == "missing":
+        reason = f"{where}: required, but not given"
+    else:
+        reason = f"{where}: {error['msg']}"
+    return DeclarationError(file, line_of(document, loc), reason)
+
+
+def parse_project(text: str, file: str = "<declaration>") -> Project:
+    """A project from the text of a declaration; `file` names it in errors."""
+    document = load_yaml(text, file)
+    if not isinstance(document, dict):
+        raise DeclarationError(file, 1, "a declaration is a mapping with at least `name:`")
+    try:
+        decl = ProjectDecl.model_validate(document)
+    except ValidationError as exc:
+        raise _pydantic_error(file, document, exc) from None
+    c = _Checker(file, document)
+    c.identifier(("name",), decl.name, "project name")
+
+    events = {name: _event_source(c, name, e) for name, e in decl.events.items()}
+    cdc: dict[str, CdcTable] = {}
+    for source_name, source in decl.cdc.items():
+        for table in _cdc_tables(c, source_name, source):
+            if table.name in cdc:
+                c.fail(("cdc", source_name, "tables", table.name),
+                       f"CDC table {table.name!r} is declared twice (also under {cdc[table.name].server})")
+            cdc[table.name] = table
+
+    # One owner per table name and per landing folder, across everything declared.
+    owners: dict[str, tuple[Any, ...]] = {INGEST_LOG: ("name",)}
+
+    def claim(name: str, path: tuple[Any, ...]) -> None:
+        if name in owners:
+            first = line_of(document, owners[name])
+            c.fail(path, f"table {name!r} is declared twice (first on line {first})")
+        owners[name] = path
+
+    landings: dict[str, tuple[Any, ...]] = {}
+    for source in [*events.values(), *cdc.values()]:
+        path = (("events", source.name) if isinstance(source, EventSource)
+                else ("cdc", next(s for s, d in decl.cdc.items() if source.name in d.tables), "tables", source.name))
+        if source.landing in landings:
+            c.fail(path, f"landing folder {source.landing!r} is used twice (first on line "
+                         f"{line_of(document, landings[source.landing])})")
+        landings[source.landing] = path
+        for table in source.table_names:
+            claim(table, path)
+    for table_name, (column, (target_table, target_column)) in (
+        (t.name, ref) for t in cdc.values() for ref in t.references.items()
+    ):
+        src = next(s for s, d in decl.cdc.items() if table_name in d.tables)
+        path = ("cdc", src, "tables", table_name, "references", column)
+        if target_table not in cdc or target_column not in cdc[target_table].columns:
+            c.fail(path, f"reference {target_table}.{target_column} is not a declared CDC table and column")
+
+    gold = _gold(c, decl.gold, events, list(owners))
+    for table in [*gold.event_tables, *gold.ml_tables]:
+        claim(table, ("gold",))
+    for name in gold.sql_tables:
+        claim(name, ("gold", "tables", name))
+
+    generator = None
+    if decl.generator:
+        generator = (Path(file).parent / decl.generator).resolve()
+        if not generator.is_file():
+            c.fail(("generator",), f"generator {decl.generator!r} is not a file next to the declaration")
+    return Project(
+        name=decl.name, file=Path(file), description=decl.description,
+        start_date=decl.start_date or dt.date(2025, 1, 1), generator=generator,
+        events=events, cdc=cdc, gold=gold,
+    )
+
+
+def load_project(path: str | Path) -> Project:
+    """Read and validate a declaration file; DeclarationError names the file, line and reason."""
+    path = Path(path)
+    if not path.is_file():
+        raise DeclarationError(
+            str(path), None,
+            "no such declaration file: set LAKEHOUSE_PROJECT to your lakehouse.yaml "
+            "(the demo's is examples/shop/lakehouse.yaml)",
+        )
+    return parse_project(path.read_text(), str(path))

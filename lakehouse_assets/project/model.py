@@ -1,0 +1,204 @@
+"""A lakehouse project as the platform uses it: sources, tables and the domain facts gold needs.
+
+Built from a validated declaration (`project.load`); everything downstream
+(tables, assets, checks, sensors, the CLI's source list) derives from it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import types as T
+
+from .declaration import RuleDecl, ValueCheck
+
+INGEST_LOG = "bronze_ingest_log"
+
+
+@dataclass(frozen=True)
+class EventSource:
+    """A behavioural event log: JSON lines landed under `<landing zone>/<landing>/date=D/`."""
+
+    name: str
+    landing: str
+    description: str
+    fields: dict[str, T.DataType]
+    paths: dict[str, str]  # field -> where it is in the record (dotted)
+    required: tuple[str, ...]
+    key: str
+    timestamp: str
+    user: str | None = None
+    session: str | None = None
+    event_type: str | None = None
+    event_types: tuple[str, ...] | None = None  # a closed vocabulary, when declared
+    pii: tuple[str, ...] = ()
+    rules: tuple[RuleDecl, ...] = ()
+    checks: dict[str, ValueCheck] = field(default_factory=dict)
+
+    @property
+    def bronze(self) -> str:
+        return f"bronze_{self.name}"
+
+    @property
+    def quarantine(self) -> str:
+        return f"bronze_{self.name}_quarantine"
+
+    @property
+    def silver(self) -> str:
+        return f"silver_{self.name}"
+
+    @property
+    def rejected(self) -> str:
+        return f"silver_{self.name}_rejected"
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        return (self.bronze, self.quarantine, self.silver, self.rejected)
+
+
+@dataclass(frozen=True)
+class CdcTable:
+    """A captured OLTP table: Debezium change events landed under `<landing zone>/cdc/<name>/date=D/`."""
+
+    name: str
+    connector: str  # "postgresql" or "mysql"
+    server: str  # Debezium's topic prefix (`source.name`)
+    database: str
+    db_schema: str | None  # PostgreSQL schema; MySQL has none
+    primary_key: tuple[str, ...]
+    columns: dict[str, str]  # column -> declared type name, in row order
+    description: str = ""
+    pii: tuple[str, ...] = ()
+    checks: dict[str, ValueCheck] = field(default_factory=dict)
+    references: dict[str, tuple[str, str]] = field(default_factory=dict)  # column -> (table, column)
+    partition: tuple[str, ...] = ()
+    write_mode: str = "merge-on-read"
+
+    @property
+    def topic(self) -> str:
+        return ".".join([self.server, self.db_schema or self.database, self.name])
+
+    @property
+    def position_fields(self) -> tuple[str, ...]:
+        return ("file", "pos", "row") if self.connector == "mysql" else ("lsn",)
+
+    @property
+    def landing(self) -> str:
+        return f"cdc/{self.name}"
+
+    @property
+    def bronze(self) -> str:
+        return f"bronze_cdc_{self.name}"
+
+    @property
+    def quarantine(self) -> str:
+        return f"bronze_cdc_{self.name}_quarantine"
+
+    @property
+    def silver(self) -> str:
+        return f"silver_{self.name}"
+
+    @property
+    def history(self) -> str:
+        return f"silver_{self.name}_history"
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        return (self.bronze, self.quarantine, self.silver, self.history)
+
+
+@dataclass(frozen=True)
+class Freshness:
+    fail: dt.timedelta
+    warn: dt.timedelta | None = None
+
+
+@dataclass(frozen=True)
+class SqlTable:
+    """A gold table declared as a Spark SQL query over other tables, recomputed whole."""
+
+    name: str
+    description: str
+    reads: tuple[str, ...]
+    sql: str
+    columns: dict[str, str]
+    partitioned_by: tuple[str, ...]
+    freshness: Freshness | None
+
+
+# The event-derived gold tables and their default freshness (fail, warn).
+GOLD_EVENT_TABLES = {
+    "gold_minute_activity": Freshness(dt.timedelta(minutes=5), dt.timedelta(minutes=2)),
+    "gold_sessions": Freshness(dt.timedelta(minutes=30)),
+    "gold_daily_funnel": Freshness(dt.timedelta(minutes=30)),
+    "gold_daily_activity": Freshness(dt.timedelta(minutes=30)),
+}
+ML_TABLES = ("ml_user_features", "ml_training_set")
+
+
+@dataclass(frozen=True)
+class Gold:
+    """What gold needs to know about the domain; `events` is None when the project has no events."""
+
+    events: EventSource | None = None
+    purchase_type: str | None = None
+    amount: str | None = None
+    funnel: tuple[str, ...] = ()
+    session_field: str | None = None
+    inactivity: dt.timedelta = dt.timedelta(minutes=30)
+    freshness: dict[str, Freshness] = field(default_factory=dict)
+    sql_tables: dict[str, SqlTable] = field(default_factory=dict)
+
+    @property
+    def event_tables(self) -> tuple[str, ...]:
+        """The event gold tables: they need an event source with a user field (and a funnel, for the funnel)."""
+        if self.events is None or self.events.user is None:
+            return ()
+        return tuple(t for t in GOLD_EVENT_TABLES if t != "gold_daily_funnel" or self.funnel)
+
+    @property
+    def ml_tables(self) -> tuple[str, ...]:
+        return ML_TABLES if self.events and self.events.user else ()
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    file: Path
+    description: str = ""
+    start_date: dt.date = dt.date(2025, 1, 1)
+    generator: Path | None = None
+    events: dict[str, EventSource] = field(default_factory=dict)
+    cdc: dict[str, CdcTable] = field(default_factory=dict)  # by table name
+    gold: Gold = field(default_factory=Gold)
+
+    @property
+    def landing_sources(self) -> list[EventSource | CdcTable]:
+        return [*self.events.values(), *self.cdc.values()]
+
+    def landing_source(self, folder: str) -> EventSource | CdcTable:
+        for source in self.landing_sources:
+            if source.landing == folder:
+                return source
+        known = ", ".join(s.landing for s in self.landing_sources) or "none"
+        raise KeyError(f"no landing source {folder!r} is declared in {self.file}; declared: {known}")
+
+    @property
+    def table_names(self) -> list[str]:
+        names = [INGEST_LOG]
+        for source in self.landing_sources:
+            names += source.table_names
+        names += [*self.gold.event_tables, *self.gold.sql_tables, *self.gold.ml_tables]
+        return names
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "project": self.name,
+            "file": str(self.file),
+            "event_sources": sorted(self.events),
+            "cdc_tables": sorted(self.cdc),
+            "tables": self.table_names,
+        }

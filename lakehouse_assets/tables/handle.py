@@ -1,0 +1,109 @@
+"""A table handle: one declared table's whole story in one object.
+
+The declaration (schema, partitioning, write mode), its identifiers in Spark and
+pyiceberg, reading it (now, at a snapshot, on a branch) and staging writes to it.
+A handle lives as long as its resource (a run); the table is created at most once
+per handle, on the first write, and reading a table that does not exist is an
+error that says which asset to materialise, never an empty table made on the fly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame
+
+from ..errors import UpstreamMissingError
+from .ddl import add_columns, ensure_table
+from .registry import TableSpec
+
+if TYPE_CHECKING:
+    from ..runtime.commit import CommitResult, StagedWrite
+    from ..runtime.resource import LakehouseResource
+
+CURRENT: Any = object()  # stage from main's current snapshot
+
+
+class TableHandle:
+    def __init__(self, lakehouse: LakehouseResource, spec: TableSpec):
+        self.lakehouse = lakehouse
+        self.spec = spec
+        self.name = spec.name
+        self.id = lakehouse.table_id(spec.name)
+        self.identifier = (lakehouse.settings.namespace, spec.name)
+        self._created = False
+
+    def __repr__(self) -> str:
+        return f"TableHandle({self.id})"
+
+    @property
+    def spark(self):
+        return self.lakehouse.spark
+
+    def create(self) -> TableHandle:
+        """Create the table from its declaration if missing, and add declared columns it lacks (once)."""
+        if not self._created:
+            ensure_table(self.spark, self.id, self.spec)
+            self._created = True
+        return self
+
+    def exists(self) -> bool:
+        return self._created or self.lakehouse.catalog.table_exists(self.identifier)
+
+    def require(self, reader: str = "") -> TableHandle:
+        if not self.exists():
+            who = f" (read by {reader})" if reader else ""
+            raise UpstreamMissingError(
+                f"table {self.id} does not exist yet{who}: materialise {self.name} first"
+            )
+        return self
+
+    def iceberg(self) -> Table:
+        """pyiceberg's view, loaded now (a table's metadata moves with every commit)."""
+        return self.lakehouse.catalog.load_table(self.identifier)
+
+    def snapshot_id(self) -> int | None:
+        snapshot = self.iceberg().current_snapshot()
+        return snapshot.snapshot_id if snapshot else None
+
+    def read(self, snapshot_id: int | None = None, branch: str | None = None, reader: str = "") -> DataFrame:
+        """The table's rows (main now, at a snapshot, or on a branch); UpstreamMissingError if it does not exist."""
+        self.require(reader)
+        df = self.spark.read
+        if snapshot_id is not None:
+            df = df.option("snapshot-id", snapshot_id)
+        if branch is not None:
+            df = df.option("branch", branch)
+        return df.table(self.id)
+
+    def read_pinned(self, reader: str = "") -> tuple[DataFrame, int]:
+        """The rows at the current snapshot, fixed now, and that snapshot's id."""
+        self.require(reader)
+        snapshot_id = self.snapshot_id()
+        if snapshot_id is None:
+            raise UpstreamMissingError(f"table {self.id} has no data yet: materialise {self.name} first")
+        return self.read(snapshot_id=snapshot_id), snapshot_id
+
+    def schema(self):
+        return self.spark.table(self.id).schema
+
+    def add_columns(self, columns: list[tuple[str, str]]) -> None:
+        """Evolve the table on purpose: nullable columns (`name` or `struct.name`) the data brought."""
+        add_columns(self.spark, self.create().id, columns)
+
+    def stage(self, run_id: str, asset: str, label: str, base_snapshot_id: Any = CURRENT, prefix: str = "stage",
+              evolve: bool = False) -> StagedWrite:
+        """A private branch cut at `base_snapshot_id` (main now by default; None: the empty table).
+
+        `evolve` lets the write add columns the table lacks (bronze's schema drift);
+        anywhere else a column the declaration does not have is an error.
+        """
+        from ..runtime.commit import stage
+
+        return stage(self, run_id, asset, label, base_snapshot_id, prefix=prefix, evolve=evolve)
+
+    def current_state(self) -> CommitResult:
+        from ..runtime.commit import current_state
+
+        return current_state(self)

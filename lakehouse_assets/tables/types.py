@@ -1,0 +1,44 @@
+"""Column type names as declarations write them, and the Spark types they mean."""
+
+from __future__ import annotations
+
+import re
+
+from pyspark.sql import types as T
+
+_TYPES: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "int": T.IntegerType(),
+    "long": T.LongType(),
+    "bigint": T.LongType(),
+    "double": T.DoubleType(),
+    "float": T.FloatType(),
+    "boolean": T.BooleanType(),
+    "timestamp": T.TimestampType(),
+    "date": T.DateType(),
+    # A JSON object of text values (e.g. free-form event properties).
+    "map": T.MapType(T.StringType(), T.StringType()),
+    "map<string,string>": T.MapType(T.StringType(), T.StringType()),
+}
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+NUMERIC = (T.IntegerType, T.LongType, T.DoubleType, T.FloatType, T.DecimalType)
+TYPE_NAMES = sorted({"string", "int", "long", "double", "float", "boolean", "timestamp", "date", "map"}) + ["decimal(p,s)"]
+
+
+def spark_type(name: str) -> T.DataType:
+    """`long`, `decimal(12,2)`, `timestamp`... as a Spark type; ValueError names the allowed ones."""
+    text = str(name).strip().lower().replace(" ", "")
+    m = _DECIMAL.match(text)
+    if m:
+        precision, scale = int(m.group(1)), int(m.group(2))
+        if not 1 <= precision <= 38 or scale > precision:
+            raise ValueError(f"decimal({precision},{scale}): precision must be 1..38 and scale <= precision")
+        return T.DecimalType(precision, scale)
+    try:
+        return _TYPES[text]
+    except KeyError:
+        raise ValueError(f"unknown type {name!r}; use one of {', '.join(TYPE_NAMES)}") from None
+
+
+def is_numeric(dtype: T.DataType) -> bool:
+    return isinstance(dtype, NUMERIC)

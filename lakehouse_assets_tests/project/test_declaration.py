@@ -1,0 +1,149 @@
+"""A declaration is checked when it loads: every mistake names the file, the line and what is wrong."""
+
+import textwrap
+
+import pytest
+
+from lakehouse_assets.errors import DeclarationError
+from lakehouse_assets.project import load_project, parse_project
+
+from ..shop import SHOP, SHOP_FILE
+
+BASE = """\
+name: clicks
+events:
+  clicks:
+    fields:
+      id: string
+      who: string
+      at: timestamp
+      kind: string
+      amount: double
+      props: map
+    key: id
+    timestamp: at
+    user: who
+    event_type: kind
+    rules:
+      - name: test_traffic
+        field: props.env
+        in: [staging]
+cdc:
+  app:
+    connector: postgresql
+    database: app
+    schema: public
+    tables:
+      accounts:
+        primary_key: [account_id]
+        columns:
+          account_id: long
+          plan: string
+gold:
+  purchase: {event_type: buy, amount: amount}
+"""
+
+
+def load_text(tmp_path, text: str):
+    path = tmp_path / "lakehouse.yaml"
+    path.write_text(textwrap.dedent(text))
+    return load_project(path), path
+
+
+def fails(tmp_path, text: str, line: int, reason: str) -> DeclarationError:
+    path = tmp_path / "lakehouse.yaml"
+    path.write_text(text)
+    with pytest.raises(DeclarationError) as info:
+        load_project(path)
+    err = info.value
+    assert (err.file, err.line) == (str(path), line), str(err)
+    assert reason in err.reason, str(err)
+    assert str(err).startswith(f"{path}:{line}: ")
+    return err
+
+
+def test_the_base_declaration_loads_and_derives_every_table(tmp_path):
+    project, _ = load_text(tmp_path, BASE)
+    assert project.name == "clicks"
+    assert project.events["clicks"].required == ("id", "at"), "key and timestamp are structurally required"
+    assert project.events["clicks"].event_types is None, "the vocabulary is open unless declared"
+    assert [s.landing for s in project.landing_sources] == ["clicks", "cdc/accounts"]
+    assert project.table_names == [
+        "bronze_ingest_log", "bronze_clicks", "bronze_clicks_quarantine", "silver_clicks", "silver_clicks_rejected",
+        "bronze_cdc_accounts", "bronze_cdc_accounts_quarantine", "silver_accounts", "silver_accounts_history",
+        "gold_minute_activity", "gold_sessions", "gold_daily_activity", "ml_user_features", "ml_training_set",
+    ]
+    assert project.cdc["accounts"].partition == ("bucket(8, account_id)",)
+
+
+def test_the_shop_demo_is_one_declaration():
+    assert SHOP.file == SHOP_FILE
+    assert sorted(SHOP.events) == ["events"] and sorted(SHOP.cdc) == ["customers", "order_items", "orders"]
+    assert SHOP.cdc["order_items"].connector == "mysql" and SHOP.cdc["order_items"].db_schema is None
+    assert SHOP.cdc["orders"].references == {"customer_id": ("customers", "customer_id")}
+    assert SHOP.gold.funnel == ("page_view", "add_to_cart", "purchase")
+    assert "gold_daily_product_revenue" in SHOP.gold.sql_tables
+
+
+def test_an_unknown_type_is_refused(tmp_path):
+    fails(tmp_path, BASE.replace("amount: double", "amount: money"), 9, "unknown type 'money'")
+
+
+def test_a_cdc_key_not_among_the_columns_is_refused(tmp_path):
+    fails(tmp_path, BASE.replace("primary_key: [account_id]", "primary_key: [id]"), 26,
+          "primary key column 'id' is not among the columns of table accounts: account_id, plan")
+
+
+def test_an_event_key_not_among_the_fields_is_refused(tmp_path):
+    fails(tmp_path, BASE.replace("    key: id\n", "    key: event_id\n"), 11,
+          "key 'event_id' is not among the fields of event source clicks")
+
+
+def test_a_duplicate_table_is_refused(tmp_path):
+    # An event source named like a CDC table: both would write silver_accounts.
+    text = BASE.replace("gold:\n", "") .replace("  purchase: {event_type: buy, amount: amount}\n", "")
+    text = text.replace("cdc:\n", "  accounts:\n    fields: {id: string, at: timestamp}\n    key: id\n"
+                                  "    timestamp: at\ncdc:\n")
+    fails(tmp_path, text, 29, "table 'silver_accounts' is declared twice (first on line 19)")
+
+
+def test_the_same_cdc_table_under_two_connectors_is_refused(tmp_path):
+    text = BASE.replace("gold:\n", "  other:\n    connector: mysql\n    database: other\n    tables:\n"
+                                   "      accounts:\n        primary_key: [id]\n        columns: {id: long}\ngold:\n")
+    fails(tmp_path, text, 34, "CDC table 'accounts' is declared twice (also under app)")
+
+
+def test_a_rule_on_an_unknown_field_is_refused(tmp_path):
+    fails(tmp_path, BASE.replace("field: props.env", "field: country"), 17,
+          "rule field 'country' is not among the fields of event source clicks")
+    fails(tmp_path, BASE.replace("field: props.env", "field: kind.env"), 17,
+          "only a map field can be read by key (kind is string)")
+
+
+def test_an_unknown_key_a_missing_key_and_a_key_written_twice_are_refused(tmp_path):
+    fails(tmp_path, BASE.replace("    key: id\n", "    key: id\n    dedupe: true\n"), 12,
+          "unknown key 'dedupe' at events.clicks")
+    fails(tmp_path, BASE.replace("    timestamp: at\n", ""), 3, "events.clicks.timestamp: required, but not given")
+    fails(tmp_path, BASE.replace("      amount: double\n", "      amount: double\n      who: long\n"), 10,
+          "'who' is written twice in the same mapping (first on line 6)")
+
+
+def test_other_cross_references_are_checked(tmp_path):
+    fails(tmp_path, BASE.replace("at: timestamp", "at: string"), 12, "timestamp field 'at' must have type timestamp")
+    fails(tmp_path, BASE.replace("    event_type: kind\n", "    event_type: kind\n    event_types: [view]\n"), 32,
+          "purchase event type 'buy' is not among the event_types of clicks: view")
+    fails(tmp_path, BASE.replace("amount: amount}", "amount: who}"), 31, "purchase amount 'who' must be numeric")
+    fails(tmp_path, BASE + "  tables:\n    gold_x:\n      reads: [silver_nothing]\n      sql: SELECT 1 AS a\n"
+                           "      columns: {a: int}\n", 34, "read table 'silver_nothing' is not among the declared tables")
+    fails(tmp_path, "name: [1]\n", 1, "name: Input should be a valid string")
+    fails(tmp_path, "name: x\nevents: {a: {fields: {id: string}, key: id, timestamp: id\n", 3, "not valid YAML")
+
+
+def test_a_missing_file_says_how_to_point_at_one(tmp_path):
+    with pytest.raises(DeclarationError, match="set LAKEHOUSE_PROJECT to your lakehouse.yaml"):
+        load_project(tmp_path / "nope.yaml")
+
+
+def test_a_declaration_can_be_parsed_from_text():
+    project = parse_project(BASE, "inline.yaml")
+    assert project.file.name == "inline.yaml" and project.gold.purchase_type == "buy"
