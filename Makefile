@@ -14,7 +14,7 @@ DEMO_START ?= 2025-01-01
 DEMO_END ?= 2025-01-03
 DEMO_DAYS ?= 3
 
-.PHONY: setup demo dev test bench clean
+.PHONY: setup demo dev test test-fast lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -46,6 +46,14 @@ dev: setup
 
 test: setup
 	$(BIN)/pytest
+
+# The tests that need no Spark, PostgreSQL or S3 server (seconds).
+test-fast: setup
+	$(BIN)/pytest -m "not spark and not postgres and not s3"
+
+lint: setup
+	$(BIN)/ruff check lakehouse_assets lakehouse_assets_tests examples benchmarks
+	$(BIN)/mypy
 
 # Benchmarks (not part of the tests): SCALE=N multiplies the data sizes.
 bench: setup

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from dagster import DagsterInstance, materialize
 from pyspark.sql import SparkSession

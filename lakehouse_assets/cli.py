@@ -11,6 +11,7 @@ import math
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def table_summaries(settings: Settings) -> list[dict]:
     for identifier in sorted(catalog.list_tables(settings.namespace)):
         table = catalog.load_table(identifier)
         snapshot = table.current_snapshot()
-        summary = snapshot.summary if snapshot else {}
+        summary: Mapping[str, str] = snapshot.summary if snapshot and snapshot.summary is not None else {}
         rows.append({
             "table": ".".join(identifier),
             "snapshot_id": snapshot.snapshot_id if snapshot else None,

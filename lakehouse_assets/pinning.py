@@ -19,7 +19,8 @@ import datetime as dt
 from typing import Any
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
-from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan, Reference
+from pyiceberg.expressions.literals import literal
 from pyiceberg.types import DateType
 
 from .runtime.catalog import catalog_for
@@ -49,6 +50,7 @@ def pinned(asset: str, run_id: str | None = None, partition: str | None = None,
         for record in result.records:
             if run_id is None or record.run_id == run_id:
                 materialization = record.asset_materialization
+                assert materialization is not None  # fetch_materializations returns materialisations
                 if PINNED not in materialization.metadata:
                     raise ValueError(f"the materialisation of {asset} in run {record.run_id} pinned nothing")
                 return {
@@ -84,8 +86,9 @@ def read_pinned(
     pins = pinned(asset, run_id, partition, instance)
     table_id = pins["table"]
     snapshot_id = pins["snapshots"][table_id]["snapshot_id"]
-    settings = settings or Settings.from_env()
-    table = catalog_for(settings).load_table(tuple(table_id.split(".")[1:]))
+    table = None
+    if as_ != "spark" or partition:
+        table = catalog_for(settings or Settings.from_env()).load_table(tuple(table_id.split(".")[1:]))
     window = _day_window(table, partition) if partition else None
     if as_ == "spark":
         if spark is None:
@@ -95,7 +98,11 @@ def read_pinned(
             column, start, end = window
             df = df.where((df[column] >= start) & (df[column] < end))
         return df
-    row_filter = And(GreaterThanOrEqual(window[0], window[1]), LessThan(window[0], window[2])) if window else None
+    row_filter = And(
+        GreaterThanOrEqual(term=Reference(window[0]), value=literal(window[1])),
+        LessThan(term=Reference(window[0]), value=literal(window[2])),
+    ) if window else None
+    assert table is not None
     scan = table.scan(snapshot_id=snapshot_id, row_filter=row_filter) if row_filter else table.scan(snapshot_id=snapshot_id)
     data = scan.to_arrow()
     if as_ == "pandas":

@@ -11,6 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -142,7 +143,7 @@ class Settings:
     @classmethod
     def from_env(cls, **overrides) -> Settings:
         jars = _env("LAKEHOUSE_SPARK_JARS", "")
-        values = dict(
+        values: dict[str, Any] = dict(
             home=Path(_env("LAKEHOUSE_HOME", ".lakehouse")),
             spark_master=_env("LAKEHOUSE_SPARK_MASTER", "local[*]"),
             driver_memory=_env("LAKEHOUSE_DRIVER_MEMORY", "4g"),

@@ -43,7 +43,10 @@ from pyiceberg.expressions import (
     NotIn,
     NotNull,
     Or,
+    Reference,
 )
+from pyiceberg.expressions.literals import Literal as IcebergLiteral
+from pyiceberg.expressions.literals import literal as iceberg_literal
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
@@ -382,8 +385,8 @@ def _snapshots_as_of(as_of: str, loaded: dict[str, Table], settings: Settings,
     target = parse_as_of(as_of)
     result: dict[str, Snapshot] = {}
     if isinstance(target, int):
-        owners = {name: table.snapshot_by_id(target) for name, table in loaded.items()}
-        owners = {name: snap for name, snap in owners.items() if snap is not None}
+        found = {name: table.snapshot_by_id(target) for name, table in loaded.items()}
+        owners = {name: snap for name, snap in found.items() if snap is not None}
         if not owners:
             catalog = catalog_for(settings)
             for name in sorted(set(names.values()) - set(loaded)):
@@ -426,7 +429,9 @@ def _parse(sql: str) -> list[dict] | None:
     """DuckDB's parse tree of the statements, or None when it cannot serialise them (not SELECT)."""
     con = duckdb.connect(":memory:")
     try:
-        raw = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0]
+        row = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+        assert row is not None  # a SELECT of one expression returns one row
+        raw = row[0]
     except duckdb.Error:
         return None
     finally:
@@ -526,18 +531,19 @@ class _Pred:
     values: tuple = ()
 
     def to_iceberg(self) -> BooleanExpression:
-        c, v = self.column, self.values
+        # Keyword arguments: pydantic's generated __init__ (what type checkers see) takes no positional ones.
+        c, v = Reference(self.column), self.values
         return {
-            "=": lambda: EqualTo(c, v[0]),
-            "<>": lambda: NotEqualTo(c, v[0]),
-            "<": lambda: LessThan(c, v[0]),
-            "<=": lambda: LessThanOrEqual(c, v[0]),
-            ">": lambda: GreaterThan(c, v[0]),
-            ">=": lambda: GreaterThanOrEqual(c, v[0]),
-            "in": lambda: In(c, v),
-            "not in": lambda: NotIn(c, v),
-            "is null": lambda: IsNull(c),
-            "is not null": lambda: NotNull(c),
+            "=": lambda: EqualTo(term=c, value=_iceberg_literal(v[0])),
+            "<>": lambda: NotEqualTo(term=c, value=_iceberg_literal(v[0])),
+            "<": lambda: LessThan(term=c, value=_iceberg_literal(v[0])),
+            "<=": lambda: LessThanOrEqual(term=c, value=_iceberg_literal(v[0])),
+            ">": lambda: GreaterThan(term=c, value=_iceberg_literal(v[0])),
+            ">=": lambda: GreaterThanOrEqual(term=c, value=_iceberg_literal(v[0])),
+            "in": lambda: In(term=c, values={_iceberg_literal(x) for x in v}),
+            "not in": lambda: NotIn(term=c, values={_iceberg_literal(x) for x in v}),
+            "is null": lambda: IsNull(term=c),
+            "is not null": lambda: NotNull(term=c),
         }[self.op]()
 
     def render(self) -> str:
@@ -548,6 +554,11 @@ class _Pred:
         if self.op in ("in", "not in"):
             return f"{column} {self.op.upper()} ({', '.join(_render_value(v) for v in self.values)})"
         return f"{column} {self.op} {_render_value(self.values[0])}"
+
+
+def _iceberg_literal(value: Any) -> IcebergLiteral[Any]:
+    """`value` as an Iceberg literal, converted as pyiceberg's predicates convert a bare value."""
+    return value if isinstance(value, IcebergLiteral) else iceberg_literal(value)
 
 
 @dataclass(frozen=True)
@@ -567,7 +578,7 @@ _Expr = _Pred | _Junction
 
 def _junction(op: str, parts: list) -> _Expr | None:
     unique = list(dict.fromkeys(p for p in parts if p is not None))
-    flat = []
+    flat: list[_Expr] = []
     for p in unique:
         flat.extend(p.parts if isinstance(p, _Junction) and p.op == op else [p])
     if not flat:
@@ -708,11 +719,11 @@ def _value_for(literal: tuple[str, Any] | None, column_type: IcebergType) -> tup
         if kind not in ("INTEGER", "NUMERIC") or not re.fullmatch(r"-?\d+(\.\d+)?", text):
             return False, None
         try:
-            value = Decimal(text)
-            exact = value.quantize(Decimal(1).scaleb(-column_type.scale))
+            number = Decimal(text)
+            exact = number.quantize(Decimal(1).scaleb(-column_type.scale))
         except InvalidOperation:
             return False, None
-        if exact != value or len(exact.as_tuple().digits) > column_type.precision:
+        if exact != number or len(exact.as_tuple().digits) > column_type.precision:
             return False, None
         return True, exact
     if isinstance(column_type, DateType):
@@ -805,9 +816,9 @@ class _Analyzer:
         for node in _walk(self.statements):
             # A namespace table outside the FROM clauses handled above: read it whole.
             if node.get("type") == "BASE_TABLE" and id(node) not in self.handled:
-                table = self._lookup(node)
-                if table:
-                    self._read_whole(table)
+                looked_up = self._lookup(node)
+                if looked_up:
+                    self._read_whole(looked_up)
         for table, bindings in self.bindings.items():
             # A whole-row reference (SELECT t FROM t, to_json(t)) needs every column.
             if bindings & self.single_names:
@@ -893,10 +904,10 @@ class _Analyzer:
             self._flatten(ref.get("left"), pushable and left_ok, out)
             self._flatten(ref.get("right"), pushable and right_ok, out)
         else:
-            binding = alias
-            if binding is None and kind == "TABLE_FUNCTION":
-                binding = str((ref.get("function") or {}).get("function_name") or "").lower() or None
-            out.append(_Relation(binding, None, node=ref))
+            name = alias
+            if name is None and kind == "TABLE_FUNCTION":
+                name = str((ref.get("function") or {}).get("function_name") or "").lower() or None
+            out.append(_Relation(name, None, node=ref))
 
     # -- predicates ---------------------------------------------------------------------
 

@@ -14,9 +14,9 @@ import uuid
 import psycopg2
 import pytest
 
+from lakehouse_assets.dev.s3server import SeaweedS3
 from lakehouse_assets.runtime.catalog import catalog_for, open_catalog, s3_properties
 from lakehouse_assets.runtime.resource import LakehouseResource
-from lakehouse_assets.dev.s3server import SeaweedS3
 from lakehouse_assets.runtime.spark import get_spark
 from lakehouse_assets.settings import CatalogUri, Settings
 
@@ -28,6 +28,17 @@ PG_ADMIN_DSN = os.environ.get("LAKEHOUSE_TEST_PG_DSN", "host=127.0.0.1 port=5432
 PG_CATALOG = "pg"
 S3_CATALOG = "s3lake"  # same SQLite catalog database, its warehouse on the S3 server
 S3_WAREHOUSE = "s3://lake/warehouse"
+
+
+# Markers follow from what a test uses, so `-m "not spark and not postgres and not s3"` runs without services.
+_SERVICE_FIXTURES = {"spark": "spark", "pg_catalog_uri": "postgres", "s3_server": "s3"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for fixture, marker in _SERVICE_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")

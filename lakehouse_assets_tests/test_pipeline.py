@@ -25,6 +25,8 @@ from lakehouse_assets.runtime.resource import LakehouseResource
 
 from .shop import ALL_ASSETS, SHOP
 
+pytestmark = pytest.mark.slow  # a module-wide pipeline run
+
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)]
 ASSETS = ALL_ASSETS
 EVENT_TYPES = SHOP.events["events"].event_types

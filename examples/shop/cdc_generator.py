@@ -61,11 +61,11 @@ import datetime as dt
 import json
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Callable
 
 from lakehouse_assets.project import load_project
 
@@ -521,7 +521,7 @@ def _column_schema(name: str, type_name: str, optional: bool) -> dict:
     return {"type": _CONNECT_TYPES[type_name], "optional": optional, "field": name}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _envelope_schema(table: str, drifted: bool) -> str:
     """The JsonConverter schema of a table's envelope, serialised once."""
     info = CDC_TABLES[table]

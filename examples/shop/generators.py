@@ -14,7 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from examples.shop.cdc_generator import generate_cdc  # noqa: E402
-from examples.shop.events_generator import generate as generate_events, generate_day  # noqa: E402
+from examples.shop.events_generator import generate as generate_events  # noqa: E402
+from examples.shop.events_generator import generate_day
 
 
 def generate(landing: Path, days: list[dt.date], events_per_day: int = 2_000, changes_per_day: int = 300,

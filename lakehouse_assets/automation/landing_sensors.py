@@ -11,6 +11,7 @@ run key made of the new files' names stops a double firing from launching twice.
 import hashlib
 import json
 from collections import defaultdict
+from typing import Any
 
 from dagster import (
     AssetKey,
@@ -22,8 +23,8 @@ from dagster import (
     SkipReason,
     sensor,
 )
-
-from pyiceberg.expressions import EqualTo
+from pyiceberg.expressions import EqualTo, Reference
+from pyiceberg.expressions.literals import literal
 
 from ..bronze.ingest import INGEST_LOG, LandingSource
 from ..runtime.resource import LakehouseResource
@@ -38,7 +39,8 @@ def ingested_files(lakehouse: LakehouseResource, source: str) -> set[str]:
     catalog, identifier = lakehouse.catalog, (lakehouse.settings.namespace, INGEST_LOG.name)
     if not catalog.table_exists(identifier):
         return set()
-    log = catalog.load_table(identifier).scan(row_filter=EqualTo("source", source), selected_fields=("source_file",))
+    row_filter = EqualTo(term=Reference("source"), value=literal(source))
+    log = catalog.load_table(identifier).scan(row_filter=row_filter, selected_fields=("source_file",))
     return set(log.to_arrow().column("source_file").to_pylist())
 
 
@@ -53,7 +55,7 @@ def landing_sensor(source: LandingSource, minimum_interval_seconds: int = 30) ->
         default_status=DefaultSensorStatus.RUNNING,
     )
     def _sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-        state = json.loads(context.cursor) if context.cursor else {"watermark": 0.0, "recent": []}
+        state: dict[str, Any] = json.loads(context.cursor) if context.cursor else {"watermark": 0.0, "recent": []}
         watermark, recent = state["watermark"], set(state["recent"])
         files = landing_zone(lakehouse.settings).list(source.name)
         new = [f for f in files if f.modified > watermark - LOOKBACK_SECONDS and f.uri not in recent
@@ -66,6 +68,7 @@ def landing_sensor(source: LandingSource, minimum_interval_seconds: int = 30) ->
 
         by_day = defaultdict(list)
         for f in new:
+            assert f.day is not None  # files without a landing day were left out above
             by_day[f.day.isoformat()].append(f.uri)
         requests = [
             RunRequest(
@@ -77,8 +80,8 @@ def landing_sensor(source: LandingSource, minimum_interval_seconds: int = 30) ->
             for day, uris in sorted(by_day.items())
         ]
         watermark = max([watermark, *(f.modified for f in new)])
-        recent = sorted(f.uri for f in files if f.modified > watermark - LOOKBACK_SECONDS)
+        still_recent = sorted(f.uri for f in files if f.modified > watermark - LOOKBACK_SECONDS)
         context.log.info(f"{len(new)} new files under {source.name}/ on {len(by_day)} landing days")
-        return SensorResult(run_requests=requests, cursor=json.dumps({"watermark": watermark, "recent": recent}))
+        return SensorResult(run_requests=requests, cursor=json.dumps({"watermark": watermark, "recent": still_recent}))
 
     return _sensor

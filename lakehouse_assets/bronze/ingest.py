@@ -12,12 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import AssetExecutionContext, AssetsDefinition, AssetSpec, MaterializeResult, MetadataValue, multi_asset
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    AssetSpec,
+    MaterializeResult,
+    MetadataValue,
+    PartitionsDefinition,
+    multi_asset,
+)
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-
-from dagster import PartitionsDefinition
 
 from ..errors import BalanceError
 from ..partitions import SINGLE_RUN
@@ -73,7 +79,7 @@ class IngestReport:
     new_columns: list[str] = field(default_factory=list)
 
     def metadata(self, commit: CommitResult | None) -> dict[str, Any]:
-        counts = {
+        counts: dict[str, Any] = {
             "landing_files_listed": MetadataValue.int(self.files_listed),
             "landing_files_taken": MetadataValue.int(self.files_read),
             "records_in": MetadataValue.int(self.records_in),
@@ -213,7 +219,8 @@ def landing_asset(source: LandingSource, partitions: PartitionsDefinition) -> As
         backfill_policy=SINGLE_RUN,
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
-        window = Window.of_days("landing_date", *context.partition_time_window, as_date=True)
+        start, end = context.partition_time_window
+        window = Window.of_days("landing_date", start, end, as_date=True)
         files = list_landing_files(
             lakehouse.spark, day_folders(lakehouse.settings.landing, source.name, window.start, window.end)
         )

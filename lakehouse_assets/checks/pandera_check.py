@@ -62,6 +62,7 @@ def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[Ass
     results = []
     for audit in audits:
         head = audit.staged.result().snapshot_id
+        assert head is not None  # a staged branch always has a head snapshot
         for asset, name, model, df in audit.checks:
             failures = validate(model, df)
             results.append(AssetCheckResult(
@@ -86,8 +87,9 @@ def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[Ass
 def raise_if_failed(results: list[AssetCheckResult]) -> None:
     failed = [r for r in results if not r.passed]
     if failed:
-        branches = sorted({r.metadata["audit_branch"].value for r in failed})
-        tables = sorted({r.metadata["table"].value for r in failed})
+        # Both were recorded as text metadata (see audit_and_publish).
+        branches = sorted({str(r.metadata["audit_branch"].value) for r in failed})
+        tables = sorted({str(r.metadata["table"].value) for r in failed})
         raise Failure(
             description=(
                 f"write-audit-publish: {len(failed)} check(s) failed on {', '.join(tables)}; main is unchanged; "

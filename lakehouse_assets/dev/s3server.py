@@ -62,7 +62,7 @@ def weed_binary() -> Path:
     if dist is not None:
         for file in dist.files or ():
             if file.name in ("weed", "weed.exe"):
-                candidates.append(Path(dist.locate_file(file)).resolve())
+                candidates.append(Path(str(dist.locate_file(file))).resolve())
     scripts = Path(sysconfig.get_path("scripts"))
     candidates += [scripts / "weed", Path(sys.executable).parent / "weed"]
     on_path = shutil.which("weed")

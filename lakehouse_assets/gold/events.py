@@ -34,7 +34,7 @@ from pyspark.sql import types as T
 
 from ..automation.bi import BI_REFRESH
 from ..partitions import SINGLE_RUN
-from ..project import EventSource, Freshness, Gold
+from ..project import Freshness, Gold
 from ..runtime.commit import Window
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
@@ -47,11 +47,12 @@ class EventColumns:
     """The gold vocabulary (user, session, type, purchase, amount) as silver columns of the declared source."""
 
     def __init__(self, gold: Gold):
-        assert gold.events is not None and gold.events.user is not None
-        source: EventSource = gold.events
+        source = gold.events
+        assert source is not None and source.user is not None, "gold needs an event source with a user field"
+        user = source.user
         self.gold = gold
         self.ts = source.timestamp
-        self.user = f"{source.user}_hash" if source.user in source.pii else source.user
+        self.user = f"{user}_hash" if user in source.pii else user
         self.type = source.event_type
 
     def purchase(self) -> Column:

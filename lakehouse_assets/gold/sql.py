@@ -9,6 +9,7 @@ status changes days after it was placed).
 
 
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
+from pyspark.sql import types as T
 
 from ..automation.bi import BI_REFRESH_WHOLE
 from ..partitions import SINGLE_RUN
@@ -17,7 +18,6 @@ from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
 from ..tables.types import spark_type
 from .events import _freshness
-from pyspark.sql import types as T
 
 
 def sql_table_spec(table: SqlTable) -> TableSpec:

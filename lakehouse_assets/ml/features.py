@@ -15,7 +15,14 @@ reads the data back exactly, with or without Spark.
 
 import datetime as dt
 
-from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, PartitionsDefinition, asset
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    PartitionsDefinition,
+    asset,
+)
 from pyspark.sql import DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
@@ -132,7 +139,8 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
     )
     def ml_user_features(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
         spark = lakehouse.spark
-        window = Window.of_days("as_of_date", *context.partition_time_window, as_date=True)
+        start, end = context.partition_time_window
+        window = Window.of_days("as_of_date", start, end, as_date=True)
         events, read = read_events(lakehouse, ML_USER_FEATURES.name)
         days = [window.start + dt.timedelta(days=n) for n in range((window.end - window.start).days)]
         ends = spark.createDataFrame([(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")

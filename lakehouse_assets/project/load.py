@@ -24,7 +24,6 @@ from .declaration import (
     FreshnessDecl,
     GoldDecl,
     ProjectDecl,
-    RuleDecl,
     ValueCheck,
 )
 from .model import GOLD_EVENT_TABLES, INGEST_LOG, CdcTable, EventSource, Freshness, Gold, Project, SqlTable
@@ -316,12 +315,13 @@ def parse_project(text: str, file: str = "<declaration>") -> Project:
 
     events = {name: _event_source(c, name, e) for name, e in decl.events.items()}
     cdc: dict[str, CdcTable] = {}
-    for source_name, source in decl.cdc.items():
-        for table in _cdc_tables(c, source_name, source):
-            if table.name in cdc:
-                c.fail(("cdc", source_name, "tables", table.name),
-                       f"CDC table {table.name!r} is declared twice (also under {cdc[table.name].server})")
-            cdc[table.name] = table
+    cdc_paths: dict[str, tuple[Any, ...]] = {}
+    for source_name, cdc_decl in decl.cdc.items():
+        for cdc_table in _cdc_tables(c, source_name, cdc_decl):
+            path = ("cdc", source_name, "tables", cdc_table.name)
+            if cdc_table.name in cdc:
+                c.fail(path, f"CDC table {cdc_table.name!r} is declared twice (also under {cdc[cdc_table.name].server})")
+            cdc[cdc_table.name], cdc_paths[cdc_table.name] = cdc_table, path
 
     # One owner per table name and per landing folder, across everything declared.
     owners: dict[str, tuple[Any, ...]] = {INGEST_LOG: ("name",)}
@@ -333,9 +333,9 @@ def parse_project(text: str, file: str = "<declaration>") -> Project:
         owners[name] = path
 
     landings: dict[str, tuple[Any, ...]] = {}
-    for source in [*events.values(), *cdc.values()]:
-        path = (("events", source.name) if isinstance(source, EventSource)
-                else ("cdc", next(s for s, d in decl.cdc.items() if source.name in d.tables), "tables", source.name))
+    sources: list[EventSource | CdcTable] = [*events.values(), *cdc.values()]
+    for source in sources:
+        path = ("events", source.name) if isinstance(source, EventSource) else cdc_paths[source.name]
         if source.landing in landings:
             c.fail(path, f"landing folder {source.landing!r} is used twice (first on line "
                          f"{line_of(document, landings[source.landing])})")
@@ -345,14 +345,13 @@ def parse_project(text: str, file: str = "<declaration>") -> Project:
     for table_name, (column, (target_table, target_column)) in (
         (t.name, ref) for t in cdc.values() for ref in t.references.items()
     ):
-        src = next(s for s, d in decl.cdc.items() if table_name in d.tables)
-        path = ("cdc", src, "tables", table_name, "references", column)
+        path = (*cdc_paths[table_name], "references", column)
         if target_table not in cdc or target_column not in cdc[target_table].columns:
             c.fail(path, f"reference {target_table}.{target_column} is not a declared CDC table and column")
 
     gold = _gold(c, decl.gold, events, list(owners))
-    for table in [*gold.event_tables, *gold.ml_tables]:
-        claim(table, ("gold",))
+    for name in [*gold.event_tables, *gold.ml_tables]:
+        claim(name, ("gold",))
     for name in gold.sql_tables:
         claim(name, ("gold", "tables", name))
 

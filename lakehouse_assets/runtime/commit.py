@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from dagster import MetadataValue
+from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -192,10 +194,12 @@ class StagedWrite:
         """Figures of everything written on the branch since its base (head totals, summed changes)."""
         table = self.table.iceberg()
         head = table.snapshot_by_name(self.branch) or table.current_snapshot()
+        assert head is not None and head.summary is not None  # the branch holds at least the stamped commit
         summary = dict(head.summary.additional_properties)
         totals = {k: 0 for k in _SUMMED}
-        snapshot = head
+        snapshot: Snapshot | None = head
         while snapshot is not None and snapshot.snapshot_id != self.base_snapshot_id:
+            assert snapshot.summary is not None  # Iceberg's writers (Spark's too) always record one
             props = snapshot.summary.additional_properties
             for key in _SUMMED:
                 totals[key] += int(props.get(key, 0) or 0)

@@ -8,6 +8,7 @@ from pyspark.sql import SparkSession
 def glob_files(spark: SparkSession, pattern: str) -> list[str]:
     """Files (not folders) matching a glob such as `file:/landing/events/date=2025-01-0[1-3]/*.jsonl`."""
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # set while the SparkContext is running
     path = jvm.org.apache.hadoop.fs.Path(pattern)
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     statuses = fs.globStatus(path)

@@ -71,4 +71,5 @@ class LakehouseResource(ConfigurableResource):
 
     def iceberg_table(self, table: str | TableSpec):
         """pyiceberg's Table, freshly loaded (for reading metadata; writes go through handles)."""
-        return self.catalog.load_table((self.settings.namespace, getattr(table, "name", table)))
+        name = table if isinstance(table, str) else table.name
+        return self.catalog.load_table((self.settings.namespace, name))

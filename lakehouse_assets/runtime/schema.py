@@ -40,8 +40,9 @@ def casts_up(src: T.DataType, dst: T.DataType) -> bool:
     """True when every `src` value fits in `dst` unchanged."""
     if src == dst:
         return True
-    if _rank(src) is not None and _rank(dst) is not None:
-        return _rank(src) <= _rank(dst)
+    src_rank, dst_rank = _rank(src), _rank(dst)
+    if src_rank is not None and dst_rank is not None:
+        return src_rank <= dst_rank
     if isinstance(src, T.FloatType) and isinstance(dst, T.DoubleType):
         return True
     if isinstance(src, T.DecimalType) and isinstance(dst, T.DecimalType):

@@ -35,6 +35,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
+    AssetKey,
     AssetsDefinition,
     AssetSpec,
     MaterializeResult,
@@ -142,7 +143,9 @@ def history_model(info: CdcTable) -> pa.DataFrameSchema:
 def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, window: Window) -> DataFrame:
     """The window's changes as versions: key, image columns, op, position, valid_from."""
     rows = bronze.read(reader=info.silver)
-    image_columns = [f.name for f in rows.schema["after"].dataType.fields]
+    after = rows.schema["after"].dataType
+    assert isinstance(after, T.StructType)
+    image_columns = [f.name for f in after.fields]
     rows = rows.where(window.condition & F.col("op").isin(*OPS))
     # A change is one key at one position: a redelivery repeats both; the rows of one snapshot share a position.
     once = W.partitionBy("key", "change_position").orderBy("ingested_at", "source_file", "source_line")
@@ -277,8 +280,8 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
         counts = {"changes_in_window": MetadataValue.int(applied)}
         history_commit, current_commit = commits
         yield MaterializeResult(asset_key=history.name, metadata={**history_commit.metadata(), **counts},
-                                check_results=[c for c in checks if c.asset_key.path == [history.name]])
+                                check_results=[c for c in checks if c.asset_key == AssetKey(history.name)])
         yield MaterializeResult(asset_key=current.name, metadata={**current_commit.metadata(), **counts},
-                                check_results=[c for c in checks if c.asset_key.path == [current.name]])
+                                check_results=[c for c in checks if c.asset_key == AssetKey(current.name)])
 
     return _asset

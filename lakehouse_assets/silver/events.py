@@ -19,8 +19,15 @@ reconciled with bronze), published to main only when it passes.
 from typing import Any
 
 import pandera.pyspark as pa
-from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, MetadataValue, PartitionsDefinition, asset
-from pyspark.sql import Column, DataFrame
+from dagster import (
+    AssetExecutionContext,
+    AssetsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    PartitionsDefinition,
+    asset,
+)
+from pyspark.sql import Column
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T

@@ -86,6 +86,7 @@ def _present(text: Column) -> Column:
 def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
     """Bronze CDC columns for `info`, the lineage columns and `reason` (null for a good record)."""
     image = table_schema["after"].dataType if table_schema else image_type(info)
+    assert isinstance(image, T.StructType)  # the before/after images are structs
     line = F.from_json("payload", _LINE, {"columnNameOfCorruptRecord": "_corrupt_record"})
     keys = F.json_object_keys("payload")
     wrapped = F.array_contains(keys, "schema") & F.array_contains(keys, "payload")
@@ -177,7 +178,9 @@ def new_image_fields(lines: DataFrame, table_schema: T.StructType) -> list[tuple
 
     They become nullable string fields of both `before` and `after`.
     """
-    known = {f.name for f in table_schema["after"].dataType.fields}
+    after = table_schema["after"].dataType
+    assert isinstance(after, T.StructType)  # the before/after images are structs
+    known = {f.name for f in after.fields}
     envelope_text = F.when(F.get_json_object("payload", "$.payload").isNotNull(),
                            F.get_json_object("payload", "$.payload")).otherwise(F.col("payload"))
     images = lines.select(envelope_text.alias("env")).select(

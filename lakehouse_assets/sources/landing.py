@@ -89,7 +89,8 @@ def typed_value(text: Column, dtype: T.DataType) -> Column:
     if isinstance(dtype, T.DateType):
         return F.to_date(text)
     if isinstance(dtype, T.MapType):
-        return F.from_json(text, dtype)
+        # The schema as JSON, which is what from_json makes of any DataType (its annotation leaves MapType out).
+        return F.from_json(text, dtype.json())
     if isinstance(dtype, T.BooleanType):
         lowered = F.lower(F.trim(text))
         return F.when(lowered == "true", True).when(lowered == "false", False)

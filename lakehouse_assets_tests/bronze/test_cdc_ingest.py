@@ -12,6 +12,8 @@ from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 
 from ..shop import BRONZE_CDC as bronze_cdc_assets
 
+pytestmark = pytest.mark.slow  # a module-wide pipeline run
+
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
 # What a consumer calls each kind of breakage the generator makes.
 REASONS = {

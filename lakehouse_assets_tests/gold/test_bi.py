@@ -20,6 +20,8 @@ from lakehouse_assets.sql import query
 
 from ..shop import BRONZE_CDC, SHOP_FILE, SILVER_CDC, assets
 
+pytestmark = pytest.mark.slow  # a module-wide pipeline run
+
 PAID = ("paid", "shipped", "delivered")  # the declaration's revenue query counts these
 BI = assets("gold_minute_activity", "gold_sessions", "gold_daily_funnel", "gold_daily_activity",
             "gold_daily_product_revenue")

@@ -14,6 +14,8 @@ from lakehouse_assets.runtime.resource import LakehouseResource
 
 from ..shop import SHOP, assets
 
+pytestmark = pytest.mark.slow  # a module-wide pipeline run
+
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)]
 ASSETS = assets("bronze_events", "silver_events", "ml_user_features", "ml_training_set")
 

@@ -16,7 +16,6 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakehouse_assets.runtime import jars
 from lakehouse_assets.dev.s3server import (
     S3Ports,
     S3ServerError,
@@ -25,6 +24,7 @@ from lakehouse_assets.dev.s3server import (
     stop_server,
     weed_binary,
 )
+from lakehouse_assets.runtime import jars
 
 
 def _pid_exists(pid: int) -> bool:

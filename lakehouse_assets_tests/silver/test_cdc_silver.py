@@ -16,6 +16,8 @@ from lakehouse_assets.runtime.resource import LakehouseResource
 from ..shop import BRONZE_CDC as bronze_cdc_assets
 from ..shop import SILVER_CDC as silver_cdc_assets
 
+pytestmark = pytest.mark.slow  # a module-wide pipeline run
+
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2), dt.date(2025, 1, 3)]
 
 

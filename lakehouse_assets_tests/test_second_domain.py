@@ -1,0 +1,325 @@
+"""A domain that is not the shop: a streaming app's play log and its billing database, declared in YAML only.
+
+Its events have other names, hex-digest ids, epoch-millisecond and ISO times
+mixed, a nested field, no session ids (sessions are cut by inactivity), and an
+open vocabulary; its billing database is captured the way Debezium's PostgreSQL
+connector sends it (every snapshot row at one position). Nothing in Python
+knows any of it. Gold's daily activity is checked against DuckDB reading the
+raw landing files directly.
+"""
+
+import datetime as dt
+import hashlib
+import hmac
+import json
+import random
+import textwrap
+import uuid
+from decimal import Decimal
+
+import duckdb
+import pytest
+from dagster import AssetKey, DagsterInstance, materialize
+
+from lakehouse_assets.build import build_definitions
+from lakehouse_assets.project import load_project
+from lakehouse_assets.runtime.pii import pii_key
+from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.settings import Settings
+
+pytestmark = pytest.mark.slow  # a module-wide pipeline run
+
+DECLARATION = """\
+name: streaming
+start_date: 2025-03-01
+events:
+  plays:
+    landing: app/plays
+    fields:
+      id: string
+      account: string
+      ts: timestamp
+      action: string
+      value: double
+      country: {type: string, path: geo.country}
+      ctx: map
+      ip: string
+    required: [account, action]
+    key: id
+    timestamp: ts
+    user: account
+    event_type: action
+    pii: [ip]
+    rules:
+      - name: internal_traffic
+        field: ctx.env
+        in: [test]
+    checks:
+      value: {min: 0, max: 1000}
+cdc:
+  billing:
+    connector: postgresql
+    database: billing
+    schema: public
+    tables:
+      subscriptions:
+        primary_key: [sub_id]
+        columns:
+          sub_id: long
+          account: string
+          plan: string
+          price: decimal(8,2)
+          started_at: timestamp
+        pii: [account]
+        checks:
+          plan: {in: [free, basic, premium]}
+gold:
+  purchase: {event_type: subscribe, amount: value}
+  funnel: [browse, play, subscribe]
+  sessions: {inactivity: 20m}
+"""
+
+DAYS = [dt.date(2025, 3, 1), dt.date(2025, 3, 2)]
+ACTIONS = ["open_app", "browse", "search", "play", "pause", "rate", "subscribe"]
+
+
+def _digest(n: int) -> str:
+    return hashlib.sha1(f"play-{n}".encode()).hexdigest()
+
+
+def write_plays(landing, seed=11):
+    """Two days of plays with what real logs do: duplicates, a late file, bad lines, mixed time formats."""
+    rng = random.Random(seed)
+    lines = {d: [] for d in DAYS}
+    n = 0
+    for day in DAYS:
+        for account in range(1, 16):
+            t = dt.datetime.combine(day, dt.time(8), dt.timezone.utc) + dt.timedelta(minutes=rng.randrange(600))
+            for _ in range(rng.randint(3, 9)):
+                t += dt.timedelta(minutes=rng.choice([1, 2, 5, 45]))  # 45: a new session after 20m
+                if t.date() != day:
+                    break
+                n += 1
+                action = rng.choice(ACTIONS)
+                event = {"id": _digest(n), "account": f"acct-{account:03d}", "action": action,
+                         "ts": int(t.timestamp() * 1000) if n % 3 else t.isoformat().replace("+00:00", "Z"),
+                         "geo": {"country": rng.choice(["SE", "BR", "JP"])},
+                         "ctx": {"device": rng.choice(["tv", "phone"]), "env": "test" if n % 17 == 0 else "prod"},
+                         "ip": f"203.0.113.{account}"}
+                if action == "subscribe":
+                    event["value"] = rng.choice([4.99, 9.99])
+                lines[day].append(json.dumps(event))
+                if n % 11 == 0:
+                    lines[day].append(json.dumps(event))  # delivered twice
+    lines[DAYS[0]] += ['{"id": "broken', json.dumps({"id": _digest(10_001), "action": "play", "ts": 1})]  # no account
+    late = lines[DAYS[0]].pop(3)  # an event of day 1 that lands with day 2's files
+    lines[DAYS[1]].append(late)
+    for day, day_lines in lines.items():
+        folder = landing / "app" / "plays" / f"date={day.isoformat()}"
+        folder.mkdir(parents=True)
+        (folder / "plays-0.jsonl").write_text("\n".join(day_lines) + "\n")
+    return lines
+
+
+def envelope(op, before, after, lsn, ts, snapshot="false", table="subscriptions", server="billing"):
+    return json.dumps({
+        "before": before, "after": after, "op": op, "ts_ms": ts + 150,
+        "source": {"version": "3.6.3.Final", "connector": "postgresql", "name": server, "ts_ms": ts,
+                   "snapshot": snapshot, "db": server, "schema": "public", "table": table, "txId": lsn // 1000,
+                   "lsn": lsn},
+    })
+
+
+def write_subscriptions(landing):
+    """An initial snapshot (one position for every row, as Debezium sends it), then streamed changes."""
+    t0 = int(dt.datetime(2025, 3, 1, 6, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    rows = {n: {"sub_id": n, "account": f"acct-{n:03d}", "plan": "basic", "price": "4.99",
+                "started_at": "2025-02-20T10:00:00Z"} for n in range(1, 6)}
+    day1 = [envelope("r", None, row, 24_000_000, t0, "true" if n < 5 else "last") for n, row in rows.items()]
+    t1 = t0 + 3_600_000
+    upgraded = {**rows[1], "plan": "premium", "price": "9.99"}
+    day1 += [envelope("u", rows[1], upgraded, 24_000_512, t1),
+             envelope("d", rows[2], None, 24_000_900, t1 + 1000), "null"]
+    moved = {**rows[3], "sub_id": 33}  # a primary-key update: delete and create at one position
+    t2 = int(dt.datetime(2025, 3, 2, 9, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    day2 = [envelope("d", rows[3], None, 24_001_300, t2), "null", envelope("c", None, moved, 24_001_300, t2),
+            envelope("c", None, {"sub_id": 6, "account": "acct-006", "plan": "free", "price": "0.00",
+                                 "started_at": "2025-03-02T09:30:00Z"}, 24_001_700, t2 + 5000)]
+    day2.append(day2[-1])  # delivered twice
+    for day, day_lines in zip(DAYS, (day1, day2)):
+        folder = landing / "cdc" / "subscriptions" / f"date={day.isoformat()}"
+        folder.mkdir(parents=True)
+        (folder / "changes-0.jsonl").write_text("\n".join(day_lines) + "\n")
+    truth = {1: upgraded, 4: rows[4], 5: rows[5], 33: moved,
+             6: {"sub_id": 6, "account": "acct-006", "plan": "free", "price": "0.00",
+                 "started_at": "2025-03-02T09:30:00Z"}}
+    return truth
+
+
+def run_all(defs, lakehouse, first, last, raise_on_error=True):
+    return materialize(list(defs.assets), resources={"lakehouse": lakehouse}, instance=DagsterInstance.ephemeral(),
+                       raise_on_error=raise_on_error,
+                       tags={"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last})
+
+
+@pytest.fixture(scope="module")
+def streaming(spark, lake_settings, tmp_path_factory):
+    root = tmp_path_factory.mktemp("streaming")
+    (root / "lakehouse.yaml").write_text(DECLARATION)
+    project = load_project(root / "lakehouse.yaml")
+    landing = root / "landing"
+    write_plays(landing)
+    truth = write_subscriptions(landing)
+    lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
+                                  namespace=f"t_streaming_{uuid.uuid4().hex[:6]}", landing=str(landing))
+    defs = build_definitions(project, Settings.from_env())
+    result = run_all(defs, lakehouse, "2025-03-01", "2025-03-02")
+    assert result.success
+    return project, defs, lakehouse, landing, truth, result
+
+
+def table(lakehouse, name):
+    return lakehouse.spark.table(lakehouse.table_id(name))
+
+
+def duckdb_daily_activity(landing):
+    """Events, active users and purchases per day, from the raw landing files, by DuckDB alone."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    return {
+        row[0]: row[1:] for row in con.execute(f"""
+            WITH raw AS (
+                SELECT * FROM read_json('{landing}/app/plays/*/*.jsonl', format = 'newline_delimited',
+                                        ignore_errors = true, filename = true,
+                                        columns = {{id: 'VARCHAR', account: 'VARCHAR', action: 'VARCHAR',
+                                                   ts: 'VARCHAR', ctx: 'JSON'}})
+            ), typed AS (
+                SELECT id, account, action, ctx,
+                       CASE WHEN regexp_matches(ts, '^[0-9]+$') THEN make_timestamp(CAST(ts AS BIGINT) * 1000)
+                            ELSE CAST(CAST(ts AS TIMESTAMPTZ) AS TIMESTAMP) END AS at
+                FROM raw
+                WHERE id IS NOT NULL AND account IS NOT NULL AND action IS NOT NULL AND ts IS NOT NULL
+            ), once AS (
+                SELECT DISTINCT id, account, action, at, ctx FROM typed
+            )
+            SELECT CAST(at AS DATE) AS day, count(*) AS events, count(DISTINCT account) AS active_users,
+                   count(*) FILTER (WHERE action = 'subscribe') AS purchases
+            FROM once
+            WHERE coalesce(json_extract_string(ctx, '$.env'), '') <> 'test'
+            GROUP BY 1 ORDER BY 1
+        """).fetchall()
+    }
+
+
+def test_gold_daily_activity_equals_duckdb_over_the_raw_landing_files(streaming):
+    _, _, lakehouse, landing, _, _ = streaming
+    expected = duckdb_daily_activity(landing)
+    got = {r.activity_date: (r.events, r.active_users, r.purchases)
+           for r in table(lakehouse, "gold_daily_activity").collect()}
+    assert set(expected) == set(DAYS)
+    assert got == expected
+    assert all(events > 0 and purchases > 0 for events, _, purchases in got.values())
+
+
+def test_the_domain_flows_through_every_layer_with_its_own_names(streaming):
+    project, _, lakehouse, _, _, result = streaming
+    silver = table(lakehouse, "silver_plays")
+    assert set(silver.columns) >= {"id", "account", "ts", "action", "value", "country", "ctx", "ip_hash"}
+    assert "ip" not in silver.columns
+    rejected = {r.rule: r["count"] for r in table(lakehouse, "silver_plays_rejected").groupBy("rule").count().collect()}
+    assert set(rejected) == {"internal_traffic"}, "an open vocabulary rejects no event type"
+    assert silver.where("country IS NULL").count() == 0, "a nested path fills its field"
+    actions = {r.action for r in silver.select("action").distinct().collect()}
+    assert actions == set(ACTIONS)
+    # The late event of day 1 that landed with day 2's files is in day 1 of silver (event time).
+    quarantine = table(lakehouse, "bronze_plays_quarantine").collect()
+    assert sorted(r.reason for r in quarantine) == ["malformed JSON", "missing required field account"]
+    # Sessions are cut after 20 minutes without events (the data has 45-minute pauses).
+    plays = sorted((r.account, r.ts) for r in silver.collect())
+    starts = [b for a, b in zip([None, *plays], plays)
+              if a is None or a[0] != b[0] or b[1] - a[1] > dt.timedelta(minutes=20)]
+    sessions = table(lakehouse, "gold_sessions").collect()
+    assert sorted((s.user_id, s.session_start) for s in sessions) == starts
+    assert len(starts) > len({a for a, _ in plays}), "some accounts have several sessions"
+    funnel = {(f.funnel_date, f.step): f for f in table(lakehouse, "gold_daily_funnel").collect()}
+    assert [funnel[(DAYS[0], n)].event_type for n in (1, 2, 3)] == ["browse", "play", "subscribe"]
+    checks = result.get_asset_check_evaluations()
+    assert {c.asset_key for c in checks} >= {AssetKey("silver_plays"), AssetKey("silver_subscriptions")}
+    assert all(c.passed for c in checks)
+    assert {t for t in project.table_names} <= {
+        ".".join(i[1:]) for i in lakehouse.catalog.list_tables(lakehouse.settings.namespace)}
+
+
+def test_silver_subscriptions_equals_the_source_row_for_row_with_a_real_shaped_snapshot(streaming):
+    _, _, lakehouse, _, truth, _ = streaming
+    key = pii_key(lakehouse.settings)
+    got = {r.sub_id: r for r in table(lakehouse, "silver_subscriptions").collect()}
+    assert sorted(got) == sorted(truth), "every snapshot row survives although all share one position"
+    for sub_id, row in truth.items():
+        r = got[sub_id]
+        assert r.account_hash == hmac.new(key, row["account"].encode(), hashlib.sha256).hexdigest()
+        assert (r.plan, r.price) == (row["plan"], Decimal(row["price"]))
+        assert r.started_at == dt.datetime.fromisoformat(row["started_at"].replace("Z", ""))
+    history = table(lakehouse, "silver_subscriptions_history")
+    assert {r.sub_id for r in history.where("is_current AND op != 'd'").collect()} == set(truth)
+
+
+def test_a_value_outside_the_declared_range_stops_the_write_before_main(streaming, spark):
+    _, defs, lakehouse, landing, _, _ = streaming
+    day = "2025-03-03"
+    folder = landing / "app" / "plays" / f"date={day}"
+    folder.mkdir(parents=True)
+    events = [{"id": _digest(50_000 + n), "account": "acct-900", "action": "subscribe", "ts": f"{day}T10:0{n}:00Z",
+               "value": value} for n, value in enumerate([9.99, 5000.0])]
+    (folder / "plays-0.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    silver = lakehouse.iceberg_table("silver_plays")
+    main_before = silver.current_snapshot().snapshot_id
+
+    result = run_all(defs, lakehouse, day, day, raise_on_error=False)
+    assert not result.success
+    [failed] = [e for e in result.get_asset_check_evaluations() if not e.passed]
+    assert failed.asset_key == AssetKey("silver_plays")
+    assert [f["column"] for f in failed.metadata["failures"].value] == ["value"]
+    assert not [e for e in result.get_asset_materialization_events()
+                if e.materialization.asset_key.to_user_string().startswith("gold_")], "downstream did not run"
+    assert silver.refresh().current_snapshot().snapshot_id == main_before, "main is unchanged"
+    branch = failed.metadata["audit_branch"].value
+    staged = spark.read.option("branch", branch).table(lakehouse.table_id("silver_plays")).where(f"ts >= '{day}'")
+    assert sorted(r.value for r in staged.collect()) == [9.99, 5000.0]
+    rejected = lakehouse.iceberg_table("silver_plays_rejected")
+    assert not [n for n, r in rejected.metadata.refs.items() if r.snapshot_ref_type == "branch" and n != "main"]
+
+
+def test_a_cdc_table_added_to_the_declaration_reaches_silver_without_python(streaming, tmp_path):
+    _, _, lakehouse, landing, _, _ = streaming
+    text = DECLARATION.replace("gold:\n", textwrap.indent(textwrap.dedent("""\
+        catalog:
+          connector: postgresql
+          database: catalog
+          schema: public
+          tables:
+            titles:
+              primary_key: [title_id]
+              columns: {title_id: int, name: string, year: int}
+              checks: {year: {min: 1900}}
+    """), "  ") + "gold:\n")
+    (tmp_path / "lakehouse.yaml").write_text(text)
+    project = load_project(tmp_path / "lakehouse.yaml")
+    assert "titles" in project.cdc
+    t = int(dt.datetime(2025, 3, 1, 7, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    folder = landing / "cdc" / "titles" / "date=2025-03-01"
+    folder.mkdir(parents=True)
+    changes = [envelope("r", None, {"title_id": n, "name": f"Title {n}", "year": 1990 + n}, 7_000, t, "true",
+                        table="titles", server="catalog") for n in range(1, 4)]
+    changes.append(envelope("u", {"title_id": 2, "name": "Title 2", "year": 1992},
+                            {"title_id": 2, "name": "Title Two", "year": 1992}, 7_400, t + 10, table="titles",
+                            server="catalog"))
+    (folder / "c.jsonl").write_text("\n".join(changes) + "\n")
+    defs = build_definitions(project, Settings.from_env())
+    selected = [a for a in defs.assets if any(k.to_user_string() in ("bronze_cdc_titles", "silver_titles")
+                                              for k in a.keys)]
+    result = materialize(selected, resources={"lakehouse": lakehouse}, instance=DagsterInstance.ephemeral(),
+                         partition_key="2025-03-01")
+    assert result.success
+    rows = sorted((r.title_id, r.name, r.year) for r in table(lakehouse, "silver_titles").collect())
+    assert rows == [(1, "Title 1", 1991), (2, "Title Two", 1992), (3, "Title 3", 1993)]
