@@ -16,16 +16,13 @@ import time
 
 from dagster import DagsterInstance
 
-from lakehouse_assets.bronze.events import bronze_events
-from lakehouse_assets.gold.daily_activity import gold_daily_activity
+from examples.shop.events_generator import generate_day
 from lakehouse_assets.settings import Settings
-from lakehouse_assets.silver.events import silver_events
-from lakehouse_assets.sources.generator import generate_day
 
-from .common import lakehouse, materialize_partition, materialize_range
+from .common import lakehouse, materialize_partition, materialize_range, shop_assets
 
 FIRST_DAY = dt.date(2025, 1, 1)
-ASSETS = [bronze_events, silver_events, gold_daily_activity]
+ASSETS = shop_assets("bronze_events", "silver_events", "gold_daily_activity")
 TARGET = 3.0
 
 

@@ -10,8 +10,18 @@ from pathlib import Path
 from dagster import DagsterInstance, materialize
 from pyspark.sql import SparkSession
 
+from lakehouse_assets.build import build_definitions
+from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
+
+SHOP_FILE = Path(__file__).resolve().parents[1] / "examples" / "shop" / "lakehouse.yaml"
+
+
+def shop_assets(*tables: str) -> list:
+    """The shop demo's assets that write these tables (the benchmarks run on the shop's declaration)."""
+    defs = build_definitions(load_project(SHOP_FILE))
+    return [a for a in defs.assets if any(k.to_user_string() in tables for k in a.keys)]  # type: ignore[union-attr]
 
 
 def timed(action: Callable[[], object]) -> float:

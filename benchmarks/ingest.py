@@ -27,11 +27,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse_assets.bronze.events import bronze_events
+from examples.shop.events_generator import generate_day
 from lakehouse_assets.settings import Settings
-from lakehouse_assets.sources.generator import generate_day
 
-from .common import lakehouse, materialize_range
+from .common import lakehouse, materialize_range, shop_assets
+
+bronze_events = shop_assets("bronze_events")[0]
 
 FIRST_DAY = dt.date(2025, 1, 1)
 TARGET = 1.3

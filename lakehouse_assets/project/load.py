@@ -298,6 +298,8 @@ def _pydantic_error(file: str, document: Any, exc: ValidationError) -> Declarati
         reason = f"{where}: required, but not given"
     else:
         reason = f"{where}: {error['msg']}"
+    if any(str(p).endswith(")") and "(" not in str(p) for p in loc):
+        reason += " (a type such as decimal(12,2) inside {...} must be quoted: YAML splits flow mappings at commas)"
     return DeclarationError(file, line_of(document, loc), reason)
 
 

@@ -162,12 +162,15 @@ def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, w
     )
 
 
+_CHANGE_COLUMNS = ("key", "op", "change_position", "valid_from")  # the rest of a change are image columns
+
+
 def _add_drifted_columns(batch: DataFrame, *tables: TableHandle) -> None:
     """Columns added upstream (new fields in bronze's images) are added to silver on purpose."""
     for table in tables:
         present = set(table.schema().fieldNames())
         new = [(f.name, f.dataType.simpleString()) for f in batch.schema.fields
-               if f.name not in present and f.name not in ("op", "valid_from")]
+               if f.name not in present and f.name not in _CHANGE_COLUMNS]
         if new:
             table.add_columns(new)
 

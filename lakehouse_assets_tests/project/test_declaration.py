@@ -147,3 +147,13 @@ def test_a_missing_file_says_how_to_point_at_one(tmp_path):
 def test_a_declaration_can_be_parsed_from_text():
     project = parse_project(BASE, "inline.yaml")
     assert project.file.name == "inline.yaml" and project.gold.purchase_type == "buy"
+
+
+def test_the_readme_example_declaration_loads():
+    readme = (SHOP_FILE.parents[2] / "README.md").read_text()
+    section = readme.split("## Your lakehouse, declared", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    project = parse_project(example, str(SHOP_FILE.with_name("readme-example.yaml")))  # generator: beside the shop
+    assert project.events["plays"].paths["country"] == "geo.country"
+    assert project.cdc["subscriptions"].pii == ("account",)
+    assert "gold_plan_revenue" in project.gold.sql_tables
