@@ -42,3 +42,15 @@ class BalanceError(LakehouseError, RuntimeError):
 
 class SparkConfigConflict(LakehouseError, RuntimeError):
     """The process already runs a SparkSession with other catalog settings."""
+
+
+class MissingJarError(LakehouseError, RuntimeError):
+    """A jar Spark needs is not installed (`make setup` fetches them)."""
+
+
+class MissingBinaryError(LakehouseError, RuntimeError):
+    """A program the platform runs (e.g. SeaweedFS's `weed`) is not installed."""
+
+
+class S3ServerError(LakehouseError, RuntimeError):
+    """The local S3 server did not start or stop as asked."""

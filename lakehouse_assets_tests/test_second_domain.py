@@ -196,13 +196,13 @@ def duckdb_daily_activity(landing):
             ), typed AS (
                 SELECT id, account, action, ctx,
                        CASE WHEN regexp_matches(ts, '^[0-9]+$') THEN make_timestamp(CAST(ts AS BIGINT) * 1000)
-                            ELSE CAST(CAST(ts AS TIMESTAMPTZ) AS TIMESTAMP) END AS at
+                            ELSE CAST(CAST(ts AS TIMESTAMPTZ) AS TIMESTAMP) END AS event_at
                 FROM raw
                 WHERE id IS NOT NULL AND account IS NOT NULL AND action IS NOT NULL AND ts IS NOT NULL
             ), once AS (
-                SELECT DISTINCT id, account, action, at, ctx FROM typed
+                SELECT DISTINCT id, account, action, event_at, ctx FROM typed
             )
-            SELECT CAST(at AS DATE) AS day, count(*) AS events, count(DISTINCT account) AS active_users,
+            SELECT CAST(event_at AS DATE) AS day, count(*) AS events, count(DISTINCT account) AS active_users,
                    count(*) FILTER (WHERE action = 'subscribe') AS purchases
             FROM once
             WHERE coalesce(json_extract_string(ctx, '$.env'), '') <> 'test'

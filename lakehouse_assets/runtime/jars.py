@@ -23,6 +23,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from lakehouse_assets.errors import MissingJarError
+
 SPARK_SCALA = "2.12"  # pyspark 3.5 is built for Scala 2.12
 ICEBERG_JAR_PACKAGE = "snowpark_connect_deps_iceberg"
 ICEBERG_MAVEN = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0"
@@ -31,10 +33,6 @@ JDBC_DRIVERS = {
     "sqlite": ("/usr/share/java/sqlite-jdbc.jar", "libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni"),
     "postgresql": ("/usr/share/java/postgresql.jar", "libpostgresql-jdbc-java"),
 }
-
-
-class MissingJarError(RuntimeError):
-    pass
 
 
 def iceberg_runtime_jar() -> Path:

@@ -13,6 +13,7 @@ from importlib import resources
 from dagster_pyspark.resources import spark_session_from_config
 from pyspark.sql import SparkSession
 
+from ..errors import SparkConfigConflict
 from ..settings import CatalogUri, Settings
 from .jars import s3a_jars, spark_jars
 
@@ -95,10 +96,6 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
         conf[f"{h}.secret.key"] = settings.s3_secret_key
         conf[f"{h}.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
     return conf
-
-
-class SparkConfigConflict(RuntimeError):
-    pass
 
 
 def get_spark(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) -> SparkSession:
