@@ -1,0 +1,115 @@
+"""A throwaway PostgreSQL server with logical decoding, for trying and testing real change data capture.
+
+`initdb` refuses to run as root, so when this process is root the cluster is
+created and started as the `postgres` user (its folder handed to that user).
+The server listens on 127.0.0.1 on a free port, keeps its socket in its own
+folder, and runs with `wal_level=logical` so that Debezium's PostgreSQL
+connector (`pgoutput`) can stream from it. Nothing of the machine's own server
+is touched.
+
+    with ThrowawayPostgres(Path("/tmp/pg")) as pg:
+        conn = psycopg2.connect(pg.dsn)
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MissingBinaryError
+
+SERVER_USER = "postgres"
+
+
+def _bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    on_path = shutil.which(name)
+    if found:
+        return found[-1]
+    if on_path:
+        return on_path
+    raise MissingBinaryError(f"{name} not found: install PostgreSQL's server package (Debian: postgresql)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ThrowawayPostgres:
+    root: Path
+    port: int = 0
+    database: str = "source"
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).resolve()
+        self.port = self.port or free_port()
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def dsn(self) -> str:
+        return f"host=127.0.0.1 port={self.port} user={SERVER_USER} dbname={self.database}"
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess:
+        command = list(args)
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", SERVER_USER, "--", *command]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+    def start(self) -> ThrowawayPostgres:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, SERVER_USER)
+        if not (self.data / "PG_VERSION").exists():
+            done = self._run(_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", SERVER_USER, "-E", "UTF8")
+            if done.returncode != 0:
+                raise RuntimeError(f"initdb failed: {done.stderr.strip()}")
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
+                   "-c wal_level=logical -c max_replication_slots=8 -c max_wal_senders=8 -c fsync=on")
+        done = self._run(_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"),
+                         "-w", "start")
+        if done.returncode != 0:
+            log = (self.root / "server.log").read_text()[-2000:] if (self.root / "server.log").exists() else ""
+            raise RuntimeError(f"PostgreSQL did not start on port {self.port}: {done.stderr.strip()} {log}")
+        self._create_database()
+        return self
+
+    def _create_database(self) -> None:
+        import psycopg2
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = psycopg2.connect(f"host=127.0.0.1 port={self.port} user={SERVER_USER} dbname=postgres")
+                break
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE DATABASE "{self.database}"')
+        conn.close()
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def __enter__(self) -> ThrowawayPostgres:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
