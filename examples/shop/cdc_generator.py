@@ -24,9 +24,13 @@ sortable tuple.
 What the files do to a consumer, on purpose:
 
 - The first generated day starts with an initial snapshot: op "r" for every
-  existing row, `source.snapshot` "true". Unlike a real snapshot, where every
-  row carries the same position, each snapshot row gets its own position, so
-  that a position always identifies exactly one change.
+  existing row, as the real connectors send it: every PostgreSQL snapshot row
+  carries the same `lsn` and `txId` (`source.snapshot` "first", "true"...,
+  "last"), every MySQL one the same binlog `file`, `pos` and `row` 0. A
+  position alone does not identify a change: (table, key, position, op) does.
+- PostgreSQL changes carry `source.sequence` (`["<last commit LSN>", "<LSN>"]`,
+  the first null for the first transaction streamed), and a primary-key
+  update's delete and create share one LSN, as pgoutput sends them.
 - Inserts ("c"), updates ("u") and deletes ("d", each followed by a tombstone).
   A few times a day a customer's key changes; Debezium emits a delete of the old
   key, its tombstone and a create of the new key, in one transaction, followed
@@ -112,11 +116,18 @@ def binlog_index(name: str) -> int:
     return int(name.rsplit(".", 1)[1])
 
 
-def source_position(source: dict) -> tuple[int, ...]:
-    """The sortable commit-order position of a change: (lsn,) or (binlog index, pos, row)."""
+def source_position(source: dict, op: str) -> tuple[int, ...]:
+    """The sortable commit-order position of a change, as the platform defines it.
+
+    PostgreSQL: a snapshot row at (lsn, 0); a streamed change at (last commit LSN
+    from `sequence`, or its own LSN when that is null; lsn). MySQL: (binlog index, pos, row).
+    """
     if source["connector"] == "mysql":
         return (binlog_index(source["file"]), source["pos"], source["row"])
-    return (source["lsn"],)
+    if op == "r":
+        return (source["lsn"], 0)
+    last_commit = json.loads(source.get("sequence") or "[null]")[0]
+    return (int(last_commit) if last_commit is not None else source["lsn"], source["lsn"])
 
 
 def cdc_folder(landing: Path, table: str, day: dt.date) -> Path:
@@ -138,7 +149,7 @@ class CdcChange:
 
     @property
     def position(self) -> tuple[int, ...]:
-        return source_position(self.source)
+        return source_position(self.source, self.op)
 
     @property
     def key(self) -> tuple:
@@ -223,6 +234,7 @@ class _Shop:
 
         # Log positions and commit clocks, one per database.
         self.lsn = 24_000_000 + random.Random(f"{seed}-cdc-lsn").randrange(1_000_000)
+        self.last_commit_lsn: int | None = None  # null until a transaction was streamed
         self.tx_id = 760
         self.binlog = 3
         self.pos = 4
@@ -312,13 +324,19 @@ class _Shop:
         self.tx_id += self.rng.randint(1, 3)
         return self.pg_clock
 
-    def _pg_emit(self, commit_us: int, changes: list[tuple[str, str, dict | None, dict | None]]) -> int:
-        for table, op, before, after in changes:
-            self.lsn += self.rng.randint(56, 480)
+    def _pg_emit(self, commit_us: int, changes: list[tuple[str, str, dict | None, dict | None]],
+                 key_change: bool = False) -> int:
+        """One transaction; with `key_change` its first two changes (delete, create) share one LSN."""
+        for n, (table, op, before, after) in enumerate(changes):
+            if not (key_change and n == 1):
+                self.lsn += self.rng.randint(56, 480)
+            last = None if self.last_commit_lsn is None else str(self.last_commit_lsn)
             source = {"version": DEBEZIUM_VERSION, "connector": "postgresql", "name": "shop", "db": "shop",
                       "schema": "public", "table": table, "ts_ms": commit_us // 1000, "snapshot": "false",
-                      "txId": self.tx_id, "lsn": self.lsn}
+                      "txId": self.tx_id, "lsn": self.lsn, "sequence": json.dumps([last, str(self.lsn)])}
             self._emit(table, op, before, after, source)
+        self.lsn += self.rng.randint(40, 120)  # the commit record
+        self.last_commit_lsn = self.lsn
         return len(changes)
 
     def _my_commit(self, at_us: int) -> int:
@@ -345,12 +363,13 @@ class _Shop:
         start_ms = self.pg_clock // 1000
         self.tx_id += 1
         rows = [("customers", r) for r in self.customers.values()] + [("orders", r) for r in self.orders.values()]
+        self.lsn += self.rng.randint(56, 480)  # the slot's consistent point: every snapshot row carries it
         for n, (table, row) in enumerate(rows):
-            self.lsn += self.rng.randint(56, 480)
             read_ms = start_ms + n // 40  # rows are read in batches
+            marker = "first" if n == 0 else "last" if n == len(rows) - 1 else "true"
             source = {"version": DEBEZIUM_VERSION, "connector": "postgresql", "name": "shop", "db": "shop",
-                      "schema": "public", "table": table, "ts_ms": read_ms, "snapshot": "true",
-                      "txId": self.tx_id, "lsn": self.lsn}
+                      "schema": "public", "table": table, "ts_ms": read_ms, "snapshot": marker,
+                      "txId": self.tx_id, "lsn": self.lsn, "sequence": json.dumps([None, str(self.lsn)])}
             self._emit(table, "r", None, dict(row), source)
         self.pg_clock = (start_ms + len(rows) // 40 + 1) * 1000
         self.events_in_file += 1
@@ -358,7 +377,8 @@ class _Shop:
         for n, item in enumerate(self.items.values()):
             source = {"version": DEBEZIUM_VERSION, "connector": "mysql", "name": "fulfilment",
                       "db": "fulfilment", "table": "order_items", "ts_ms": start_ms + n // 40,
-                      "snapshot": "true", "file": binlog_file(self.binlog), "pos": self.pos, "row": n}
+                      "snapshot": "first" if n == 0 else "true", "file": binlog_file(self.binlog), "pos": self.pos,
+                      "row": 0}
             self._emit("order_items", "r", None, dict(item), source)
         self.my_clock = (start_ms + len(self.items) // 40 + 1) * 1000
         return len(rows) + len(self.items)
@@ -450,7 +470,7 @@ class _Shop:
                 moved = dict(order, customer_id=new_id)  # ON UPDATE CASCADE leaves updated_at alone
                 changes.append(("orders", "u", dict(order), dict(moved)))
                 self.orders[order_id] = moved
-        return self._pg_emit(commit, changes)
+        return self._pg_emit(commit, changes, key_change=True)
 
     def _new_order(self, at: int) -> int:
         commit = self._pg_commit(at)
@@ -534,12 +554,14 @@ def _envelope_schema(table: str, drifted: bool) -> str:
         {"type": "string", "optional": False, "field": "name"},
         {"type": "int64", "optional": False, "field": "ts_ms"},
         {"type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
-         "parameters": {"allowed": "true,last,false,incremental"}, "default": "false", "field": "snapshot"},
+         "parameters": {"allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,"
+                                  "incremental"}, "default": "false", "field": "snapshot"},
         {"type": "string", "optional": False, "field": "db"},
     ]
     if info.connector == "postgresql":
         source_fields += [{"type": "string", "optional": False, "field": "schema"},
                           {"type": "string", "optional": False, "field": "table"},
+                          {"type": "string", "optional": True, "field": "sequence"},
                           {"type": "int64", "optional": True, "field": "txId"},
                           {"type": "int64", "optional": True, "field": "lsn"}]
         source_name = "io.debezium.connector.postgresql.Source"

@@ -85,6 +85,9 @@ class CdcSourceDecl(_Decl):
     server: Optional[str] = None
     database: str
     schema_: Optional[str] = Field(None, alias="schema")
+    # How the connector encodes values (Debezium's settings of the same names): bare records are read this way.
+    decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
+    time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = "adaptive"
     tables: dict[str, CdcTableDecl]
 
 

@@ -216,7 +216,8 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
             pii=tuple(t.pii), checks=dict(t.checks),
             references={col: tuple(target.split(".", 1)) for col, target in t.references.items()},  # type: ignore[misc]
             partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
-            write_mode=t.write_mode,
+            write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
+            time_precision_mode=decl.time_precision_mode,
         ))
     return tables
 

@@ -76,6 +76,8 @@ class CdcTable:
     references: dict[str, tuple[str, str]] = field(default_factory=dict)  # column -> (table, column)
     partition: tuple[str, ...] = ()
     write_mode: str = "merge-on-read"
+    decimal_handling_mode: str = "precise"
+    time_precision_mode: str = "adaptive"
 
     @property
     def topic(self) -> str:

@@ -57,6 +57,7 @@ from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..runtime.schema import conform
 from ..sources.cdc import OPS, POSITION
+from ..sources.debezium import UNAVAILABLE
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
 from ..tables.types import spark_type
@@ -147,15 +148,15 @@ def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, w
     assert isinstance(after, T.StructType)
     image_columns = [f.name for f in after.fields]
     rows = rows.where(window.condition & F.col("op").isin(*OPS))
-    # A change is one key at one position: a redelivery repeats both; the rows of one snapshot share a position.
-    once = W.partitionBy("key", "change_position").orderBy("ingested_at", "source_file", "source_line")
+    # A change is (key, position, op): a redelivery repeats all three; the rows of one snapshot share a position.
+    once = W.partitionBy("key", "change_position", "op").orderBy("ingested_at", "source_file", "source_line")
     rows = rows.withColumn("_n", F.row_number().over(once)).where("_n = 1")
     image = F.when(F.col("op") == "d", F.col("before")).otherwise(F.col("after"))
     key = pii_key(lakehouse.settings)
     return rows.select(
         "key",
-        *(keyed_hash(image[c], key).alias(_silver_name(info, c)) if c in info.pii
-          else image[c].alias(c) for c in image_columns),
+        *(F.when(image[c] == UNAVAILABLE, F.lit(UNAVAILABLE)).otherwise(keyed_hash(image[c], key))
+          .alias(_silver_name(info, c)) if c in info.pii else image[c].alias(c) for c in image_columns),
         "op",
         "change_position",
         F.col("source_ts").alias("valid_from"),
@@ -163,6 +164,17 @@ def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, w
 
 
 _CHANGE_COLUMNS = ("key", "op", "change_position", "valid_from")  # the rest of a change are image columns
+
+
+def _fill_unavailable(versions: DataFrame) -> DataFrame:
+    """A TOASTed value that did not change arrives as a placeholder: each version keeps the one before it."""
+    upto = W.partitionBy("key").orderBy("change_position").rowsBetween(W.unboundedPreceding, 0)
+    for f in versions.schema.fields:
+        if f.name in _CHANGE_COLUMNS or not isinstance(f.dataType, (T.StringType, T.BinaryType)):
+            continue
+        known = F.when(F.col(f.name).cast("string") == UNAVAILABLE, None).otherwise(F.struct(F.col(f.name).alias("v")))
+        versions = versions.withColumn(f.name, F.last(known, ignorenulls=True).over(upto)["v"])
+    return versions
 
 
 def _add_drifted_columns(batch: DataFrame, *tables: TableHandle) -> None:
@@ -230,7 +242,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
             held = history_table.read().join(batch.select("key").distinct(), "key", "left_semi")
             versions = held.select(*(c for c in batch.columns if c in held.columns)).unionByName(
                 batch, allowMissingColumns=True)
-            versions = versions.dropDuplicates(["key", "change_position"])
+            versions = _fill_unavailable(versions.dropDuplicates(["key", "change_position"]))
             order = W.partitionBy("key").orderBy("change_position")
             recomputed = conform(spark, history_table.id, versions
                                  .withColumn("valid_to", F.lead("valid_from").over(order))

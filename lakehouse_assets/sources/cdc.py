@@ -3,11 +3,21 @@
 A line is an envelope `{"before", "after", "source", "op", "ts_ms"}`, bare or
 wrapped as `{"schema": ..., "payload": <envelope>}`; the literal `null` (or a
 null payload) is a tombstone, kept as op `t`. Images are typed from the declared
-source table; a field the declaration does not know becomes a new nested column.
+source table, decoding Debezium's encodings (sources/debezium.py: from a wrapped
+record's schema, or from the declared types and connector modes for a bare one);
+a field the declaration does not know becomes a new nested column, typed from
+the record's schema when it has one.
 
-`change_position` makes the source's commit order one sortable number:
-PostgreSQL's `lsn`, or for MySQL binlog index * 10^16 + pos * 10^5 + row.
-Order changes by it, never by `ts_ms` (when the connector saw the change).
+`change_position` makes the source's commit order one sortable number, the way
+the connector defines it. PostgreSQL: the rows of a snapshot all carry the
+snapshot's LSN and sort before every change streamed after it; a streamed change
+sorts by `source.sequence` ([LSN of the last commit before its transaction, its
+own LSN]), so transactions are in commit order even when their WAL records
+interleave: position = a * 10^19 + b with (a, b) = (lsn, 0) for a snapshot row and
+(last commit LSN or, first after a connector start, its own LSN; lsn) otherwise.
+MySQL: binlog index * 10^16 + pos * 10^5 + row. A change is identified by
+(key, position, op): a primary-key update's delete and create share an LSN.
+Order changes by position, never by `ts_ms` (when the connector saw the change).
 """
 
 from __future__ import annotations
@@ -20,8 +30,9 @@ from pyspark.sql import types as T
 
 from ..project import CdcTable
 from ..tables.registry import col
-from ..tables.types import spark_type
-from .landing import LINEAGE_COLUMNS, blank, json_reason, typed_value
+from ..tables.types import spark_type, type_name
+from .debezium import SCHEMA, Modes, column_encodings, declared_type_of, decode
+from .landing import LINEAGE_COLUMNS, blank, json_reason
 
 OPS = ("c", "u", "d", "r")
 TOMBSTONE = "t"
@@ -34,7 +45,7 @@ _ENVELOPE = T.StructType(
     [T.StructField(n, T.StringType()) for n in ("before", "after", "op", "ts_ms")]
     + [T.StructField("source", T.StructType([
         T.StructField(n, T.StringType())
-        for n in ("connector", "db", "table", "ts_ms", "snapshot", "lsn", "txId", "file", "pos", "row")
+        for n in ("connector", "db", "table", "ts_ms", "snapshot", "lsn", "txId", "sequence", "file", "pos", "row")
     ])), T.StructField("_corrupt_record", T.StringType())]
 )
 
@@ -67,16 +78,29 @@ def _millis(c: Column) -> Column:
     return F.timestamp_millis(c.cast("long"))
 
 
-def _image(text: Column, image: T.StructType) -> tuple[Column, Column]:
+def _image(info: CdcTable, text: Column, image: T.StructType, encodings: Column) -> tuple[Column, Column]:
     """(typed struct, reason for a bad value or None) of an image's JSON text."""
     as_text = F.from_json(text, T.StructType([T.StructField(f.name, T.StringType()) for f in image.fields]))
-    typed = F.struct(*(typed_value(as_text[f.name], f.dataType).alias(f.name) for f in image.fields))
+    modes = Modes(info.decimal_handling_mode, info.time_precision_mode)
+    values = {
+        f.name: decode(as_text[f.name], info.columns.get(f.name) or type_name(f.dataType), encodings[f.name], modes)
+        for f in image.fields
+    }
+    typed = F.struct(*(values[f.name].alias(f.name) for f in image.fields))
     reason = F.lit(None).cast("string")
     for f in reversed(image.fields):
-        bad = as_text[f.name].isNotNull() & typed_value(as_text[f.name], f.dataType).isNull()
+        bad = as_text[f.name].isNotNull() & values[f.name].isNull()
         reason = F.when(bad, F.concat(F.lit(f"{f.name} is not a {f.dataType.simpleString()}: "),
                                       as_text[f.name])).otherwise(reason)
     return typed, reason
+
+
+def _pg_position(op: Column, lsn: Column, sequence: Column) -> Column:
+    """PostgreSQL commit order: a snapshot row at (its lsn, 0), a streamed change at (last commit or lsn, lsn)."""
+    last_commit = F.from_json(sequence, T.ArrayType(T.StringType()))[0].cast(POSITION)
+    a = F.when(op == "r", lsn.cast(POSITION)).otherwise(F.coalesce(last_commit, lsn.cast(POSITION)))
+    b = F.when(op == "r", F.lit(0).cast(POSITION)).otherwise(lsn.cast(POSITION))
+    return (a * F.lit(10**19) + b).cast(POSITION)
 
 
 def _present(text: Column) -> Column:
@@ -97,11 +121,12 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     envelope = F.from_json("envelope_text", _ENVELOPE, {"columnNameOfCorruptRecord": "_corrupt_record"})
     # Read as text, a JSON string holding an object looks like an object: a second
     # parse with map-typed images tells them apart (null where the value is no object).
-    parsed = staged.withColumn("env", envelope).withColumn("shape", F.from_json("envelope_text", _SHAPES))
+    parsed = (staged.withColumn("env", envelope).withColumn("shape", F.from_json("envelope_text", _SHAPES))
+              .withColumn("encodings", F.when(F.col("wrapped"), column_encodings(F.from_json("line.schema", SCHEMA)))))
     e, src = F.col("env"), F.col("env.source")
 
-    before, before_bad = _image(e["before"], image)
-    after, after_bad = _image(e["after"], image)
+    before, before_bad = _image(info, e["before"], image, F.col("encodings"))
+    after, after_bad = _image(info, e["after"], image, F.col("encodings"))
     before_obj, after_obj = F.col("shape.before").isNotNull(), F.col("shape.after").isNotNull()
     key_image = F.when(e["op"] == "d", F.col("before")).otherwise(F.col("after"))
     mysql = info.connector == "mysql"
@@ -109,7 +134,7 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     position = (
         (binlog_index.cast(POSITION) * F.lit(10**16) + src["pos"].cast(POSITION) * F.lit(10**5)
          + F.coalesce(src["row"].cast(POSITION), F.lit(0)))
-        if mysql else src["lsn"].cast(POSITION)
+        if mysql else _pg_position(e["op"], src["lsn"], src["sequence"])
     ).cast(POSITION)
 
     # The literal null, or a wrapped record whose payload is null: a Kafka tombstone.
@@ -167,16 +192,17 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
         src["row"].cast("int").alias("binlog_row"),
         _millis(src["ts_ms"]).alias("source_ts"),
         _millis(e["ts_ms"]).alias("connector_ts"),
-        (src["snapshot"] == "true").alias("snapshot"),
+        (F.coalesce(src["snapshot"], F.lit("false")) != "false").alias("snapshot"),
         *LINEAGE_COLUMNS,
         "reason",
     )
 
 
 def new_image_fields(lines: DataFrame, table_schema: T.StructType) -> list[tuple[str, str]]:
-    """Fields in before/after images that the table's image struct lacks (schema drift).
+    """Fields in before/after images that the table's image struct lacks (a column added upstream).
 
-    They become nullable string fields of both `before` and `after`.
+    They become nullable fields of both `before` and `after`, typed from the
+    records' schema where they have one (a string otherwise).
     """
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
@@ -187,5 +213,12 @@ def new_image_fields(lines: DataFrame, table_schema: T.StructType) -> list[tuple
         F.explode(F.array(F.get_json_object("env", "$.after"), F.get_json_object("env", "$.before"))).alias("img")
     ).where(F.col("img").startswith("{"))
     keys = images.select(F.explode(F.json_object_keys("img")).alias("key")).distinct().collect()
-    new = sorted(k.key for k in keys if _DRIFT_NAME.match(k.key) and k.key not in known)
-    return [(f"{side}.{name}", "string") for name in new[:32] for side in ("before", "after")]
+    new = sorted(k.key for k in keys if _DRIFT_NAME.match(k.key) and k.key not in known)[:32]
+    if not new:
+        return []
+    schemas = lines.select(F.from_json(F.get_json_object("payload", "$.schema"), SCHEMA).alias("s")).where("s IS NOT NULL")
+    declared = schemas.select(F.explode(column_encodings(F.col("s"))).alias("name", "enc")).where(
+        F.col("name").isin(*new)).select("name", "enc.type", "enc.name", "enc.parameters").distinct().collect()
+    types = {r[0]: declared_type_of(r[1], r[2], r[3]) for r in declared}
+    return [(f"{side}.{name}", spark_type(types.get(name, "string")).simpleString())
+            for name in new for side in ("before", "after")]

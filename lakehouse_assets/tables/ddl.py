@@ -6,14 +6,16 @@ comments are quoted and escaped.
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from ..settings import validate_identifier
 from .registry import TableSpec
 
-# Types a column discovered in the data may get (anything richer is declared by hand).
-DRIFT_TYPES = {"string", "bigint", "double", "boolean", "timestamp"}
+# Types a column discovered in the data may get (decimals too; anything richer is declared by hand).
+DRIFT_TYPES = {"string", "bigint", "int", "double", "boolean", "timestamp", "date", "binary"}
 
 
 def _quote(value: str) -> str:
@@ -64,7 +66,7 @@ def add_columns(spark: SparkSession, table_id: str, columns: list[tuple[str, str
     for path, dtype in columns:
         for part in path.split("."):
             validate_identifier(part, f"new column path {path!r} of {table_id}")
-        if dtype not in DRIFT_TYPES:
+        if dtype not in DRIFT_TYPES and not re.match(r"^decimal\(\d+,\d+\)$", dtype):
             raise ValueError(f"{table_id}: new column {path} has type {dtype!r}; allowed: {sorted(DRIFT_TYPES)}")
     if columns:
         ddl = ", ".join(f"{'.'.join(f'`{p}`' for p in path.split('.'))} {dtype}" for path, dtype in columns)

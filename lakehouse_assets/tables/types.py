@@ -19,10 +19,16 @@ _TYPES: dict[str, T.DataType] = {
     # A JSON object of text values (e.g. free-form event properties).
     "map": T.MapType(T.StringType(), T.StringType()),
     "map<string,string>": T.MapType(T.StringType(), T.StringType()),
+    "binary": T.BinaryType(),
+    # Kept as text: time of day (HH:mm:ss.SSSSSS), JSON documents, UUIDs.
+    "time": T.StringType(),
+    "json": T.StringType(),
+    "uuid": T.StringType(),
 }
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 NUMERIC = (T.IntegerType, T.LongType, T.DoubleType, T.FloatType, T.DecimalType)
-TYPE_NAMES = sorted({"string", "int", "long", "double", "float", "boolean", "timestamp", "date", "map"}) + ["decimal(p,s)"]
+TYPE_NAMES = sorted({"string", "int", "long", "double", "float", "boolean", "timestamp", "date", "map", "binary", "time",
+                     "json", "uuid"}) + ["decimal(p,s)"]
 
 
 def spark_type(name: str) -> T.DataType:
@@ -38,6 +44,15 @@ def spark_type(name: str) -> T.DataType:
         return _TYPES[text]
     except KeyError:
         raise ValueError(f"unknown type {name!r}; use one of {', '.join(TYPE_NAMES)}") from None
+
+
+def type_name(dtype: T.DataType) -> str:
+    """The declared name of a Spark type (the inverse of spark_type for the types it makes)."""
+    if isinstance(dtype, T.DecimalType):
+        return f"decimal({dtype.precision},{dtype.scale})"
+    if isinstance(dtype, T.MapType):
+        return "map"
+    return {"bigint": "long", "integer": "int"}.get(dtype.simpleString(), dtype.simpleString())
 
 
 def is_numeric(dtype: T.DataType) -> bool:

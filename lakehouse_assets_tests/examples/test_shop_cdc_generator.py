@@ -21,7 +21,8 @@ LIMIT = 64 * 1024
 KEYS = {"customers": ("customer_id",), "orders": ("order_id",), "order_items": ("order_id", "line_no")}
 
 
-def _position(source: dict) -> tuple[int, ...] | None:
+def _position(source: dict, op: str = "c") -> tuple[int, ...] | None:
+    """Commit order as the connectors define it (snapshot rows first, then PostgreSQL's sequence)."""
     if source.get("connector") == "mysql":
         file, pos, row = source.get("file"), source.get("pos"), source.get("row")
         if not (isinstance(file, str) and isinstance(pos, int) and isinstance(row, int)):
@@ -29,8 +30,25 @@ def _position(source: dict) -> tuple[int, ...] | None:
         return (int(file.rsplit(".", 1)[1]), pos, row)
     if source.get("connector") == "postgresql":
         lsn = source.get("lsn")
-        return (lsn,) if isinstance(lsn, int) and isinstance(source.get("txId"), int) else None
+        if not (isinstance(lsn, int) and isinstance(source.get("txId"), int)):
+            return None
+        if op == "r":
+            return (lsn, 0)
+        last_commit = json.loads(source["sequence"])[0]
+        return (int(last_commit) if last_commit is not None else lsn, lsn)
     return None
+
+
+def _order(env: dict) -> tuple[int, ...]:
+    position = _position(env["source"], env["op"])
+    assert position is not None
+    return position
+
+
+def _identity(table: str, env: dict) -> tuple:
+    """What identifies a change: its key, position and op (snapshot rows share a position)."""
+    image = env["before"] if env["op"] == "d" else env["after"]
+    return (_key(table, image), _order(env), env["op"])
 
 
 def _key(table: str, image: dict) -> tuple | None:
@@ -85,14 +103,14 @@ def consume(root: Path, days=DAYS) -> dict[str, list[dict]]:
                     status, parsed = parse_line(table, line)
                     if status == "ok":
                         env = parsed[0]
-                        seen[table].setdefault(_position(env["source"]), env)
+                        seen[table].setdefault(_identity(table, env), env)
     return {t: list(envs.values()) for t, envs in seen.items()}
 
 
 def replay(envelopes: list[dict]) -> dict[tuple, dict]:
     state: dict[tuple, dict] = {}
     table = envelopes[0]["source"]["table"]
-    for env in sorted(envelopes, key=lambda e: _position(e["source"])):
+    for env in sorted(envelopes, key=_order):
         if env["op"] == "d":
             state.pop(_key(table, env["before"]), None)
         else:
@@ -141,7 +159,7 @@ def test_counts_match_the_files_line_by_line(lake):
                 status, parsed = parse_line(day.table, line)
                 counts[status] += 1
                 if status == "ok":
-                    positions[_position(parsed[0]["source"])] += 1
+                    positions[_identity(day.table, parsed[0])] += 1
         assert day.lines == sum(counts.values())
         assert day.lines == day.changes + day.duplicates + day.tombstones + sum(day.malformed.values())
         assert counts["tombstone"] == day.tombstones
@@ -170,7 +188,8 @@ def test_every_good_line_is_a_debezium_envelope(lake):
                         assert [f["field"] for f in doc["schema"]["fields"]][:3] == ["before", "after", "source"]
                     src = env["source"]
                     assert src["connector"] == info.connector and src["version"] == "2.7.0.Final"
-                    assert src["snapshot"] in ("true", "false") and (src["snapshot"] == "true") == (env["op"] == "r")
+                    assert src["snapshot"] in ("first", "true", "last", "false")
+                    assert (src["snapshot"] != "false") == (env["op"] == "r")
                     if info.connector == "postgresql":
                         assert (src["name"], src["db"], src["schema"]) == ("shop", "shop", "public")
                     else:
@@ -185,18 +204,24 @@ def test_every_good_line_is_a_debezium_envelope(lake):
 def test_positions_give_the_true_order_and_the_files_do_not(lake):
     root, _ = lake
     changes = consume(root)
-    pg = sorted(changes["customers"] + changes["orders"], key=lambda e: _position(e["source"]))
-    assert len({_position(e["source"]) for e in pg}) == len(pg)  # one log for both tables
+    pg = sorted(changes["customers"] + changes["orders"], key=_order)
+    snapshot = [e for e in pg if e["op"] == "r"]
+    assert snapshot and pg[: len(snapshot)] == snapshot, "snapshot rows come before every streamed change"
+    assert len({e["source"]["lsn"] for e in snapshot}) == 1, "a snapshot shares one position, as the connector sends it"
+    streamed = pg[len(snapshot):]
+    shared = Counter(e["source"]["lsn"] for e in streamed)
+    pairs = [[e["op"] for e in streamed if e["source"]["lsn"] == lsn] for lsn, n in shared.items() if n > 1]
+    assert pairs and all(sorted(p) == ["c", "d"] for p in pairs), "only a key change's delete and create share an LSN"
     assert [e["source"]["txId"] for e in pg] == sorted(e["source"]["txId"] for e in pg)
     for table, envs in changes.items():
-        true_order = sorted(envs, key=lambda e: _position(e["source"]))
-        commits = [e["source"]["ts_ms"] for e in true_order]
+        true_order = sorted(envs, key=_order)
+        commits = [e["source"]["ts_ms"] for e in true_order if e["op"] != "r"]  # snapshot rows: read times
         assert commits == sorted(commits), table
         assert [e["op"] for e in true_order[: sum(e["op"] == "r" for e in envs)]] == ["r"] * sum(
             e["op"] == "r" for e in envs
         )
         assert envs != true_order, f"{table} files are in true order"
-        by_processing = sorted(envs, key=lambda e: (e["ts_ms"], _position(e["source"])))
+        by_processing = sorted(envs, key=lambda e: (e["ts_ms"], _order(e)))
         assert by_processing != true_order, f"{table} ts_ms gives the true order"
     binlogs = {e["source"]["file"] for e in changes["order_items"]}
     assert len(binlogs) > 1
@@ -241,7 +266,7 @@ def test_deletes_are_followed_by_tombstones_and_key_changes_are_delete_then_crea
         by_tx.setdefault(env["source"]["txId"], []).append(env)
     key_changes = 0
     for envs in by_tx.values():
-        envs.sort(key=lambda e: e["source"]["lsn"])
+        envs.sort(key=lambda e: (e["source"]["lsn"], e["op"] != "d"))  # a key change: both at one LSN
         if [e["op"] for e in envs] == ["d", "c"]:
             key_changes += 1
             old, new = envs[0]["before"], envs[1]["after"]
@@ -262,11 +287,11 @@ def test_replaying_the_files_gives_the_true_state(lake):
 
 def test_state_as_of_a_position(lake):
     root, gen = lake
-    envs = sorted(consume(root)["orders"], key=lambda e: e["source"]["lsn"])
+    envs = sorted(consume(root)["orders"], key=_order)
     middle = envs[len(envs) // 2]
-    expected = replay([e for e in envs if e["source"]["lsn"] <= middle["source"]["lsn"]])
-    assert gen.state_as_of("orders", (middle["source"]["lsn"],)) == expected
-    assert gen.state_as_of("orders", (envs[-1]["source"]["lsn"],)) == gen.true_state["orders"]
+    expected = replay([e for e in envs if _order(e) <= _order(middle)])
+    assert gen.state_as_of("orders", _order(middle)) == expected
+    assert gen.state_as_of("orders", _order(envs[-1])) == gen.true_state["orders"]
 
 
 def test_duplicates_repeat_the_envelope_exactly(lake):
@@ -279,7 +304,7 @@ def test_duplicates_repeat_the_envelope_exactly(lake):
                     status, parsed = parse_line(table, line)
                     if status == "ok":
                         env = parsed[0]
-                        assert first.setdefault(_position(env["source"]), env) == env
+                        assert first.setdefault(_identity(table, env), env) == env
 
 
 def test_loyalty_tier_appears_from_the_drift_day(lake):
