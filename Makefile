@@ -14,7 +14,7 @@ DEMO_START ?= 2025-01-01
 DEMO_END ?= 2025-01-03
 DEMO_DAYS ?= 3
 
-.PHONY: setup demo dev test test-fast lint bench clean
+.PHONY: setup demo demo-cdc dev test test-fast lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -39,6 +39,11 @@ demo: setup
 	$(BIN)/lakehouse sql "SELECT activity_date, active_users, purchases, revenue FROM gold_daily_activity ORDER BY 1"
 	@echo "Open the Dagster UI with: make dev   (then http://127.0.0.1:3000)"
 	@echo "Drop new files for the landing sensors: $(BIN)/lakehouse drop --day $(DEMO_END)"
+
+# Real CDC: a throwaway PostgreSQL (wal_level=logical), Debezium capture, bronze -> silver -> gold.
+demo-cdc: setup
+	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
+	$(BIN)/python -m examples.cdc.demo
 
 dev: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)

@@ -24,7 +24,7 @@ from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.spark import get_spark
 from lakehouse_assets.settings import Settings
 
-from . import backfill, compaction, ingest, merge_modes, one_row_update, pruning, time_travel
+from . import backfill, cdc_capture, compaction, ingest, merge_modes, one_row_update, pruning, time_travel
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 GROWTH_POINTS = (0.25, 0.5)  # of the scale, besides the full-size runs
@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             ("time_travel", time_travel, lambda: time_travel.run(spark, catalog, "bench", rows=int(500_000 * scale))),
             ("backfill", backfill, lambda: backfill.run(spark, settings, days=10,
                                                         events_per_day=max(200, int(2_000 * scale)))),
+            ("cdc_capture", cdc_capture, lambda: cdc_capture.run(spark, settings, changes=max(100_000, int(100_000 * scale)))),
         ]
         for name, module, action in benchmarks:
             if only and name not in only:

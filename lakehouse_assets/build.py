@@ -12,6 +12,7 @@ from dagster import Definitions, in_process_executor
 
 from .automation.bi import bi_automation_sensor
 from .automation.landing_sensors import landing_sensor
+from .bronze.capture import capture_asset, capture_schedule
 from .bronze.ingest import INGEST_LOG, landing_asset
 from .bronze.sources import cdc_landing_source, event_landing_source, landing_sources
 from .gold.events import gold_event_assets, gold_specs
@@ -48,9 +49,14 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     specs = table_specs(project)
     sources = landing_sources(project)
 
-    assets = [landing_asset(source, partitions) for source in sources]
-    for source in project.events.values():
-        assets.append(silver_events_asset(source, specs[source.bronze], partitions))
+    captures = {name: capture_asset(project, capture) for name, capture in project.captures.items()}
+    assets = [*captures.values()]
+    for landing in sources:
+        table = next((t for t in project.cdc.values() if t.landing == landing.name), None)
+        captured_by = captures.get(table.source) if table is not None else None
+        assets.append(landing_asset(landing, partitions, deps=[captured_by.key] if captured_by else []))
+    for events in project.events.values():
+        assets.append(silver_events_asset(events, specs[events.bronze], partitions))
     for table in project.cdc.values():
         referenced = {target: specs[project.cdc[target].silver] for target, _ in table.references.values()}
         assets.append(silver_cdc_asset(table, specs[table.bronze], partitions, referenced))
@@ -66,9 +72,11 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     sensors = [landing_sensor(source) for source in sources]
     if bi:
         sensors.append(bi_automation_sensor(bi))
+    schedules = [s for name, c in project.captures.items() if (s := capture_schedule(c, captures[name]))]
     return Definitions(
         assets=assets,
         sensors=sensors,
+        schedules=schedules,
         resources={"lakehouse": LakehouseResource()},
         # One JVM for the whole run: a process per step would start Spark each time.
         executor=in_process_executor,

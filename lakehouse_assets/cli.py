@@ -273,6 +273,27 @@ def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_capture(args: argparse.Namespace, settings: Settings) -> int:
+    """Real change data capture: Debezium's PostgreSQL connector into the landing zone (long-running)."""
+    from .capture import CaptureSource, report_json, run_capture
+
+    project = load_project(settings.project)
+    source = CaptureSource.of(project, args.source, args.dsn)
+    if args.drop_slot:
+        removed = source.drop_slot(settings.home / "capture" / source.server)
+        print(f"removed: {', '.join(removed)}" if removed else f"nothing to remove for {source.slot}")
+        return 0
+    log = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    report = run_capture(settings, source, until_idle=args.until_idle, max_seconds=args.max_seconds,
+                         roll_seconds=args.roll_seconds, log=log)
+    if args.json:
+        print(report_json(report))
+    else:
+        print(f"{report.records} records ({report.tombstones} tombstones) in {len(report.files)} files, "
+              f"{report.seconds:.1f} s; slot {source.slot} retains {report.retained_wal_bytes} bytes of WAL")
+    return 0
+
+
 def cmd_project(args: argparse.Namespace, settings: Settings) -> int:
     """The declared project: its sources and every table the platform derives from it."""
     project = load_project(settings.project)
@@ -334,6 +355,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", help="one daily partition (YYYY-MM-DD)")
     p.add_argument("--out", help="also write the pinned rows to this Parquet file")
     p.set_defaults(func=cmd_pin)
+
+    p = sub.add_parser("capture", help="capture a declared PostgreSQL CDC source with Debezium into the landing zone")
+    p.add_argument("--source", required=True, help="the `cdc:` entry of the declaration")
+    p.add_argument("--dsn", help="libpq connection string (default: LAKEHOUSE_CDC_<SOURCE>_DSN)")
+    p.add_argument("--until-idle", type=float, metavar="SECONDS", help="stop after this long without a change")
+    p.add_argument("--max-seconds", type=float, help="stop after this long in any case")
+    p.add_argument("--roll-seconds", type=float, default=30.0, help="publish a landing file at least this often")
+    p.add_argument("--drop-slot", action="store_true", help="remove the replication slot, publication and offsets")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("s3", help="start, stop or check a local S3 server (SeaweedFS) under the lakehouse home")
     p.add_argument("action", choices=("start", "stop", "status"))

@@ -9,7 +9,8 @@ from dagster import BackfillPolicy, BetaWarning, DailyPartitionsDefinition
 
 
 def daily_partitions(start: dt.date | str) -> DailyPartitionsDefinition:
-    return DailyPartitionsDefinition(start_date=str(start), timezone="UTC")
+    """Days from `start`, today included: the day being filled is a partition while it fills."""
+    return DailyPartitionsDefinition(start_date=str(start), timezone="UTC", end_offset=1)
 
 
 # One Spark job for a whole range: a 10-day backfill is one run, not ten JVM starts.

@@ -14,6 +14,7 @@ from typing import Any
 
 from dagster import (
     AssetExecutionContext,
+    AssetKey,
     AssetsDefinition,
     AssetSpec,
     MaterializeResult,
@@ -202,7 +203,8 @@ def lineage_columns() -> list[T.StructField]:
     ]
 
 
-def landing_asset(source: LandingSource, partitions: PartitionsDefinition) -> AssetsDefinition:
+def landing_asset(source: LandingSource, partitions: PartitionsDefinition,
+                  deps: list[AssetKey] | None = None) -> AssetsDefinition:
     """The bronze asset of a landing source: its table and quarantine, partitioned by landing day
     (the `date=` folders whose files a run takes)."""
     bronze, quarantine = source.bronze.name, source.quarantine.name
@@ -211,7 +213,7 @@ def landing_asset(source: LandingSource, partitions: PartitionsDefinition) -> As
         name=bronze,
         specs=[
             AssetSpec(bronze, description=source.bronze.description, group_name="bronze",
-                      kinds={"spark", "iceberg"}),
+                      kinds={"spark", "iceberg"}, deps=deps or []),
             AssetSpec(quarantine, description=source.quarantine.description, group_name="bronze",
                       kinds={"spark", "iceberg"}),
         ],

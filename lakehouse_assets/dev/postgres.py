@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,10 +53,26 @@ class ThrowawayPostgres:
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
         self.port = self.port or free_port()
+        self._cluster: Path | None = None
+
+    @property
+    def cluster(self) -> Path:
+        """Where the server's files live: `root`, or, when the `postgres` user cannot reach it (a root-only
+        temporary folder), a folder of its own under the system's temporary directory."""
+        if self._cluster is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._cluster = self.root
+            if os.geteuid() == 0:
+                shutil.chown(self.root, SERVER_USER)
+                if self._run("test", "-w", str(self.root)).returncode != 0:
+                    self._cluster = Path(tempfile.mkdtemp(prefix="lakehouse-pg-"))
+                    shutil.chown(self._cluster, SERVER_USER)
+                    (self.root / "cluster").write_text(str(self._cluster))
+        return self._cluster
 
     @property
     def data(self) -> Path:
-        return self.root / "data"
+        return self.cluster / "data"
 
     @property
     def dsn(self) -> str:
@@ -68,19 +85,16 @@ class ThrowawayPostgres:
         return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
     def start(self) -> ThrowawayPostgres:
-        self.root.mkdir(parents=True, exist_ok=True)
-        if os.geteuid() == 0:
-            shutil.chown(self.root, SERVER_USER)
         if not (self.data / "PG_VERSION").exists():
             done = self._run(_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", SERVER_USER, "-E", "UTF8")
             if done.returncode != 0:
                 raise RuntimeError(f"initdb failed: {done.stderr.strip()}")
-        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.cluster} "
                    "-c wal_level=logical -c max_replication_slots=8 -c max_wal_senders=8 -c fsync=on")
-        done = self._run(_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"),
-                         "-w", "start")
+        log_file = self.cluster / "server.log"
+        done = self._run(_bin("pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(log_file), "-w", "start")
         if done.returncode != 0:
-            log = (self.root / "server.log").read_text()[-2000:] if (self.root / "server.log").exists() else ""
+            log = log_file.read_text()[-2000:] if log_file.exists() else ""
             raise RuntimeError(f"PostgreSQL did not start on port {self.port}: {done.stderr.strip()} {log}")
         self._create_database()
         return self
@@ -107,6 +121,8 @@ class ThrowawayPostgres:
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        if self._cluster is not None and self._cluster != self.root:
+            shutil.rmtree(self._cluster, ignore_errors=True)
 
     def __enter__(self) -> ThrowawayPostgres:
         return self.start()

@@ -80,6 +80,15 @@ class CdcTableDecl(_Decl):
     write_mode: Literal["merge-on-read", "copy-on-write"] = "merge-on-read"
 
 
+class CaptureDecl(_Decl):
+    """Run Debezium from Dagster: a `capture_<source>` asset that captures until the source is idle."""
+
+    until_idle: str = "10s"
+    max_duration: str = "10m"
+    schedule: Optional[str] = None  # a cron expression, e.g. "*/5 * * * *"
+    max_retained_wal_mb: int = 1024
+
+
 class CdcSourceDecl(_Decl):
     connector: Literal["postgresql", "mysql"]
     server: Optional[str] = None
@@ -88,6 +97,7 @@ class CdcSourceDecl(_Decl):
     # How the connector encodes values (Debezium's settings of the same names): bare records are read this way.
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
     time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = "adaptive"
+    capture: Optional[CaptureDecl] = None
     tables: dict[str, CdcTableDecl]
 
 

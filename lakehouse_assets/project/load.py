@@ -26,7 +26,7 @@ from .declaration import (
     ProjectDecl,
     ValueCheck,
 )
-from .model import GOLD_EVENT_TABLES, INGEST_LOG, CdcTable, EventSource, Freshness, Gold, Project, SqlTable
+from .model import GOLD_EVENT_TABLES, INGEST_LOG, Capture, CdcTable, EventSource, Freshness, Gold, Project, SqlTable
 from .yaml_lines import line_of, load_yaml
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
@@ -217,7 +217,7 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
             references={col: tuple(target.split(".", 1)) for col, target in t.references.items()},  # type: ignore[misc]
             partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
             write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
-            time_precision_mode=decl.time_precision_mode,
+            time_precision_mode=decl.time_precision_mode, source=source_name,
         ))
     return tables
 
@@ -319,7 +319,19 @@ def parse_project(text: str, file: str = "<declaration>") -> Project:
     events = {name: _event_source(c, name, e) for name, e in decl.events.items()}
     cdc: dict[str, CdcTable] = {}
     cdc_paths: dict[str, tuple[Any, ...]] = {}
+    captures: dict[str, Capture] = {}
     for source_name, cdc_decl in decl.cdc.items():
+        if cdc_decl.capture is not None:
+            path: tuple[Any, ...] = ("cdc", source_name, "capture")
+            if cdc_decl.connector != "postgresql":
+                c.fail(path, "capture runs Debezium's PostgreSQL connector: a mysql source is captured by its own "
+                             "Debezium deployment into the landing zone")
+            cap = cdc_decl.capture
+            captures[source_name] = Capture(
+                source=source_name, until_idle=c.duration((*path, "until_idle"), cap.until_idle),
+                max_duration=c.duration((*path, "max_duration"), cap.max_duration), schedule=cap.schedule,
+                max_retained_wal_bytes=cap.max_retained_wal_mb << 20,
+            )
         for cdc_table in _cdc_tables(c, source_name, cdc_decl):
             path = ("cdc", source_name, "tables", cdc_table.name)
             if cdc_table.name in cdc:
@@ -366,7 +378,7 @@ def parse_project(text: str, file: str = "<declaration>") -> Project:
     return Project(
         name=decl.name, file=Path(file), description=decl.description,
         start_date=decl.start_date or dt.date(2025, 1, 1), generator=generator,
-        events=events, cdc=cdc, gold=gold,
+        events=events, cdc=cdc, gold=gold, captures=captures,
     )
 
 

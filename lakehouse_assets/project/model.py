@@ -78,6 +78,7 @@ class CdcTable:
     write_mode: str = "merge-on-read"
     decimal_handling_mode: str = "precise"
     time_precision_mode: str = "adaptive"
+    source: str = ""  # the `cdc:` entry (one connector) it is declared under
 
     @property
     def topic(self) -> str:
@@ -110,6 +111,17 @@ class CdcTable:
     @property
     def table_names(self) -> tuple[str, ...]:
         return (self.bronze, self.quarantine, self.silver, self.history)
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A declared CDC source that Dagster captures itself (PostgreSQL, with Debezium)."""
+
+    source: str
+    until_idle: dt.timedelta
+    max_duration: dt.timedelta
+    schedule: str | None
+    max_retained_wal_bytes: int
 
 
 @dataclass(frozen=True)
@@ -176,6 +188,7 @@ class Project:
     events: dict[str, EventSource] = field(default_factory=dict)
     cdc: dict[str, CdcTable] = field(default_factory=dict)  # by table name
     gold: Gold = field(default_factory=Gold)
+    captures: dict[str, Capture] = field(default_factory=dict)  # by `cdc:` entry
 
     @property
     def landing_sources(self) -> list[EventSource | CdcTable]:

@@ -22,6 +22,7 @@ Order changes by position, never by `ts_ms` (when the connector saw the change).
 
 from __future__ import annotations
 
+import json
 import re
 
 from pyspark.sql import Column, DataFrame
@@ -100,7 +101,7 @@ def _pg_position(op: Column, lsn: Column, sequence: Column) -> Column:
     last_commit = F.from_json(sequence, T.ArrayType(T.StringType()))[0].cast(POSITION)
     a = F.when(op == "r", lsn.cast(POSITION)).otherwise(F.coalesce(last_commit, lsn.cast(POSITION)))
     b = F.when(op == "r", F.lit(0).cast(POSITION)).otherwise(lsn.cast(POSITION))
-    return (a * F.lit(10**19) + b).cast(POSITION)
+    return (a * F.lit(str(10**19)).cast(POSITION) + b).cast(POSITION)
 
 
 def _present(text: Column) -> Column:
@@ -218,7 +219,7 @@ def new_image_fields(lines: DataFrame, table_schema: T.StructType) -> list[tuple
         return []
     schemas = lines.select(F.from_json(F.get_json_object("payload", "$.schema"), SCHEMA).alias("s")).where("s IS NOT NULL")
     declared = schemas.select(F.explode(column_encodings(F.col("s"))).alias("name", "enc")).where(
-        F.col("name").isin(*new)).select("name", "enc.type", "enc.name", "enc.parameters").distinct().collect()
-    types = {r[0]: declared_type_of(r[1], r[2], r[3]) for r in declared}
+        F.col("name").isin(*new)).select("name", "enc.type", "enc.name", F.to_json("enc.parameters")).distinct().collect()
+    types = {r[0]: declared_type_of(r[1], r[2], json.loads(r[3]) if r[3] else None) for r in declared}
     return [(f"{side}.{name}", spark_type(types.get(name, "string")).simpleString())
             for name in new for side in ("before", "after")]

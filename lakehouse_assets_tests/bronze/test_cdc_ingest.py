@@ -74,10 +74,11 @@ def test_bronze_holds_enough_to_rebuild_the_source_table_exactly(cdc, table):
     """Replaying bronze by change_position (not arrival, not ts_ms) gives the source's true final state."""
     lakehouse, generated = cdc
     info = CDC_TABLES[table]
-    changes = {r.change_position: r for r in _rows(lakehouse, f"bronze_cdc_{table}") if r.op != "t"}
+    # A change is (key, position, op): a snapshot shares one position, a key change's delete and create too.
+    changes = {(r.key, r.change_position, r.op): r for r in _rows(lakehouse, f"bronze_cdc_{table}") if r.op != "t"}
     state = {}
-    for position in sorted(changes):
-        change = changes[position]
+    for identity in sorted(changes, key=lambda i: (i[1], i[2] != "d")):
+        change = changes[identity]
         image = change.before if change.op == "d" else change.after
         key = tuple(image[k] for k in info.primary_key)
         assert json.loads(change.key) == dict(zip(info.primary_key, key))
@@ -114,7 +115,16 @@ def test_a_new_field_in_after_images_becomes_a_nested_column(cdc):
 def test_postgres_and_mysql_positions_and_both_envelope_forms(cdc):
     lakehouse, _ = cdc
     orders = _rows(lakehouse, "bronze_cdc_orders")
-    assert all(r.change_position == r.source_lsn for r in orders if r.op != "t")
+    for r in orders:
+        if r.op == "t":
+            continue
+        doc = json.loads(r.payload)
+        source = (doc.get("payload") or doc)["source"]
+        last_commit = json.loads(source["sequence"])[0]
+        # Commit order: a snapshot row at (lsn, 0), a streamed change at (last commit LSN or its own, lsn).
+        expected = (r.source_lsn, 0) if r.op == "r" else (int(last_commit or r.source_lsn), r.source_lsn)
+        assert r.change_position == expected[0] * 10**19 + expected[1], r
+    assert len({r.change_position for r in orders if r.op == "r"}) == 1, "a snapshot shares one position"
     items = [r for r in _rows(lakehouse, "bronze_cdc_order_items") if r.op != "t"]
     assert all(r.binlog_file.startswith("mysql-bin.") and r.binlog_pos is not None for r in items)
     assert len({r.binlog_file for r in items}) > 1, "the binlog rolled over"

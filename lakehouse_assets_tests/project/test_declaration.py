@@ -157,3 +157,23 @@ def test_the_readme_example_declaration_loads():
     assert project.events["plays"].paths["country"] == "geo.country"
     assert project.cdc["subscriptions"].pii == ("account",)
     assert "gold_plan_revenue" in project.gold.sql_tables
+
+
+def test_a_declared_capture_becomes_an_asset_upstream_of_bronze_with_a_slot_check_and_a_schedule(tmp_path):
+    from lakehouse_assets.build import build_definitions
+    from lakehouse_assets.settings import Settings
+
+    text = BASE.replace("    schema: public\n", "    schema: public\n    capture: {until_idle: 5s, schedule: '*/5 * * * *',"
+                                                 " max_retained_wal_mb: 64}\n")
+    project, _ = load_text(tmp_path, text)
+    assert project.captures["app"].max_retained_wal_bytes == 64 << 20
+    defs = build_definitions(project, Settings.from_env())
+    graph = defs.resolve_asset_graph()
+    from dagster import AssetKey
+
+    capture = graph.get(AssetKey("capture_app"))
+    assert [c.name for c in capture.check_keys] == ["replication_slot_wal"]
+    assert AssetKey("capture_app") in graph.get(AssetKey("bronze_cdc_accounts")).parent_keys
+    assert [s.name for s in defs.schedules] == ["capture_app_schedule"]
+    fails(tmp_path, BASE.replace("connector: postgresql", "connector: mysql").replace(
+        "    schema: public\n", "    capture: {}\n"), 23, "capture runs Debezium's PostgreSQL connector")
