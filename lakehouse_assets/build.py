@@ -69,7 +69,7 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     bi += [sql_table_asset(t, specs) for t in gold.sql_tables.values()]
     assets += bi
 
-    sensors = [landing_sensor(source) for source in sources]
+    sensors = [landing_sensor(source, partitions) for source in sources]
     if bi:
         sensors.append(bi_automation_sensor(bi))
     schedules = [s for name, c in project.captures.items() if (s := capture_schedule(c, captures[name]))]

@@ -70,6 +70,18 @@ def workload(dsn: str, rng: random.Random, transactions: int = 1000) -> None:
     conn.close()
 
 
+def fresh_start() -> None:
+    """The demo refills its source each time: its tables start empty too (the demo namespace only)."""
+    from lakehouse_assets.runtime.catalog import catalog_for
+    from lakehouse_assets.settings import Settings
+
+    settings = Settings.from_env()
+    catalog = catalog_for(settings)
+    if catalog.namespace_exists(settings.namespace):
+        for identifier in catalog.list_tables(settings.namespace):
+            catalog.drop_table(identifier)
+
+
 def main() -> int:
     home = Path(os.environ.get("LAKEHOUSE_HOME", ".lakehouse")).resolve()
     os.environ["LAKEHOUSE_PROJECT"] = str(HERE / "lakehouse.yaml")
@@ -83,6 +95,7 @@ def main() -> int:
         print(f"PostgreSQL with logical decoding on port {pg.port} ({dsn})")
     try:
         rng = random.Random(11)
+        fresh_start()
         fill(dsn, rng)
         run(str(BIN / "lakehouse"), "capture", "--source", "store", "--drop-slot")
         run(str(BIN / "lakehouse"), "capture", "--source", "store", "--until-idle", "5")

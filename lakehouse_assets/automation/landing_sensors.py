@@ -8,6 +8,7 @@ Requests are safe to repeat anyway: bronze takes each file exactly once, and a
 run key made of the new files' names stops a double firing from launching twice.
 """
 
+import datetime as dt
 import hashlib
 import json
 from collections import defaultdict
@@ -15,7 +16,10 @@ from typing import Any
 
 from dagster import (
     AssetKey,
+    AssetObservation,
+    DailyPartitionsDefinition,
     DefaultSensorStatus,
+    MetadataValue,
     RunRequest,
     SensorDefinition,
     SensorEvaluationContext,
@@ -44,7 +48,22 @@ def ingested_files(lakehouse: LakehouseResource, source: str) -> set[str]:
     return set(log.to_arrow().column("source_file").to_pylist())
 
 
-def landing_sensor(source: LandingSource, minimum_interval_seconds: int = 30) -> SensorDefinition:
+def refusal(day: dt.date | None, partitions: DailyPartitionsDefinition) -> str | None:
+    """Why a landed file cannot be placed in a bronze partition (None when it can)."""
+    if day is None:
+        return "not in a date=YYYY-MM-DD folder"
+    first = partitions.start.date()
+    if day < first:
+        return f"landing day {day} is before the first partition ({first})"
+    if not partitions.has_partition_key(day.isoformat()):
+        return f"landing day {day} is in the future"
+    return None
+
+
+def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
+                   minimum_interval_seconds: int = 30) -> SensorDefinition:
+    """A file that cannot be placed (no day folder, a day before the start or in the future) is reported once,
+    as a run-less observation of the bronze asset and a warning, and never stops the other files."""
     keys = [AssetKey(source.bronze.name), AssetKey(source.quarantine.name)]
 
     @sensor(
@@ -58,12 +77,25 @@ def landing_sensor(source: LandingSource, minimum_interval_seconds: int = 30) ->
         state: dict[str, Any] = json.loads(context.cursor) if context.cursor else {"watermark": 0.0, "recent": []}
         watermark, recent = state["watermark"], set(state["recent"])
         files = landing_zone(lakehouse.settings).list(source.name)
+        reported = set(state.get("refused", []))
+        refused = {f.uri: why for f in files if (why := refusal(f.day, partitions))}
+        events = []
+        if set(refused) - reported:
+            newly = {uri: why for uri, why in refused.items() if uri not in reported}
+            for uri, why in newly.items():
+                context.log.warning(f"{source.name}: not ingested: {uri}: {why}")
+            events.append(AssetObservation(asset_key=keys[0], metadata={
+                "refused_files": MetadataValue.json([{"file": u, "reason": w} for u, w in sorted(newly.items())]),
+            }))
         new = [f for f in files if f.modified > watermark - LOOKBACK_SECONDS and f.uri not in recent
-               and f.day is not None]
+               and f.uri not in refused]
         if new:
             taken = ingested_files(lakehouse, source.name)
             new = [f for f in new if f.uri not in taken]
         if not new:
+            if events:  # reported, and remembered so that it is reported once
+                state["refused"] = sorted(refused)
+                return SensorResult(asset_events=events, cursor=json.dumps(state))
             return SkipReason(f"no new files under {source.name}/ ({len(files)} listed)")
 
         by_day = defaultdict(list)
@@ -82,6 +114,7 @@ def landing_sensor(source: LandingSource, minimum_interval_seconds: int = 30) ->
         watermark = max([watermark, *(f.modified for f in new)])
         still_recent = sorted(f.uri for f in files if f.modified > watermark - LOOKBACK_SECONDS)
         context.log.info(f"{len(new)} new files under {source.name}/ on {len(by_day)} landing days")
-        return SensorResult(run_requests=requests, cursor=json.dumps({"watermark": watermark, "recent": still_recent}))
+        cursor = {"watermark": watermark, "recent": still_recent, "refused": sorted(refused)}
+        return SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(cursor))
 
     return _sensor

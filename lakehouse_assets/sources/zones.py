@@ -30,7 +30,10 @@ class LandedFile:
     @property
     def day(self) -> dt.date | None:
         m = _DAY.search(self.uri)
-        return dt.date.fromisoformat(m.group(1)) if m else None
+        try:
+            return dt.date.fromisoformat(m.group(1)) if m else None
+        except ValueError:  # date=2025-13-45: not a day
+            return None
 
 
 class LocalZone:
@@ -43,7 +46,7 @@ class LocalZone:
             return []
         return sorted(
             (LandedFile(f"file:{p}", (st := p.stat()).st_size, st.st_mtime)
-             for p in base.glob("date=*/*") if p.is_file() and p.name.endswith(LANDING_SUFFIXES)),
+             for p in base.glob("*/*") if p.is_file() and p.name.endswith(LANDING_SUFFIXES)),
             key=lambda f: f.uri,
         )
 

@@ -9,6 +9,7 @@ from dagster import AssetKey, DagsterInstance, Definitions, build_sensor_context
 from examples.shop.events_generator import generate_day
 from lakehouse_assets.automation.landing_sensors import landing_sensor
 from lakehouse_assets.bronze.sources import event_landing_source
+from lakehouse_assets.partitions import daily_partitions
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.sources.zones import landing_zone
 
@@ -17,7 +18,8 @@ from ..shop import SHOP, asset
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
 EVENTS = event_landing_source(SHOP.events["events"])
 bronze_events = asset("bronze_events")
-SENSOR = landing_sensor(EVENTS)
+PARTITIONS = daily_partitions(SHOP.start_date)
+SENSOR = landing_sensor(EVENTS, PARTITIONS)
 
 
 def evaluate(lakehouse, instance, cursor=None):
@@ -96,3 +98,38 @@ def test_a_sensor_with_nothing_landed_skips(lakehouse):
     tick = evaluate(lakehouse, DagsterInstance.ephemeral())
     assert not tick.run_requests
     assert "no new files" in tick.skip_message
+
+
+def test_a_file_that_cannot_be_placed_is_reported_once_and_never_blocks_the_others(lakehouse, tmp_path):
+    """Today is a partition; a future day, a day before the start and a folder that is no day are refused."""
+    landing = lakehouse.settings.local_path(lakehouse.settings.landing) / "events"
+    today = dt.datetime.now(dt.timezone.utc).date()
+    bad = {
+        f"date={today + dt.timedelta(days=3)}": "is in the future",
+        "date=2024-06-01": "is before the first partition",
+        "date=2025-13-45": "not in a date=YYYY-MM-DD folder",
+        "latest": "not in a date=YYYY-MM-DD folder",
+    }
+    line = '{"event_id": "e-1", "user_id": "u", "event_type": "page_view", "event_ts": "2025-01-01T00:00:00Z"}\n'
+    for folder in bad:
+        (landing / folder).mkdir(parents=True)
+        (landing / folder / "x.jsonl").write_text(line)
+    (landing / f"date={today}").mkdir(parents=True)
+    (landing / f"date={today}" / "today.jsonl").write_text(line)
+    instance = DagsterInstance.ephemeral()
+
+    first = evaluate(lakehouse, instance)
+    assert [r.partition_key for r in first.run_requests] == [today.isoformat()], "today is a partition"
+    [observation] = first.asset_events
+    refused = {r["file"].split("/events/")[1].split("/")[0]: r["reason"]
+               for r in observation.metadata["refused_files"].value}
+    assert refused.keys() == bad.keys()
+    for folder, reason in bad.items():
+        assert reason in refused[folder], folder
+
+    # A good file landing later is still requested; the refused ones are not reported again.
+    (landing / "date=2025-01-02").mkdir()
+    (landing / "date=2025-01-02" / "late.jsonl").write_text(line)
+    second = evaluate(lakehouse, instance, cursor=first.cursor)
+    assert [r.partition_key for r in second.run_requests] == ["2025-01-02"]
+    assert not second.asset_events
