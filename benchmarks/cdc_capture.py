@@ -51,7 +51,7 @@ def _workload(dsn: str, changes: int, initial: int) -> int:
     made = 0
     for start in range(initial + 1, initial + inserts + 1, 500):
         end = min(start + 499, initial + inserts)
-        cur.execute("INSERT INTO items SELECT g, g % 7, (g % 1000) / 10.0, 'n' || g, now() "
+        cur.execute("INSERT INTO items SELECT g, g %% 7, (g %% 1000) / 10.0, 'n' || g, now() "
                     "FROM generate_series(%s, %s) g", (start, end))
         made += end - start + 1
         conn.commit()
@@ -92,7 +92,7 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         conn = psycopg2.connect(pg.dsn)
         cur = conn.cursor()
         cur.execute("CREATE TABLE items (id bigint PRIMARY KEY, qty int, price numeric(12,2), note text, "
-                    "updated timestamp); INSERT INTO items SELECT g, g % 7, (g % 1000) / 10.0, 'n' || g, now() "
+                    "updated timestamp); INSERT INTO items SELECT g, g %% 7, (g %% 1000) / 10.0, 'n' || g, now() "
                     "FROM generate_series(1, %s) g", (initial,))
         conn.commit()
         conn.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dagster import Definitions, in_process_executor
 
-from .automation.bi import bi_automation_sensor
+from .automation.bi import automation_sensor
 from .automation.landing_sensors import landing_sensor
 from .bronze.capture import capture_asset, capture_schedule
 from .bronze.ingest import INGEST_LOG, landing_asset
@@ -70,8 +70,10 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     assets += bi
 
     sensors = [landing_sensor(source, partitions) for source in sources]
-    if bi:
-        sensors.append(bi_automation_sensor(bi))
+    # Everything after bronze follows by automation conditions (capture and bronze by their own schedule and sensors).
+    automated = [a for a in assets if any(k.to_user_string().startswith(("silver_", "gold_", "ml_")) for k in a.keys)]
+    if automated:
+        sensors.append(automation_sensor(automated))
     schedules = [s for name, c in project.captures.items() if (s := capture_schedule(c, captures[name]))]
     return Definitions(
         assets=assets,

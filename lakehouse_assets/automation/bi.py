@@ -1,13 +1,24 @@
-"""Automation that keeps the BI tables fresh without a person.
+"""Automation that keeps every table after bronze fresh without a person.
 
-A BI partition is requested when an upstream partition it reads was updated
-since it was last handled (late data for an old day included), and the latest
-partition when the asset's freshness window has just failed. Nothing is
-requested while upstream is missing or running, or while the asset is already
-running: a short freshness window must not turn into a loop of runs.
+The landing sensors run bronze. Silver, gold and ML follow by automation
+conditions: a partition is requested when an upstream partition it reads was
+updated since it was last handled (late data for an old day included: silver's
+event day E reads the bronze landing days E..E+late_days, so a late file
+re-runs the event days it can hold), and a BI table's latest partition when its
+freshness window has just failed. Nothing is requested while upstream is
+running or the asset already runs, so a short freshness window does not become a
+loop; BI day partitions also wait while an upstream partition is missing.
 """
 
-from dagster import AutomationCondition, AutomationConditionSensorDefinition, DefaultSensorStatus
+import warnings
+
+from dagster import (
+    AutomationCondition,
+    AutomationConditionSensorDefinition,
+    BetaWarning,
+    DefaultSensorStatus,
+    TimeWindowPartitionMapping,
+)
 
 UPSTREAM_UPDATED = AutomationCondition.any_deps_updated().since_last_handled().with_label("upstream updated")
 FRESHNESS_FAILED = (
@@ -22,13 +33,27 @@ BI_REFRESH = (
 ).with_label("bi_refresh")
 
 
-def bi_automation_sensor(assets) -> AutomationConditionSensorDefinition:
+# Silver and ML: follow upstream; a bronze landing day with no files is no reason to wait.
+CHAIN_REFRESH = (
+    UPSTREAM_UPDATED & ~AutomationCondition.any_deps_in_progress() & ~AutomationCondition.in_progress()
+).with_label("chain_refresh")
+
+
+def landing_days_of(late_days: int) -> TimeWindowPartitionMapping:
+    """An event (or commit) day E is held by the landing days E..E+late_days (those to come too)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)  # allow_nonexistent_upstream_partitions: nothing to act on
+        return TimeWindowPartitionMapping(start_offset=0, end_offset=late_days,
+                                          allow_nonexistent_upstream_partitions=True)
+
+
+def automation_sensor(assets) -> AutomationConditionSensorDefinition:
     return AutomationConditionSensorDefinition(
-        "bi_automation",
+        "lakehouse_automation",
         target=assets,
         default_status=DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=30,
-        description="Evaluates the BI tables' automation conditions (upstream updated, freshness failed).",
+        description="Evaluates the automation conditions of silver, gold and ML (upstream updated, freshness failed).",
     )
 
 # A whole-table asset over partitioned parents: most parent partitions are

@@ -28,6 +28,7 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..automation.bi import CHAIN_REFRESH
 from ..gold.events import EventColumns
 from ..partitions import SINGLE_RUN
 from ..pinning import PINNED, pin_snapshots
@@ -136,6 +137,7 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
         deps=[silver.name],
+        automation_condition=CHAIN_REFRESH,
     )
     def ml_user_features(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
         spark = lakehouse.spark
@@ -164,6 +166,7 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
         deps=[silver.name, ML_USER_FEATURES.name],
+        automation_condition=CHAIN_REFRESH,
     )
     def ml_training_set(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
         window = Window.of_days("observed_at", *context.partition_time_window)

@@ -67,6 +67,7 @@ class EventSourceDecl(_Decl):
     pii: list[str] = []
     rules: list[RuleDecl] = []
     checks: dict[str, ValueCheck] = {}
+    late_days: int = Field(2, ge=0, le=30, description="how many days after its event day an event may still land")
 
 
 class CdcTableDecl(_Decl):
@@ -98,6 +99,7 @@ class CdcSourceDecl(_Decl):
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
     time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = "adaptive"
     capture: Optional[CaptureDecl] = None
+    late_days: int = Field(2, ge=0, le=30, description="how many days after its commit a change may still land")
     tables: dict[str, CdcTableDecl]
 
 

@@ -164,7 +164,7 @@ def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
         fields=fields, paths=paths, required=required, key=decl.key, timestamp=decl.timestamp,
         user=decl.user, session=decl.session, event_type=decl.event_type,
         event_types=tuple(decl.event_types) if decl.event_types is not None else None,
-        pii=tuple(decl.pii), rules=tuple(decl.rules), checks=dict(decl.checks),
+        pii=tuple(decl.pii), rules=tuple(decl.rules), checks=dict(decl.checks), late_days=decl.late_days,
     )
 
 
@@ -217,7 +217,7 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
             references={col: tuple(target.split(".", 1)) for col, target in t.references.items()},  # type: ignore[misc]
             partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
             write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
-            time_precision_mode=decl.time_precision_mode, source=source_name,
+            time_precision_mode=decl.time_precision_mode, source=source_name, late_days=decl.late_days,
         ))
     return tables
 

@@ -37,6 +37,7 @@ class EventSource:
     pii: tuple[str, ...] = ()
     rules: tuple[RuleDecl, ...] = ()
     checks: dict[str, ValueCheck] = field(default_factory=dict)
+    late_days: int = 2
 
     @property
     def bronze(self) -> str:
@@ -79,6 +80,7 @@ class CdcTable:
     decimal_handling_mode: str = "precise"
     time_precision_mode: str = "adaptive"
     source: str = ""  # the `cdc:` entry (one connector) it is declared under
+    late_days: int = 2
 
     @property
     def topic(self) -> str:

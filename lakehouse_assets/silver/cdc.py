@@ -34,6 +34,7 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
+    AssetDep,
     AssetExecutionContext,
     AssetKey,
     AssetsDefinition,
@@ -48,6 +49,7 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..automation.bi import CHAIN_REFRESH, landing_days_of
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
 from ..checks.rules import HASH_PATTERN, pandera_column, unique_key
 from ..partitions import SINGLE_RUN
@@ -216,15 +218,16 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
         for column, (target_table, target_column) in info.references.items()
     }
     # Referenced tables are applied first, so that a run sees their rows.
-    upstream = [bronze.name, *sorted({spec.name for spec in referenced.values()} - {current.name})]
+    from_bronze = AssetDep(bronze.name, partition_mapping=landing_days_of(info.late_days))
+    upstream = [from_bronze, *(AssetDep(name) for name in sorted({s.name for s in referenced.values()} - {current.name}))]
 
     @multi_asset(
         name=current.name,
         specs=[
             AssetSpec(current.name, description=current.description, group_name="silver",
-                      kinds={"spark", "iceberg"}, deps=upstream),
+                      kinds={"spark", "iceberg"}, deps=upstream, automation_condition=CHAIN_REFRESH),
             AssetSpec(history.name, description=history.description, group_name="silver",
-                      kinds={"spark", "iceberg"}, deps=[bronze.name]),
+                      kinds={"spark", "iceberg"}, deps=[from_bronze], automation_condition=CHAIN_REFRESH),
         ],
         check_specs=[check_spec(current.name, models[current.name]), check_spec(history.name, models[history.name]),
                      *reference_checks.values()],

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandera.pyspark as pa
 from dagster import (
+    AssetDep,
     AssetExecutionContext,
     AssetsDefinition,
     MaterializeResult,
@@ -32,6 +33,7 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..automation.bi import CHAIN_REFRESH, landing_days_of
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
 from ..checks.rules import HASH_PATTERN, col_ref, count_matches, pandera_column, unique_key
 from ..partitions import SINGLE_RUN
@@ -149,7 +151,8 @@ def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: Part
         kinds={"spark", "iceberg"},
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
-        deps=[bronze.name],
+        deps=[AssetDep(bronze.name, partition_mapping=landing_days_of(source.late_days))],
+        automation_condition=CHAIN_REFRESH,
         check_specs=[check_spec(spec.name, silver_model(source, spec), "pandera_schema")],
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):

@@ -76,6 +76,40 @@ def test_bi_assets_carry_freshness_policies_and_a_running_automation_sensor():
     windows = {k: graph.get(AssetKey(k)).freshness_policy.fail_window.to_timedelta() for k in BI}
     assert windows["gold_minute_activity"] == dt.timedelta(minutes=5)
     assert all(w <= dt.timedelta(minutes=30) for w in windows.values())
-    [sensor] = [s for s in defs.sensors if s.name == "bi_automation"]
+    [sensor] = [s for s in defs.sensors if s.name == "lakehouse_automation"]
     assert sensor.default_status.value == "RUNNING"
-    assert sensor.asset_selection.resolve(graph) == set(map(AssetKey, BI))
+    targets = {k.to_user_string() for k in sensor.asset_selection.resolve(graph)}
+    assert targets >= set(BI) | {"silver_events", "silver_orders", "silver_orders_history", "ml_user_features",
+                                 "ml_training_set"}
+    assert not {t for t in targets if t.startswith(("bronze_", "capture_"))}, "bronze follows the landing sensors"
+
+
+CHAIN = AssetSelection.assets("silver_events", "silver_orders", "silver_orders_history", "gold_daily_activity",
+                              "ml_user_features", "ml_training_set")
+
+
+def chain_requested(result) -> dict[str, set]:
+    return {k.to_user_string(): set(result.get_requested_partitions(k) or ())
+            for k in CHAIN.resolve(defs.resolve_asset_graph()) if result.get_num_requested(k)}
+
+
+def test_the_chain_refreshes_itself_and_a_late_file_reruns_the_event_days_it_can_hold():
+    instance = DagsterInstance.ephemeral()
+    first = evaluate_automation_conditions(defs, instance, CHAIN)
+    assert first.total_requested == 0
+
+    # A landing day's bronze run: the event days that landing day can hold (late_days 2) are requested, and
+    # in the same tick everything downstream of them, so one run carries the whole chain.
+    days = {"2025-01-03", "2025-01-04", "2025-01-05"}
+    materialized(instance, "bronze_events", "2025-01-05")
+    second = evaluate_automation_conditions(defs, instance, CHAIN, cursor=first.cursor)
+    assert chain_requested(second) == {name: days for name in (
+        "silver_events", "gold_daily_activity", "ml_user_features", "ml_training_set")}
+
+    # Done: nothing is requested again (no loop). CDC bronze brings both CDC silver tables along.
+    for name in ("silver_events", "gold_daily_activity", "ml_user_features", "ml_training_set"):
+        for day in days:
+            materialized(instance, name, day)
+    materialized(instance, "bronze_cdc_orders", "2025-01-05")
+    third = evaluate_automation_conditions(defs, instance, CHAIN, cursor=second.cursor)
+    assert chain_requested(third) == {"silver_orders": days, "silver_orders_history": days}
