@@ -41,7 +41,8 @@ def graph_snapshot(defs: Definitions) -> dict:
             } if freshness else None,
         }
     sensors = {
-        s.name: {"status": s.default_status.value, "targets": str(getattr(s, "asset_selection", ""))}
+        s.name: {"status": s.default_status.value,
+                 "targets": sorted(k.to_user_string() for k in s.asset_selection.resolve(graph))}
         for s in sorted(defs.sensors or [], key=lambda s: s.name)
     }
     job = defs.resolve_implicit_global_asset_job_def()
