@@ -67,7 +67,6 @@ class LandingSource:
     quarantine: TableSpec
     parse: Callable[[DataFrame, T.StructType], DataFrame]
     new_fields: Callable[[DataFrame, T.StructType], list[tuple[str, str]]] | None = None
-    description: str = ""
 
 
 @dataclass

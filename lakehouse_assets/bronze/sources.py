@@ -46,7 +46,6 @@ def event_landing_source(source: EventSource) -> LandingSource:
         ),
         parse=partial(parse_events, source),
         new_fields=partial(new_event_fields, source),
-        description=source.description,
     )
 
 
@@ -69,7 +68,6 @@ def cdc_landing_source(table: CdcTable) -> LandingSource:
         ),
         parse=partial(parse_cdc, table),
         new_fields=new_image_fields,
-        description=f"Change events of {table.topic}.",
     )
 
 
