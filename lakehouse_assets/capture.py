@@ -119,10 +119,14 @@ class CaptureSource:
 
     def retained_wal_bytes(self) -> int | None:
         """WAL the slot keeps on the server (what a stopped capture costs the database), None without a slot."""
-        with self.connect() as conn, conn.cursor() as cur:
-            cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots "
-                        "WHERE slot_name = %s", (self.slot,))
-            row = cur.fetchone()
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
+                            "FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
+                row = cur.fetchone()
+        finally:
+            conn.close()  # a connection's context manager only ends its transaction
         return int(row[0]) if row and row[0] is not None else None
 
     def drop_slot(self, state: Path) -> list[str]:

@@ -134,7 +134,7 @@ def gold_specs(gold: Gold) -> dict[str, TableSpec]:
     return specs
 
 
-def _freshness(f: Freshness) -> FreshnessPolicy:
+def freshness_policy(f: Freshness) -> FreshnessPolicy:
     return FreshnessPolicy.time_window(fail_window=f.fail, warn_window=f.warn) if f.warn else \
         FreshnessPolicy.time_window(fail_window=f.fail)
 
@@ -155,7 +155,7 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
                                                                   tuple[DataFrame, Window]]) -> AssetsDefinition:
         @asset(name=spec.name, description=spec.description, group_name="gold", kinds={"spark", "iceberg"},
                partitions_def=partitions, backfill_policy=SINGLE_RUN, automation_condition=BI_REFRESH,
-               deps=deps, freshness_policy=_freshness(gold.freshness[spec.name]))
+               deps=deps, freshness_policy=freshness_policy(gold.freshness[spec.name]))
         def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
             df, window = build(lakehouse, *context.partition_time_window)
             result = lakehouse.table(spec).stage(context.run_id, spec.name, window.label).overwrite(df, window).publish()

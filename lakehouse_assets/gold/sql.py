@@ -17,7 +17,7 @@ from ..project import SqlTable
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
 from ..tables.types import spark_type
-from .events import _freshness
+from .events import freshness_policy
 
 
 def sql_table_spec(table: SqlTable) -> TableSpec:
@@ -35,7 +35,7 @@ def sql_table_asset(table: SqlTable, tables: dict[str, TableSpec]) -> AssetsDefi
         name=table.name, description=table.description, group_name="gold", kinds={"spark", "iceberg"},
         deps=list(table.reads), automation_condition=BI_REFRESH_WHOLE,
         backfill_policy=SINGLE_RUN,  # so that it can run inside a single-run range backfill of its parents
-        freshness_policy=_freshness(table.freshness) if table.freshness else None,
+        freshness_policy=freshness_policy(table.freshness) if table.freshness else None,
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
         for name in table.reads:

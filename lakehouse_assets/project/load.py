@@ -16,6 +16,7 @@ from pyspark.sql import types as T
 
 from ..errors import DeclarationError
 from ..settings import validate_identifier
+from ..tables.registry import transform_column
 from ..tables.types import is_numeric, spark_type
 from .declaration import (
     CdcSourceDecl,
@@ -31,10 +32,6 @@ from .yaml_lines import line_of, load_yaml
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-_TRANSFORM = re.compile(
-    r"^(?:(?P<col>[A-Za-z_]\w*)|(?:years|months|days|hours)\((?P<tcol>[A-Za-z_]\w*)\)"
-    r"|(?:bucket|truncate)\(\d+,\s*(?P<ncol>[A-Za-z_]\w*)\))$"
-)
 
 
 def parse_duration(text: str) -> dt.timedelta:
@@ -200,13 +197,11 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
                 c.fail((*path, "pii", n), f"{p!r} is part of the primary key: it cannot be pseudonymised")
         c.checks((*path, "checks"), t.checks, columns, owner)
         for n, transform in enumerate(t.partition or ()):
-            m = _TRANSFORM.match(transform)
-            if not m:
-                c.fail((*path, "partition", n), f"invalid partition transform {transform!r}: use col, "
-                                                "years|months|days|hours(col), bucket(N, col) or truncate(N, col)")
-            else:
-                c.member((*path, "partition", n), m.group("col") or m.group("tcol") or m.group("ncol"),
-                         columns, "partition column", owner)
+            try:
+                source_column = transform_column(transform)
+            except ValueError as exc:
+                c.fail((*path, "partition", n), str(exc))
+            c.member((*path, "partition", n), source_column, columns, "partition column", owner)
         for column in t.references:
             c.member((*path, "references", column), column, columns, "referencing column", owner)
         tables.append(CdcTable(
