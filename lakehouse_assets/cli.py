@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from .errors import LakehouseError
 from .project import Project, load_project
 from .runtime.catalog import catalog_for
+from .runtime.freshness import freshness_state
 from .settings import Settings
 
 
@@ -47,8 +48,35 @@ def table_summaries(settings: Settings) -> list[dict]:
             "total_bytes": int(summary.get("total-files-size", 0) or 0),
             "snapshots": len(table.metadata.snapshots),
             "partition_spec": str(table.spec()),
+            "event_lag_s": freshness_state(table, identifier[-1]).as_dict()["event_lag_s"],
         })
     return rows
+
+
+def freshness_rows(settings: Settings, project: Project) -> list[dict]:
+    """Each BI table's freshness on event time, from its current snapshot's watermarks."""
+    catalog = catalog_for(settings)
+    gold = project.gold
+    declared = {name: gold.freshness.get(name) for name in gold.event_tables}
+    declared.update({t.name: t.freshness for t in gold.sql_tables.values()})
+    rows = []
+    for name, freshness in declared.items():
+        identifier = (settings.namespace, name)
+        if not catalog.table_exists(identifier):
+            rows.append({"table": name, "status": "missing"})
+            continue
+        rows.append(freshness_state(catalog.load_table(identifier), name, freshness).as_dict())
+    return rows
+
+
+def cmd_freshness(args: argparse.Namespace, settings: Settings) -> int:
+    rows = freshness_rows(settings, load_project(settings.project))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_table(rows, ["table", "status", "event_lag_s", "fail_after_s", "newest_event_time",
+                            "landing_to_visible_s"])
+    return 1 if args.check and any(r["status"] not in ("ok", "warn") for r in rows) else 0
 
 
 def _print_table(rows: list[dict], columns: list[str]) -> None:
@@ -65,7 +93,7 @@ def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
     elif not rows:
         print(f"no tables in {settings.catalog_name}.{settings.namespace} ({settings.catalog.display})")
     else:
-        _print_table(rows, ["table", "snapshot_id", "rows", "data_files", "total_bytes", "committed_at"])
+        _print_table(rows, ["table", "snapshot_id", "rows", "data_files", "total_bytes", "committed_at", "event_lag_s"])
     return 0
 
 
@@ -294,6 +322,37 @@ def cmd_capture(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
+    """Structured Streaming from an event source's landing folders to bronze, silver and gold (long-running)."""
+    import signal
+    import threading
+
+    from .runtime.resource import LakehouseResource
+    from .streaming import EventStream, dagster_instance
+
+    project = load_project(settings.project)
+    if args.source is not None and args.source not in project.events:
+        raise LookupError(f"no event source {args.source!r}; the declaration has {sorted(project.events)}")
+    log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else (lambda m: print(m, flush=True))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stream = EventStream(
+        project, LakehouseResource(), project.events[args.source] if args.source else None,
+        checkpoint=args.checkpoint, trigger_seconds=args.trigger_seconds, max_files_per_batch=args.max_files,
+        instance=None if args.no_dagster else dagster_instance(log), log=log,
+    )
+    try:
+        reports = stream.run(until_idle=args.until_idle, max_seconds=args.max_seconds, stop=stop)
+    except KeyboardInterrupt:
+        reports = stream.reports
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
+    else:
+        print(f"{len(reports)} micro-batches, {sum(r.files for r in reports)} files, "
+              f"{sum(r.records_in for r in reports)} records")
+    return 0
+
+
 def cmd_project(args: argparse.Namespace, settings: Settings) -> int:
     """The declared project: its sources and every table the platform derives from it."""
     project = load_project(settings.project)
@@ -365,6 +424,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drop-slot", action="store_true", help="remove the replication slot, publication and offsets")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_capture)
+
+    p = sub.add_parser("stream", help="stream an event source's new landing files to bronze, silver and minute gold")
+    p.add_argument("--source", help="the `events:` entry of the declaration (default: the only one)")
+    p.add_argument("--trigger-seconds", type=float, default=5.0, help="how often a micro-batch starts")
+    p.add_argument("--max-files", type=int, help="at most this many files per micro-batch")
+    p.add_argument("--checkpoint", help="Spark checkpoint location (default: <home>/streams/<source>/checkpoint)")
+    p.add_argument("--until-idle", type=float, metavar="SECONDS", help="stop after this long without a new file")
+    p.add_argument("--max-seconds", type=float, help="stop after this long in any case")
+    p.add_argument("--no-dagster", action="store_true", help="do not report commits to the Dagster instance")
+    p.add_argument("--json", action="store_true", help="print the micro-batch reports as JSON")
+    p.set_defaults(func=cmd_stream)
+
+    p = sub.add_parser("freshness", help="each BI table's lag on event time, against its declared freshness")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--check", action="store_true", help="exit 1 when a table is past its declared freshness")
+    p.set_defaults(func=cmd_freshness)
 
     p = sub.add_parser("s3", help="start, stop or check a local S3 server (SeaweedFS) under the lakehouse home")
     p.add_argument("action", choices=("start", "stop", "status"))

@@ -8,6 +8,7 @@ snapshot that was checked (see `append_staged`). The ingest log, written last,
 only spares re-reading files already fully taken; correctness never rests on it.
 """
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,8 @@ from pyspark.sql import types as T
 from ..errors import BalanceError
 from ..partitions import SINGLE_RUN
 from ..project.model import INGEST_LOG as INGEST_LOG_NAME
-from ..runtime.commit import CommitResult, Window
+from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
+from ..runtime.files import modification_times
 from ..runtime.resource import LakehouseResource
 from ..sources.landing import day_folders, list_landing_files, read_lines
 from ..tables.handle import TableHandle
@@ -67,6 +69,7 @@ class LandingSource:
     quarantine: TableSpec
     parse: Callable[[DataFrame, T.StructType], DataFrame]
     new_fields: Callable[[DataFrame, T.StructType], list[tuple[str, str]]] | None = None
+    event_time: str | None = None  # the bronze column whose newest value is the table's event-time watermark
 
 
 @dataclass
@@ -77,6 +80,8 @@ class IngestReport:
     kept: CommitResult | None = None
     quarantined: CommitResult | None = None
     new_columns: list[str] = field(default_factory=list)
+    retries: int = 0
+    newest_landed_at: dt.datetime | None = None
 
     def metadata(self, commit: CommitResult | None) -> dict[str, Any]:
         counts: dict[str, Any] = {
@@ -86,24 +91,36 @@ class IngestReport:
             "records_kept": MetadataValue.int(self.kept.added_records if self.kept else 0),
             "records_quarantined": MetadataValue.int(self.quarantined.added_records if self.quarantined else 0),
         }
+        counts.update(retry_metadata(self.retries))
         if self.new_columns:
             counts["new_columns"] = MetadataValue.text(", ".join(self.new_columns))
         return {**(commit.metadata() if commit else {}), **counts}
 
 
 def append_new_files(table: TableHandle, df: DataFrame, files: list[str], run_id: str, asset: str,
-                     label: str) -> CommitResult:
-    """Append the rows of `df` whose source_file the table's main branch does not hold yet."""
-    base = table.create().snapshot_id()
-    if base is not None:
-        taken = [
-            r.source_file for r in table.read(snapshot_id=base)
-            .where(F.col("source_file").isin(files)).select("source_file").distinct().collect()
-        ]
-        if taken:
-            df = df.where(~F.col("source_file").isin(taken))
-    # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
-    return table.stage(run_id, asset, label, base, evolve=True).append(df).publish()
+                     label: str, log: Callable[[str], None] = print, properties: dict[str, str] | None = None,
+                     watermarks: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
+                     ) -> tuple[CommitResult, int]:
+    """Append the rows of `df` whose source_file the table's main branch does not hold yet
+    (decided again on the new main when another writer published first); (the commit, its retries).
+    `watermarks`: the newest event time and landing time of these rows (runtime/freshness.py)."""
+
+    def attempt() -> CommitResult:
+        base = table.create().snapshot_id()
+        rows = df
+        if base is not None:
+            taken = [
+                r.source_file for r in table.read(snapshot_id=base)
+                .where(F.col("source_file").isin(files)).select("source_file").distinct().collect()
+            ]
+            if taken:
+                rows = df.where(~F.col("source_file").isin(taken))
+        # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
+        staged = table.stage(run_id, asset, label, base, evolve=True).with_watermarks(*watermarks)
+        staged.properties.update(properties or {})
+        return staged.append(rows).publish()
+
+    return with_commit_retries(attempt, table.name, log)
 
 
 def _conform(df: DataFrame, schema: T.StructType) -> DataFrame:
@@ -113,8 +130,9 @@ def _conform(df: DataFrame, schema: T.StructType) -> DataFrame:
 
 def ingest(
     lakehouse: LakehouseResource, source: LandingSource, files: list[str], run_id: str, label: str,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = print, properties: dict[str, str] | None = None,
 ) -> IngestReport:
+    """Take the landing `files` not taken yet; `properties` go into the summary of every snapshot published."""
     spark = lakehouse.spark
     report = IngestReport(files_listed=len(files))
     ingest_log, bronze, quarantine = (lakehouse.table(s).create()
@@ -133,6 +151,7 @@ def ingest(
         return report
 
     lines = read_lines(spark, todo).cache()
+    checked = None
     try:
         if source.new_fields:
             added = source.new_fields(lines, bronze.schema())
@@ -146,11 +165,15 @@ def ingest(
         ).cache()
         good = checked.where(F.col("reason").isNull())
         bad = checked.where(F.col("reason").isNotNull())
-        report.kept = append_new_files(bronze, _conform(good, bronze_schema), todo,
-                                       run_id, source.bronze.name, label)
-        report.quarantined = append_new_files(
+        landed = max(modification_times(spark, todo).values())
+        report.newest_landed_at = dt.datetime.fromtimestamp(landed, dt.timezone.utc)
+        newest_event = good.agg(F.max(source.event_time)).first()[0] if source.event_time else None  # type: ignore[index]
+        report.kept, kept_retries = append_new_files(bronze, _conform(good, bronze_schema), todo, run_id,
+                                                     source.bronze.name, label, log, properties,
+                                                     (newest_event, report.newest_landed_at))
+        report.quarantined, quarantined_retries = append_new_files(
             quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
-            todo, run_id, source.quarantine.name, label,
+            todo, run_id, source.quarantine.name, label, log, properties, (None, report.newest_landed_at),
         )
         per_file = checked.groupBy("source_file", "landing_date").agg(
             F.count(F.lit(1)).alias("records"),
@@ -158,10 +181,14 @@ def ingest(
             F.count(F.when(F.col("reason").isNotNull(), True)).alias("quarantined"),
             F.max("ingested_at").alias("ingested_at"),
         ).withColumns({"source": F.lit(source.name), "run_id": F.lit(run_id)})
-        append_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id, INGEST_LOG.name, label)
+        _, log_retries = append_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id,
+                                          INGEST_LOG.name, label, log, properties)
+        report.retries = kept_retries + quarantined_retries + log_retries
         report.records_in = lines.count()
     finally:
         lines.unpersist()
+        if checked is not None:
+            checked.unpersist()
     _verify_balance(source, (bronze, quarantine), todo, report.records_in)
     return report
 

@@ -46,6 +46,7 @@ def event_landing_source(source: EventSource) -> LandingSource:
         ),
         parse=partial(parse_events, source),
         new_fields=partial(new_event_fields, source),
+        event_time=source.timestamp,
     )
 
 
@@ -68,6 +69,7 @@ def cdc_landing_source(table: CdcTable) -> LandingSource:
         ),
         parse=partial(parse_cdc, table),
         new_fields=new_image_fields,
+        event_time="source_ts",
     )
 
 

@@ -81,7 +81,15 @@ def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[Ass
             ))
     if not all(r.passed for r in results):
         return [], results
-    return [audit.staged.publish() for audit in audits], results
+    published = []
+    try:
+        for audit in audits:
+            published.append(audit.staged.publish())
+    except Exception:
+        for audit in audits[len(published) + 1:]:
+            audit.staged.discard()  # the caller re-stages everything on the new main
+        raise
+    return published, results
 
 
 def raise_if_failed(results: list[AssetCheckResult]) -> None:

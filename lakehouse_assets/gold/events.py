@@ -17,6 +17,7 @@ upstream data lands and when its freshness window fails.
 
 
 import datetime as dt
+import uuid
 from collections.abc import Callable
 
 from dagster import (
@@ -35,8 +36,10 @@ from pyspark.sql import types as T
 from ..automation.bi import BI_REFRESH
 from ..partitions import SINGLE_RUN
 from ..project import Freshness, Gold
-from ..runtime.commit import Window
+from ..runtime.commit import CommitResult, Window, materialize_with_retries, with_commit_retries
+from ..runtime.freshness import freshness_check_result, freshness_check_spec, freshness_state
 from ..runtime.resource import LakehouseResource
+from ..runtime.schema import conform
 from ..tables.registry import TableSpec, col
 
 MONEY = T.DecimalType(18, 2)
@@ -67,6 +70,12 @@ class EventColumns:
         if self.gold.amount is None:
             return F.lit(0).cast(MONEY)
         return F.coalesce(F.sum(F.when(self.purchase(), F.col(self.gold.amount))), F.lit(0)).cast(MONEY)
+
+    def per_minute(self, events: DataFrame) -> DataFrame:
+        """gold_minute_activity's rows for the minutes `events` fall in."""
+        return events.groupBy(F.date_trunc("minute", self.ts).alias("minute")).agg(
+            F.count(F.lit(1)).alias("events"), F.countDistinct(self.user).alias("active_users"),
+            self.purchases().alias("purchases"), self.revenue().alias("revenue"))
 
     def with_sessions(self, events: DataFrame) -> DataFrame:
         """`_session`: the declared session field, or a new session after `inactivity` without events."""
@@ -155,11 +164,18 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
                                                                   tuple[DataFrame, Window]]) -> AssetsDefinition:
         @asset(name=spec.name, description=spec.description, group_name="gold", kinds={"spark", "iceberg"},
                partitions_def=partitions, backfill_policy=SINGLE_RUN, automation_condition=BI_REFRESH,
-               deps=deps, freshness_policy=freshness_policy(gold.freshness[spec.name]))
+               deps=deps, freshness_policy=freshness_policy(gold.freshness[spec.name]),
+               check_specs=[freshness_check_spec(spec.name, gold.freshness[spec.name])])
         def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-            df, window = build(lakehouse, *context.partition_time_window)
-            result = lakehouse.table(spec).stage(context.run_id, spec.name, window.label).overwrite(df, window).publish()
-            return MaterializeResult(metadata=result.metadata())
+            def attempt() -> MaterializeResult:
+                df, window = build(lakehouse, *context.partition_time_window)
+                staged = lakehouse.table(spec).stage(context.run_id, spec.name, window.label)
+                result = staged.derived_from(lakehouse.table(silver), window_end=window.end).overwrite(df, window).publish()
+                state = freshness_state(lakehouse.table(spec).iceberg(), spec.name, gold.freshness[spec.name])
+                return MaterializeResult(metadata={**result.metadata(), **state.metadata()},
+                                         check_results=[freshness_check_result(state, spec.name)])
+
+            return materialize_with_retries(attempt, spec.name, context.log.info)
 
         return _asset
 
@@ -168,11 +184,7 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
 
     def minute_activity(lakehouse, start, end):
         window = Window.of_days(c.ts, start, end)
-        minutes = events(lakehouse).where(window.condition).groupBy(
-            F.date_trunc("minute", c.ts).alias("minute")).agg(
-            F.count(F.lit(1)).alias("events"), F.countDistinct(c.user).alias("active_users"),
-            c.purchases().alias("purchases"), c.revenue().alias("revenue"))
-        return minutes, Window.of_days("minute", start, end)
+        return c.per_minute(events(lakehouse).where(window.condition)), Window.of_days("minute", start, end)
 
     def sessions(lakehouse, start, end):
         near = c.with_sessions(_near(events(lakehouse), c.ts, start, end))
@@ -238,3 +250,43 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
         assets.append(daily(specs["gold_daily_funnel"], ["gold_sessions"], daily_funnel))
     return assets
 
+
+
+def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, minutes: DataFrame, run_id: str,
+                  label: str, properties: dict[str, str], log: Callable[[str], None] = print,
+                  ) -> tuple[CommitResult, int]:
+    """Recompute the gold_minute_activity rows of `minutes` (a one-column frame of minute starts) from
+    silver as it stands, and MERGE them in: the stream's incremental path; (the commit, its retries)."""
+    c = EventColumns(gold)
+    spec = gold_specs(gold)["gold_minute_activity"]
+    table, silver_table = lakehouse.table(spec).create(), lakehouse.table(silver)
+    wanted = minutes.select(F.col("minute").cast("timestamp")).distinct().cache()
+    days = [r.day for r in wanted.select(F.date_format("minute", "yyyy-MM-dd").alias("day")).distinct().collect()]
+    in_days = F.lit(False)
+    for day in days:  # a disjunction of day ranges (in the session's time zone): Iceberg prunes silver with it
+        start = F.to_timestamp(F.lit(day))
+        in_days = in_days | ((F.col(c.ts) >= start) & (F.col(c.ts) < start + F.expr("INTERVAL 1 DAY")))
+    spark = lakehouse.spark
+
+    def attempt() -> CommitResult:
+        events = silver_table.read(reader=spec.name).where(in_days)
+        touched = events.withColumn("_minute", F.date_trunc("minute", c.ts)).join(
+            F.broadcast(wanted.withColumnRenamed("minute", "_minute")), "_minute", "left_semi").drop("_minute")
+        rows = conform(spark, table.id, c.per_minute(touched), evolve=False)
+        view = f"minutes_{uuid.uuid4().hex[:12]}"
+        rows.createOrReplaceTempView(view)
+        try:
+            staged = table.stage(run_id, spec.name, label).derived_from(silver_table)
+            staged.properties.update(properties)
+            return staged.sql(f"""
+                MERGE INTO {{target}} t USING {view} s ON t.minute = s.minute
+                WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *""").publish()
+        finally:
+            spark.catalog.dropTempView(view)
+
+    try:
+        if not days:
+            return table.current_state(), 0
+        return with_commit_retries(attempt, spec.name, log)
+    finally:
+        wanted.unpersist()

@@ -14,6 +14,7 @@ from pyspark.sql import types as T
 from ..automation.bi import BI_REFRESH_WHOLE
 from ..partitions import SINGLE_RUN
 from ..project import SqlTable
+from ..runtime.commit import materialize_with_retries
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
 from ..tables.types import spark_type
@@ -38,15 +39,19 @@ def sql_table_asset(table: SqlTable, tables: dict[str, TableSpec]) -> AssetsDefi
         freshness_policy=freshness_policy(table.freshness) if table.freshness else None,
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-        for name in table.reads:
-            lakehouse.table(tables[name]).read(reader=table.name).createOrReplaceTempView(name)
-        try:
-            result_df = lakehouse.spark.sql(table.sql)
-            result = (lakehouse.table(spec).stage(context.run_id, table.name, "all")
-                      .replace_all(result_df).publish())
-        finally:
+        def attempt() -> MaterializeResult:
             for name in table.reads:
-                lakehouse.spark.catalog.dropTempView(name)
-        return MaterializeResult(metadata=result.metadata())
+                lakehouse.table(tables[name]).read(reader=table.name).createOrReplaceTempView(name)
+            try:
+                result_df = lakehouse.spark.sql(table.sql)
+                result = (lakehouse.table(spec).stage(context.run_id, table.name, "all")
+                          .derived_from(*(lakehouse.table(tables[name]) for name in table.reads))
+                          .replace_all(result_df).publish())
+            finally:
+                for name in table.reads:
+                    lakehouse.spark.catalog.dropTempView(name)
+            return MaterializeResult(metadata=result.metadata())
+
+        return materialize_with_retries(attempt, table.name, context.log.info)
 
     return _asset

@@ -33,7 +33,7 @@ from ..gold.events import EventColumns
 from ..partitions import SINGLE_RUN
 from ..pinning import PINNED, pin_snapshots
 from ..project import Gold
-from ..runtime.commit import Window
+from ..runtime.commit import Window, materialize_with_retries
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
 
@@ -140,23 +140,26 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
         automation_condition=CHAIN_REFRESH,
     )
     def ml_user_features(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-        spark = lakehouse.spark
-        start, end = context.partition_time_window
-        window = Window.of_days("as_of_date", start, end, as_date=True)
-        events, read = read_events(lakehouse, ML_USER_FEATURES.name)
-        days = [window.start + dt.timedelta(days=n) for n in range((window.end - window.start).days)]
-        ends = spark.createDataFrame([(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")
-        lookback = events.where(
-            (F.col("event_ts") > F.lit(day_end(days[0]) - dt.timedelta(days=LOOKBACK_DAYS)))
-            & (F.col("event_ts") <= F.lit(day_end(days[-1])))
-        )
-        points = lookback.select("user_id").distinct().crossJoin(ends)
-        features = features_as_of(lookback, points.select("user_id", "as_of_ts")).join(
-            ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
-        table = lakehouse.table(ML_USER_FEATURES)
-        result = table.stage(context.run_id, table.name, window.label).overwrite(features, window).publish()
-        pins = pin_snapshots(lakehouse, context.run_id, table.name, {**read, table.id: result.snapshot_id})
-        return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+        def attempt() -> MaterializeResult:
+            spark = lakehouse.spark
+            start, end = context.partition_time_window
+            window = Window.of_days("as_of_date", start, end, as_date=True)
+            events, read = read_events(lakehouse, ML_USER_FEATURES.name)
+            days = [window.start + dt.timedelta(days=n) for n in range((window.end - window.start).days)]
+            ends = spark.createDataFrame([(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")
+            lookback = events.where(
+                (F.col("event_ts") > F.lit(day_end(days[0]) - dt.timedelta(days=LOOKBACK_DAYS)))
+                & (F.col("event_ts") <= F.lit(day_end(days[-1])))
+            )
+            points = lookback.select("user_id").distinct().crossJoin(ends)
+            features = features_as_of(lookback, points.select("user_id", "as_of_ts")).join(
+                ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
+            table = lakehouse.table(ML_USER_FEATURES)
+            result = table.stage(context.run_id, table.name, window.label).overwrite(features, window).publish()
+            pins = pin_snapshots(lakehouse, context.run_id, table.name, {**read, table.id: result.snapshot_id})
+            return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+
+        return materialize_with_retries(attempt, ML_USER_FEATURES.name, context.log.info)
 
     @asset(
         name=ML_TRAINING_SET.name,
@@ -169,34 +172,37 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
         automation_condition=CHAIN_REFRESH,
     )
     def ml_training_set(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-        window = Window.of_days("observed_at", *context.partition_time_window)
-        events, read_events_ids = read_events(lakehouse, ML_TRAINING_SET.name)
-        feature_table = lakehouse.table(ML_USER_FEATURES)
-        features, features_snapshot = feature_table.read_pinned(ML_TRAINING_SET.name)
-        # Sessions are read a day past each edge: a session belongs to the day it starts.
-        near = events.where(
-            (F.col("event_ts") >= F.lit(window.start - dt.timedelta(days=1)))
-            & (F.col("event_ts") < F.lit(window.end + dt.timedelta(days=1)))
-        )
-        sessions = near.where(F.col("session_id").isNotNull()).groupBy("session_id", "user_id").agg(
-            F.min("event_ts").alias("observed_at"),
-            F.max("is_purchase").alias("label_purchased"),
-        ).where(window.condition)
-        # As-of join: the newest feature row computed at or before the observation.
-        candidates = sessions.join(features.withColumnRenamed("as_of_ts", "features_as_of"), "user_id", "left").where(
-            F.col("features_as_of").isNull() | (F.col("features_as_of") <= F.col("observed_at")))
-        newest = W.partitionBy("session_id", "user_id").orderBy(F.col("features_as_of").desc_nulls_last())
-        training = candidates.withColumn("_n", F.row_number().over(newest)).where("_n = 1")
-        # A session whose user has only later feature rows keeps its label, with no features.
-        training = sessions.join(training.select("session_id", "user_id", "features_as_of",
-                                                 *(f.name for f in FEATURE_COLUMNS)),
-                                 ["session_id", "user_id"], "left")
-        training = training.select(*ML_TRAINING_SET.column_names)
-        table = lakehouse.table(ML_TRAINING_SET)
-        result = table.stage(context.run_id, table.name, window.label).overwrite(training, window).publish()
-        pins = pin_snapshots(lakehouse, context.run_id, table.name, {
-            **read_events_ids, feature_table.id: features_snapshot, table.id: result.snapshot_id,
-        })
-        return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+        def attempt() -> MaterializeResult:
+            window = Window.of_days("observed_at", *context.partition_time_window)
+            events, read_events_ids = read_events(lakehouse, ML_TRAINING_SET.name)
+            feature_table = lakehouse.table(ML_USER_FEATURES)
+            features, features_snapshot = feature_table.read_pinned(ML_TRAINING_SET.name)
+            # Sessions are read a day past each edge: a session belongs to the day it starts.
+            near = events.where(
+                (F.col("event_ts") >= F.lit(window.start - dt.timedelta(days=1)))
+                & (F.col("event_ts") < F.lit(window.end + dt.timedelta(days=1)))
+            )
+            sessions = near.where(F.col("session_id").isNotNull()).groupBy("session_id", "user_id").agg(
+                F.min("event_ts").alias("observed_at"),
+                F.max("is_purchase").alias("label_purchased"),
+            ).where(window.condition)
+            # As-of join: the newest feature row computed at or before the observation.
+            candidates = sessions.join(features.withColumnRenamed("as_of_ts", "features_as_of"), "user_id", "left").where(
+                F.col("features_as_of").isNull() | (F.col("features_as_of") <= F.col("observed_at")))
+            newest = W.partitionBy("session_id", "user_id").orderBy(F.col("features_as_of").desc_nulls_last())
+            training = candidates.withColumn("_n", F.row_number().over(newest)).where("_n = 1")
+            # A session whose user has only later feature rows keeps its label, with no features.
+            training = sessions.join(training.select("session_id", "user_id", "features_as_of",
+                                                     *(f.name for f in FEATURE_COLUMNS)),
+                                     ["session_id", "user_id"], "left")
+            training = training.select(*ML_TRAINING_SET.column_names)
+            table = lakehouse.table(ML_TRAINING_SET)
+            result = table.stage(context.run_id, table.name, window.label).overwrite(training, window).publish()
+            pins = pin_snapshots(lakehouse, context.run_id, table.name, {
+                **read_events_ids, feature_table.id: features_snapshot, table.id: result.snapshot_id,
+            })
+            return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+
+        return materialize_with_retries(attempt, ML_TRAINING_SET.name, context.log.info)
 
     return [ml_user_features, ml_training_set]

@@ -6,6 +6,13 @@ catalog commit, which fails if `main` moved meanwhile, so concurrent writers can
 never both publish what each decided against the same snapshot. A write that is
 not published leaves `main` exactly as it was and the branch inspectable.
 
+When another writer published first, `with_commit_retries` runs the whole write
+again on the new `main`: it re-reads its inputs, re-stages, re-validates what it
+decided against (files already taken, keys already held) and publishes. Writers
+of different partitions (a backfill and the stream) therefore both succeed; a
+write that keeps losing the race fails after `COMMIT_ATTEMPTS` with nothing
+published.
+
 Every published head carries the Dagster run id, asset and partition range in its
 snapshot summary; the figures of all snapshots written on the branch come back
 as Dagster materialisation metadata. Writes conform to the table's schema first
@@ -15,12 +22,14 @@ as Dagster materialisation metadata. Writes conform to the table's schema first
 from __future__ import annotations
 
 import datetime as dt
+import random
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from dagster import MetadataValue
+from dagster import MaterializeResult, MetadataValue
 from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -28,8 +37,11 @@ from pyspark.sql import functions as F
 from ..errors import ConcurrentCommitError
 from ..tables.handle import CURRENT, TableHandle
 from .failpoints import failpoint
+from .freshness import derived_watermarks, watermark_properties
 from .schema import conform
 
+T = TypeVar("T")
+COMMIT_ATTEMPTS = 6
 WRITE_ID = "lakehouse.write-id"
 RUN_ID = "dagster.run-id"
 ASSET = "dagster.asset"
@@ -115,6 +127,7 @@ class StagedWrite:
     write_id: str
     evolve: bool = False
     stamped: bool = True
+    properties: dict[str, str] = field(default_factory=dict)  # more snapshot summary properties
 
     @property
     def table_id(self) -> str:
@@ -132,9 +145,22 @@ class StagedWrite:
     def read(self) -> DataFrame:
         return self.spark.read.option("branch", self.branch).table(self.table_id)
 
+    def with_watermarks(self, newest_event: dt.datetime | None, newest_landed: dt.datetime | None) -> StagedWrite:
+        """Stamp the event-time and landing watermarks of what this write adds (runtime/freshness.py)."""
+        self.properties.update(watermark_properties(self.table.iceberg(), newest_event, newest_landed))
+        return self
+
+    def derived_from(self, *upstream: TableHandle, window_end: Any = None) -> StagedWrite:
+        """Stamp the watermarks of data computed from `upstream` as it stands now, capped at `window_end`."""
+        marks = [derived_watermarks(u.iceberg(), window_end) for u in upstream if u.exists()]
+        events = [m[0] for m in marks if m[0] is not None]
+        landed = [m[1] for m in marks if m[1] is not None]
+        return self.with_watermarks(max(events, default=None), max(landed, default=None))
+
     def _writer(self, df: DataFrame):
         writer = conform(self.spark, self.table_id, df, evolve=self.evolve).writeTo(self.target)
-        props = {WRITE_ID: self.write_id, RUN_ID: self.run_id, ASSET: self.asset, PARTITIONS: self.label}
+        props = {WRITE_ID: self.write_id, RUN_ID: self.run_id, ASSET: self.asset, PARTITIONS: self.label,
+                 **self.properties}
         for key, value in props.items():
             writer = writer.option(f"snapshot-property.{key}", value)
         self.stamped = True
@@ -180,7 +206,7 @@ class StagedWrite:
             if "not an ancestor" in str(exc):
                 raise ConcurrentCommitError(
                     f"{self.table_id}: main moved while this write was staged (another writer committed); "
-                    "nothing was published: run again"
+                    "nothing was published"
                 ) from exc
             raise
         result = self.result()
@@ -231,3 +257,34 @@ def current_state(table: TableHandle) -> CommitResult:
     if snapshot and snapshot.summary:
         totals = {k: v for k, v in snapshot.summary.additional_properties.items() if k.startswith("total-")}
     return CommitResult(table.id, snapshot.snapshot_id if snapshot else None, "none", totals)
+
+
+def with_commit_retries(attempt: Callable[[], T], what: str, log: Callable[[str], None] = print,
+                        attempts: int = COMMIT_ATTEMPTS) -> tuple[T, int]:
+    """Run `attempt` (read, stage, check, publish) until it publishes; (its result, the retries it took).
+
+    Each retry starts from scratch on the new `main`, so what the write decided
+    against is decided again. After `attempts` lost races it fails, nothing published.
+    """
+    for n in range(attempts):
+        try:
+            return attempt(), n
+        except ConcurrentCommitError as exc:
+            if n + 1 == attempts:
+                raise ConcurrentCommitError(
+                    f"{exc}; gave up after {attempts} attempts, each re-staged on the newest main") from exc
+            log(f"{what}: {exc}; re-staging on the new main (attempt {n + 2} of {attempts})")
+            time.sleep(random.uniform(0.1, 0.6) * (n + 1))  # writers that collided do not collide again in step
+    raise AssertionError("unreachable")
+
+
+def retry_metadata(retries: int) -> dict[str, Any]:
+    return {"commit_retries": MetadataValue.int(retries)}
+
+
+def materialize_with_retries(attempt: Callable[[], MaterializeResult], what: str,
+                             log: Callable[[str], None] = print) -> MaterializeResult:
+    """`with_commit_retries` for an asset body that returns one MaterializeResult; the retries join its metadata."""
+    result, retries = with_commit_retries(attempt, what, log)
+    return MaterializeResult(asset_key=result.asset_key, metadata={**(result.metadata or {}), **retry_metadata(retries)},
+                             check_results=result.check_results, data_version=result.data_version)

@@ -15,3 +15,15 @@ def glob_files(spark: SparkSession, pattern: str) -> list[str]:
     if statuses is None:
         return []
     return sorted(str(s.getPath().toString()) for s in statuses if s.isFile())
+
+
+def modification_times(spark: SparkSession, files: list[str]) -> dict[str, float]:
+    """Each file's modification time (seconds since the epoch), as its file system reports it."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    out = {}
+    for f in files:
+        path = jvm.org.apache.hadoop.fs.Path(f)
+        out[f] = path.getFileSystem(conf).getFileStatus(path).getModificationTime() / 1000
+    return out

@@ -54,7 +54,7 @@ from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_i
 from ..checks.rules import HASH_PATTERN, pandera_column, unique_key
 from ..partitions import SINGLE_RUN
 from ..project import CdcTable
-from ..runtime.commit import Window
+from ..runtime.commit import Window, retry_metadata, with_commit_retries
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..runtime.schema import conform
@@ -235,58 +235,65 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
         backfill_policy=SINGLE_RUN,
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
-        spark = lakehouse.spark
-        window = Window.of_days("source_ts", *context.partition_time_window)
-        history_table, current_table = lakehouse.table(history).create(), lakehouse.table(current).create()
-        batch = changes(lakehouse, info, lakehouse.table(bronze), window).cache()
-        recomputed = None
-        try:
-            _add_drifted_columns(batch, history_table, current_table)
-            held = history_table.read().join(batch.select("key").distinct(), "key", "left_semi")
-            versions = held.select(*(c for c in batch.columns if c in held.columns)).unionByName(
-                batch, allowMissingColumns=True)
-            versions = _fill_unavailable(versions.dropDuplicates(["key", "change_position"]))
-            order = W.partitionBy("key").orderBy("change_position")
-            recomputed = conform(spark, history_table.id, versions
-                                 .withColumn("valid_to", F.lead("valid_from").over(order))
-                                 .withColumn("valid_to_position", F.lead("change_position").over(order))
-                                 .withColumn("is_current", F.col("valid_to_position").isNull()),
-                                 evolve=False).cache()
+        def attempt():
+            spark = lakehouse.spark
+            window = Window.of_days("source_ts", *context.partition_time_window)
+            history_table, current_table = lakehouse.table(history).create(), lakehouse.table(current).create()
+            batch = changes(lakehouse, info, lakehouse.table(bronze), window).cache()
+            recomputed = None
+            try:
+                _add_drifted_columns(batch, history_table, current_table)
+                held = history_table.read().join(batch.select("key").distinct(), "key", "left_semi")
+                versions = held.select(*(c for c in batch.columns if c in held.columns)).unionByName(
+                    batch, allowMissingColumns=True)
+                versions = _fill_unavailable(versions.dropDuplicates(["key", "change_position"]))
+                order = W.partitionBy("key").orderBy("change_position")
+                recomputed = conform(spark, history_table.id, versions
+                                     .withColumn("valid_to", F.lead("valid_from").over(order))
+                                     .withColumn("valid_to_position", F.lead("change_position").over(order))
+                                     .withColumn("is_current", F.col("valid_to_position").isNull()),
+                                     evolve=False).cache()
 
-            staged_history = history_table.stage(context.run_id, history.name, window.label, prefix="audit").sql(f"""
-                MERGE INTO {{target}} t USING {_view(recomputed)} s
-                ON t.key = s.key AND t.change_position = s.change_position
-                WHEN MATCHED AND NOT (t.valid_to_position <=> s.valid_to_position) THEN UPDATE SET
-                    t.valid_to = s.valid_to, t.valid_to_position = s.valid_to_position, t.is_current = s.is_current
-                WHEN NOT MATCHED THEN INSERT *""")
+                staged_history = history_table.stage(context.run_id, history.name, window.label, prefix="audit").derived_from(
+                    lakehouse.table(bronze), window_end=window.end).sql(f"""
+                    MERGE INTO {{target}} t USING {_view(recomputed)} s
+                    ON t.key = s.key AND t.change_position = s.change_position
+                    WHEN MATCHED AND NOT (t.valid_to_position <=> s.valid_to_position) THEN UPDATE SET
+                        t.valid_to = s.valid_to, t.valid_to_position = s.valid_to_position, t.is_current = s.is_current
+                    WHEN NOT MATCHED THEN INSERT *""")
 
-            latest = recomputed.where("is_current").select(
-                *(F.col(f.name) for f in current_table.schema().fields if f.name not in ("last_op", "source_ts")),
-                F.col("op").alias("last_op"), F.col("valid_from").alias("source_ts"),
-            )
-            latest = conform(spark, current_table.id, latest, evolve=False)
-            staged_current = current_table.stage(context.run_id, current.name, window.label, prefix="audit").sql(f"""
-                MERGE INTO {{target}} t USING {_view(latest)} s ON {pk_match}
-                WHEN MATCHED AND s.last_op = 'd' THEN DELETE
-                WHEN MATCHED AND s.change_position > t.change_position THEN UPDATE SET *
-                WHEN NOT MATCHED AND s.last_op != 'd' THEN INSERT *""")
+                latest = recomputed.where("is_current").select(
+                    *(F.col(f.name) for f in current_table.schema().fields if f.name not in ("last_op", "source_ts")),
+                    F.col("op").alias("last_op"), F.col("valid_from").alias("source_ts"),
+                )
+                latest = conform(spark, current_table.id, latest, evolve=False)
+                staged_current = current_table.stage(context.run_id, current.name, window.label, prefix="audit").derived_from(
+                    lakehouse.table(bronze), window_end=window.end).sql(f"""
+                    MERGE INTO {{target}} t USING {_view(latest)} s ON {pk_match}
+                    WHEN MATCHED AND s.last_op = 'd' THEN DELETE
+                    WHEN MATCHED AND s.change_position > t.change_position THEN UPDATE SET *
+                    WHEN NOT MATCHED AND s.last_op != 'd' THEN INSERT *""")
 
-            touched_keys = batch.select("key").distinct()
-            commits, checks = audit_and_publish([
-                Audit(staged_history, [(history.name, "pandera_schema", models[history.name],
-                                        staged_history.read().join(touched_keys, "key", "left_semi"))]),
-                Audit(staged_current, [(current.name, "pandera_schema", models[current.name],
-                                        staged_current.read().join(latest.select("change_position"),
-                                                                   "change_position", "left_semi"))]),
-            ])
-            if not commits:
-                yield from checks
-                raise_if_failed(checks)
-            applied = batch.count()
-        finally:
-            batch.unpersist()
-            if recomputed is not None:
-                recomputed.unpersist()
+                touched_keys = batch.select("key").distinct()
+                commits, checks = audit_and_publish([
+                    Audit(staged_history, [(history.name, "pandera_schema", models[history.name],
+                                            staged_history.read().join(touched_keys, "key", "left_semi"))]),
+                    Audit(staged_current, [(current.name, "pandera_schema", models[current.name],
+                                            staged_current.read().join(latest.select("change_position"),
+                                                                       "change_position", "left_semi"))]),
+                ])
+                applied = batch.count() if commits else 0
+            finally:
+                batch.unpersist()
+                if recomputed is not None:
+                    recomputed.unpersist()
+            return commits, checks, applied
+
+        (commits, checks, applied), retries = with_commit_retries(attempt, current.name, context.log.info)
+        if not commits:
+            yield from checks
+            raise_if_failed(checks)
+        current_table = lakehouse.table(current)
         for column, spec in reference_checks.items():
             target_table, target_column = info.references[column]
             orphans = _orphans(current_table, column, lakehouse.table(referenced[target_table]), target_column)
@@ -295,7 +302,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                 severity=AssetCheckSeverity.WARN,
                 metadata={"rows_without_referenced_row": MetadataValue.int(orphans)},
             ))
-        counts = {"changes_in_window": MetadataValue.int(applied)}
+        counts = {"changes_in_window": MetadataValue.int(applied), **retry_metadata(retries)}
         history_commit, current_commit = commits
         yield MaterializeResult(asset_key=history.name, metadata={**history_commit.metadata(), **counts},
                                 check_results=[c for c in checks if c.asset_key == AssetKey(history.name)])

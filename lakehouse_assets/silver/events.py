@@ -16,10 +16,13 @@ reconciled with bronze), published to main only when it passes.
 """
 
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pandera.pyspark as pa
 from dagster import (
+    AssetCheckResult,
     AssetDep,
     AssetExecutionContext,
     AssetsDefinition,
@@ -28,18 +31,20 @@ from dagster import (
     PartitionsDefinition,
     asset,
 )
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..automation.bi import CHAIN_REFRESH, landing_days_of
+from ..bronze.sources import event_bronze_spec
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
 from ..checks.rules import HASH_PATTERN, col_ref, count_matches, pandera_column, unique_key
 from ..partitions import SINGLE_RUN
 from ..project import EventSource, parse_duration
 from ..project.declaration import RuleDecl
-from ..runtime.commit import Window
+from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
+from ..runtime.freshness import derived_watermarks
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import COPY_ON_WRITE, TableSpec, col
@@ -140,6 +145,90 @@ def silver_model(source: EventSource, spec: TableSpec, reconciled: Any = None) -
     return pa.DataFrameSchema(columns, name=spec.name, checks=checks)
 
 
+def first_delivery(delivered: DataFrame, key: str) -> DataFrame:
+    """One row per key: the delivery landed first."""
+    first_landed = W.partitionBy(key).orderBy("ingested_at", "source_file", "source_line")
+    return delivered.withColumn("_n", F.row_number().over(first_landed)).where("_n = 1").drop("_n")
+
+
+def split(lakehouse: LakehouseResource, source: EventSource, judged: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(silver rows, rejected rows) of events judged by `first_broken_rule` (column `rule`)."""
+    secret = pii_key(lakehouse.settings)
+    clean = judged.where(F.col("rule").isNull()).select(*(
+        keyed_hash(F.col(f.name.removesuffix("_hash")), secret).alias(f.name)
+        if f.name.endswith("_hash") and f.name.removesuffix("_hash") in source.pii else F.col(f.name)
+        for f in silver_spec(source).schema.fields
+    ))
+    return clean, judged.where(F.col("rule").isNotNull()).select(*rejected_spec(source).column_names)
+
+
+@dataclass
+class StreamedEvents:
+    """What one micro-batch added to silver and its rejected table."""
+
+    silver: CommitResult | None
+    rejected: CommitResult | None
+    checks: list[AssetCheckResult]
+    retries: int = 0
+
+    @property
+    def published(self) -> bool:
+        return self.silver is not None
+
+
+def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered: DataFrame, run_id: str,
+                    label: str, properties: dict[str, str], log: Callable[[str], None] = print) -> StreamedEvents:
+    """The stream's incremental silver: append the events of `delivered` (bronze rows) whose key neither silver
+    nor its rejected table holds yet, judged by the same rules and audited by the same model as the daily
+    asset, both tables published together; nothing is published when a check fails."""
+    spec = silver_spec(source)
+    key = source.key
+    silver, rejected = lakehouse.table(spec).create(), lakehouse.table(rejected_spec(source)).create()
+    bronze = lakehouse.table(event_bronze_spec(source))
+
+    def attempt() -> StreamedEvents:
+        held = silver.read().select(key).unionByName(rejected.read().select(key))
+        judged = first_delivery(delivered, key).join(held, key, "left_anti").withColumn(
+            "rule", first_broken_rule(source)).cache()
+        try:
+            clean, rejects = split(lakehouse, source, judged)
+            newest = clean.agg(F.max(source.timestamp)).first()[0]  # type: ignore[index]
+            staged = silver.stage(run_id, spec.name, label, prefix="audit").with_watermarks(
+                newest, derived_watermarks(bronze.iceberg())[1])
+            staged.properties.update(properties)
+            staged.append(clean)
+            staged_rejects = rejected.stage(run_id, spec.name, label)
+            staged_rejects.properties.update(properties)
+            staged_rejects.append(rejects)
+
+            def delivered_keys() -> int:
+                return delivered.select(key).distinct().count()
+
+            def accounted() -> int:  # rows for these keys in both tables once published: one per key
+                keys = delivered.select(key).distinct()
+                return (staged.read().select(key).unionAll(staged_rejects.read().select(key))
+                        .join(keys, key, "left_semi").count())
+
+            model = silver_model(source, spec, count_matches("bronze_keys_equal_silver_plus_rejected",
+                                                             delivered_keys, accounted))
+            keys_now = clean.select(key)
+            commits, checks = audit_and_publish([
+                Audit(staged, [(spec.name, "pandera_schema", model,
+                                staged.read().join(keys_now, key, "left_semi"))]),
+                Audit(staged_rejects),
+            ])
+            if not commits:
+                staged_rejects.discard()
+                return StreamedEvents(None, None, checks)
+            return StreamedEvents(commits[0], commits[1], checks)
+        finally:
+            judged.unpersist()
+
+    result, retries = with_commit_retries(attempt, spec.name, log)
+    result.retries = retries
+    return result
+
+
 def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: PartitionsDefinition) -> AssetsDefinition:
     spec, rejected_table = silver_spec(source), rejected_spec(source)
     key, ts = source.key, source.timestamp
@@ -156,56 +245,58 @@ def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: Part
         check_specs=[check_spec(spec.name, silver_model(source, spec), "pandera_schema")],
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
-        silver, rejected_handle = lakehouse.table(spec).create(), lakehouse.table(rejected_table)
-        window = Window.of_days(ts, *context.partition_time_window)
-        bronze_window = lakehouse.table(bronze).read(reader=spec.name).where(window.condition)
-        first_landed = W.partitionBy(key).orderBy("ingested_at", "source_file", "source_line")
-        deduped = bronze_window.withColumn("_n", F.row_number().over(first_landed)).where("_n = 1").drop("_n")
-        # A key silver holds on another day came first: it is not taken twice.
-        elsewhere = silver.read().where(~window.condition).select(key)
-        fresh = deduped.join(elsewhere, key, "left_anti")
-        judged = fresh.withColumn("rule", first_broken_rule(source)).cache()
-        try:
-            secret = pii_key(lakehouse.settings)
-            clean = judged.where(F.col("rule").isNull()).select(*(
-                keyed_hash(F.col(f.name.removesuffix("_hash")), secret).alias(f.name)
-                if f.name.endswith("_hash") and f.name.removesuffix("_hash") in source.pii else F.col(f.name)
-                for f in spec.schema.fields
-            ))
-            rejects = judged.where(F.col("rule").isNotNull()).select(*rejected_table.column_names)
+        def attempt():
+            silver, rejected_handle = lakehouse.table(spec).create(), lakehouse.table(rejected_table)
+            window = Window.of_days(ts, *context.partition_time_window)
+            bronze_table = lakehouse.table(bronze)
+            bronze_window = bronze_table.read(reader=spec.name).where(window.condition)
+            deduped = first_delivery(bronze_window, key)
+            # A key silver holds on another day came first: it is not taken twice.
+            elsewhere = silver.read().where(~window.condition).select(key)
+            fresh = deduped.join(elsewhere, key, "left_anti")
+            judged = fresh.withColumn("rule", first_broken_rule(source)).cache()
+            try:
+                clean, rejects = split(lakehouse, source, judged)
 
-            staged = silver.stage(context.run_id, spec.name, window.label, prefix="audit").overwrite(clean, window)
-            staged_rejects = rejected_handle.stage(context.run_id, spec.name, window.label).overwrite(rejects, window)
+                staged = (silver.stage(context.run_id, spec.name, window.label, prefix="audit")
+                          .derived_from(bronze_table, window_end=window.end).overwrite(clean, window))
+                staged_rejects = rejected_handle.stage(context.run_id, spec.name, window.label).overwrite(rejects, window)
 
-            def bronze_keys() -> int:
-                return bronze_window.select(key).distinct().count()
+                def bronze_keys() -> int:
+                    return bronze_window.select(key).distinct().count()
 
-            def accounted() -> int:
-                held_elsewhere = bronze_window.select(key).distinct().join(
-                    silver.read().where(~window.condition).select(key).distinct(), key, "left_semi").count()
-                return (staged.read().where(window.condition).count()
-                        + staged_rejects.read().where(window.condition).count() + held_elsewhere)
+                def accounted() -> int:
+                    held_elsewhere = bronze_window.select(key).distinct().join(
+                        silver.read().where(~window.condition).select(key).distinct(), key, "left_semi").count()
+                    return (staged.read().where(window.condition).count()
+                            + staged_rejects.read().where(window.condition).count() + held_elsewhere)
 
-            model = silver_model(source, spec, count_matches("bronze_keys_equal_silver_plus_rejected",
-                                                             bronze_keys, accounted))
-            commits, checks = audit_and_publish([
-                Audit(staged, [(spec.name, "pandera_schema", model, staged.read().where(window.condition))]),
-                Audit(staged_rejects),
-            ])
-            if not commits:
-                staged_rejects.discard()
-                yield from checks
-                raise_if_failed(checks)
-            by_rule = {r.rule: r["count"] for r in rejects.groupBy("rule").count().collect()}
-            duplicates = bronze_window.count() - deduped.count()
-        finally:
-            judged.unpersist()
+                model = silver_model(source, spec, count_matches("bronze_keys_equal_silver_plus_rejected",
+                                                                 bronze_keys, accounted))
+                commits, checks = audit_and_publish([
+                    Audit(staged, [(spec.name, "pandera_schema", model, staged.read().where(window.condition))]),
+                    Audit(staged_rejects),
+                ])
+                if not commits:
+                    staged_rejects.discard()
+                    return commits, checks, {}, 0
+                by_rule = {r.rule: r["count"] for r in rejects.groupBy("rule").count().collect()}
+                duplicates = bronze_window.count() - deduped.count()
+            finally:
+                judged.unpersist()
+            return commits, checks, by_rule, duplicates
+
+        (commits, checks, by_rule, duplicates), retries = with_commit_retries(attempt, spec.name, context.log.info)
+        if not commits:
+            yield from checks
+            raise_if_failed(checks)
         yield MaterializeResult(
             metadata={
                 **commits[0].metadata(),
                 "duplicates_dropped": MetadataValue.int(duplicates),
                 "rejected": MetadataValue.int(commits[1].added_records),
                 "rejected_by_rule": MetadataValue.json(by_rule),
+                **retry_metadata(retries),
             },
             check_results=checks,
         )

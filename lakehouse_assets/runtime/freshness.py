@@ -1,0 +1,158 @@
+"""Freshness on event time: how far behind the events it shows a table is.
+
+Every commit carries two watermarks in its snapshot summary, so the table's
+current snapshot answers "how fresh" with no scan and no Spark:
+
+- `lakehouse.newest-event-time`: the newest event time the table holds. Bronze
+  and the stream stamp it from the rows they write; a table derived from another
+  takes its upstream's watermark, capped at the end of the window it rewrote.
+- `lakehouse.newest-landed-at`: when the newest landing file the table reflects
+  landed (its modification time), carried down the chain the same way.
+
+Both only move forward: a backfill of an old day never makes a table look staler.
+Event lag = now - newest event time; landing-to-visible lag = the commit's time -
+newest landed-at.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
+from pyiceberg.table import Table
+
+from ..project import Freshness
+
+NEWEST_EVENT = "lakehouse.newest-event-time"
+NEWEST_LANDED = "lakehouse.newest-landed-at"
+CHECK = "event_time_freshness"
+UTC = dt.timezone.utc
+
+
+def _parse(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value) if value else None
+
+
+def _utc(value: dt.datetime | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def head_watermarks(table: Table) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """(newest event time, newest landed-at) of the table's current snapshot."""
+    snapshot = table.current_snapshot()
+    props = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+    return _parse(props.get(NEWEST_EVENT)), _parse(props.get(NEWEST_LANDED))
+
+
+def _newest(*values: dt.datetime | None) -> dt.datetime | None:
+    present = [v for v in map(_utc, values) if v is not None]
+    return max(present) if present else None
+
+
+def watermark_properties(table: Table, newest_event: dt.datetime | None,
+                         newest_landed: dt.datetime | None) -> dict[str, str]:
+    """The summary properties of a commit on top of `table`'s head: each watermark the newer of the two."""
+    head_event, head_landed = head_watermarks(table)
+    props = {}
+    if (event := _newest(head_event, newest_event)) is not None:
+        props[NEWEST_EVENT] = event.isoformat()
+    if (landed := _newest(head_landed, newest_landed)) is not None:
+        props[NEWEST_LANDED] = landed.isoformat()
+    return props
+
+
+def derived_watermarks(upstream: Table, window_end: Any = None) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """What a table computed from `upstream` (now) can claim: upstream's watermarks, the event time capped
+    at the end of the window it rewrote (a datetime, or a date: the day before it is the last one)."""
+    event, landed = head_watermarks(upstream)
+    if event is not None and window_end is not None:
+        end = window_end if isinstance(window_end, dt.datetime) else dt.datetime.combine(window_end, dt.time())
+        last = (_utc(end) or end) - dt.timedelta(microseconds=1)
+        event = min(_utc(event) or event, last)
+    return event, landed
+
+
+@dataclass(frozen=True)
+class FreshnessState:
+    table: str
+    newest_event_time: dt.datetime | None
+    newest_landed_at: dt.datetime | None
+    committed_at: dt.datetime | None
+    now: dt.datetime
+    declared: Freshness | None = None
+
+    @property
+    def event_lag(self) -> dt.timedelta | None:
+        return self.now - self.newest_event_time if self.newest_event_time else None
+
+    @property
+    def landing_lag(self) -> dt.timedelta | None:
+        """From the newest file landing to the commit that made it visible here."""
+        if self.newest_landed_at is None or self.committed_at is None:
+            return None
+        return max(self.committed_at - self.newest_landed_at, dt.timedelta(0))
+
+    @property
+    def status(self) -> str:
+        lag = self.event_lag
+        if self.declared is None:
+            return "undeclared"
+        if lag is None:
+            return "no data"
+        if lag > self.declared.fail:
+            return "fail"
+        if self.declared.warn is not None and lag > self.declared.warn:
+            return "warn"
+        return "ok"
+
+    def as_dict(self) -> dict[str, Any]:
+        def seconds(d: dt.timedelta | None) -> float | None:
+            return round(d.total_seconds(), 3) if d is not None else None
+
+        return {
+            "table": self.table,
+            "newest_event_time": self.newest_event_time.isoformat() if self.newest_event_time else None,
+            "event_lag_s": seconds(self.event_lag),
+            "newest_landed_at": self.newest_landed_at.isoformat() if self.newest_landed_at else None,
+            "landing_to_visible_s": seconds(self.landing_lag),
+            "fail_after_s": seconds(self.declared.fail) if self.declared else None,
+            "status": self.status,
+        }
+
+    def metadata(self) -> dict[str, Any]:
+        d = self.as_dict()
+        out: dict[str, Any] = {}
+        if d["newest_event_time"]:
+            out["newest_event_time"] = MetadataValue.text(d["newest_event_time"])
+            out["event_lag_s"] = MetadataValue.float(d["event_lag_s"])
+        if d["landing_to_visible_s"] is not None:
+            out["landing_to_visible_s"] = MetadataValue.float(d["landing_to_visible_s"])
+        return out
+
+
+def freshness_state(table: Table, name: str, declared: Freshness | None = None,
+                    now: dt.datetime | None = None) -> FreshnessState:
+    snapshot = table.current_snapshot()
+    event, landed = head_watermarks(table)
+    committed = dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC) if snapshot else None
+    return FreshnessState(name, _utc(event), _utc(landed), committed, now or dt.datetime.now(UTC), declared)
+
+
+def freshness_check_spec(asset: str, declared: Freshness) -> AssetCheckSpec:
+    return AssetCheckSpec(
+        name=CHECK, asset=asset, blocking=False,
+        description=f"now - newest event time in the table is within {declared.fail} (event time, not run time)",
+    )
+
+
+def freshness_check_result(state: FreshnessState, asset: str) -> AssetCheckResult:
+    return AssetCheckResult(
+        asset_key=asset, check_name=CHECK, passed=state.status in ("ok", "warn"),
+        severity=AssetCheckSeverity.WARN,
+        metadata={**state.metadata(), "status": MetadataValue.text(state.status)},
+        description=f"event lag {state.event_lag} against {state.declared.fail if state.declared else 'nothing'}",
+    )

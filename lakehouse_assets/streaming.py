@@ -1,0 +1,324 @@
+"""`lakehouse stream`: minute freshness from landing file to gold, in one long-lived process.
+
+Spark Structured Streaming watches an event source's landing folders (local or
+S3) and hands each micro-batch of new files to `foreachBatch`, which runs, on the
+same tables and with the same code as the daily assets:
+
+1. bronze: `ingest` (the batch path's parsing, quarantine and records-in balance);
+2. silver: `take_new_events` on exactly the rows that commit appended (Iceberg's
+   incremental read between its parent and it), judged and audited like the
+   daily asset, both tables published together;
+3. gold: `merge_minutes` recomputes the minutes those events fall in from silver
+   and MERGEs them into gold_minute_activity.
+
+Exactly once across crashes: Spark's checkpoint records which files make batch N
+before it runs, so a restarted query re-runs batch N with the same files; every
+commit of batch N carries the query id and batch id in its snapshot summary,
+bronze takes a file only once, silver a key only once, and gold recomputes whole
+minutes, so a re-run adds nothing twice. Daily tables (sessions, daily activity,
+funnel, ML) follow from silver by the Dagster automation as before.
+
+Each commit is reported to the Dagster instance (DAGSTER_HOME) as a run-less
+materialisation of its asset and partition, with the snapshot id, so the UI,
+freshness policies, automation and lineage see the stream like any run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckResult,
+    AssetKey,
+    AssetMaterialization,
+    AssetObservation,
+    DagsterInstance,
+    DailyPartitionsDefinition,
+    MetadataValue,
+)
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .automation.landing_sensors import refusal
+from .bronze.ingest import IngestReport, ingest
+from .bronze.sources import event_landing_source
+from .errors import ConfigurationError
+from .gold.events import gold_specs, merge_minutes
+from .partitions import daily_partitions
+from .project import EventSource, Project
+from .runtime.commit import CommitResult
+from .runtime.failpoints import failpoint
+from .runtime.freshness import freshness_check_result, freshness_state
+from .runtime.resource import LakehouseResource
+from .silver.events import StreamedEvents, rejected_spec, silver_spec, take_new_events
+from .tables.handle import TableHandle
+
+QUERY_ID = "lakehouse.stream.query-id"
+BATCH_ID = "lakehouse.stream.batch-id"
+_DAY = re.compile(r"/date=(\d{4}-\d{2}-\d{2})/[^/]+$")
+
+
+def landing_day(path: str) -> dt.date | None:
+    match = _DAY.search(path)
+    try:
+        return dt.date.fromisoformat(match.group(1)) if match else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class BatchReport:
+    batch_id: int
+    files: int
+    refused: int = 0
+    records_in: int = 0
+    kept: int = 0
+    quarantined: int = 0
+    silver_added: int = 0
+    rejected_added: int = 0
+    minutes: int = 0
+    seconds: float = 0.0
+    newest_landed_at: dt.datetime | None = None
+    visible_at: dt.datetime | None = None
+    snapshots: dict[str, int] = field(default_factory=dict)
+    retries: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        for k in ("newest_landed_at", "visible_at"):
+            out[k] = out[k].isoformat() if out[k] else None
+        return out
+
+
+class EventStream:
+    """One event source's stream: landing -> bronze -> silver -> gold_minute_activity."""
+
+    def __init__(self, project: Project, lakehouse: LakehouseResource, source: EventSource | None = None,
+                 checkpoint: str | None = None, trigger_seconds: float = 5.0, max_files_per_batch: int | None = None,
+                 instance: DagsterInstance | None = None, log: Callable[[str], None] = print):
+        if source is None:
+            if len(project.events) != 1:
+                raise ConfigurationError(f"the project declares {len(project.events)} event sources: name one of "
+                                         f"{sorted(project.events)} to stream")
+            source = next(iter(project.events.values()))
+        self.project, self.lakehouse, self.source = project, lakehouse, source
+        self.landing = event_landing_source(source)
+        settings = lakehouse.settings
+        self.partitions: DailyPartitionsDefinition = daily_partitions(settings.start_date or project.start_date)
+        self.checkpoint = checkpoint or str(Path(settings.home) / "streams" / source.name / "checkpoint")
+        self.trigger_seconds = trigger_seconds
+        self.max_files_per_batch = max_files_per_batch
+        self.instance = instance
+        self.log = log
+        gold = project.gold
+        self.gold = gold if (gold.events is not None and gold.events.name == source.name and gold.events.user
+                             and "gold_minute_activity" in gold.event_tables) else None
+        self.reports: list[BatchReport] = []
+        self.last_activity = time.monotonic()
+        self._error: BaseException | None = None
+
+    # -- the query ---------------------------------------------------------------------------------
+
+    def start(self):
+        spark = self.lakehouse.spark
+        root = f"{self.lakehouse.settings.landing.rstrip('/')}/{self.landing.name}"
+        if root.startswith("file:"):
+            Path(urlparse(root).path).mkdir(parents=True, exist_ok=True)  # the stream may start before any file
+        reader = (spark.readStream.format("binaryFile")
+                  .option("recursiveFileLookup", "true")
+                  .option("pathGlobFilter", "{*.jsonl,*.jsonl.gz}"))
+        if self.max_files_per_batch:
+            reader = reader.option("maxFilesPerTrigger", self.max_files_per_batch)
+        files = reader.load(root).select("path", "modificationTime")
+        return (files.writeStream.queryName(f"lakehouse_{self.source.name}")
+                .option("checkpointLocation", self.checkpoint)
+                .trigger(processingTime=f"{self.trigger_seconds} seconds")
+                .foreachBatch(self._on_batch).start())
+
+    def run(self, until_idle: float | None = None, max_seconds: float | None = None,
+            stop: threading.Event | None = None) -> list[BatchReport]:
+        """Run until stopped, until no file arrived for `until_idle` seconds, or for `max_seconds`."""
+        query = self.start()
+        started = self.last_activity = time.monotonic()
+        self.log(f"streaming {self.landing.name}/ (query {query.id}, checkpoint {self.checkpoint})")
+        try:
+            while query.isActive:
+                time.sleep(0.5)
+                now = time.monotonic()
+                if stop is not None and stop.is_set():
+                    break
+                if max_seconds is not None and now - started > max_seconds:
+                    break
+                if until_idle is not None and now - self.last_activity > until_idle \
+                        and not query.status.get("isTriggerActive"):
+                    break
+            if query.exception() is not None:
+                raise RuntimeError(f"the stream of {self.landing.name}/ failed: {query.exception()}")
+        finally:
+            query.stop()
+        return self.reports
+
+    def _query_id(self) -> str:
+        metadata = Path(self.checkpoint.removeprefix("file:")) / "metadata"
+        return json.loads(metadata.read_text().splitlines()[0])["id"]
+
+    # -- one micro-batch ---------------------------------------------------------------------------
+
+    def _on_batch(self, files_df: DataFrame, batch_id: int) -> None:
+        rows = files_df.collect()
+        if not rows:
+            return
+        self.last_activity = time.monotonic()
+        began = time.monotonic()
+        report = self.process(sorted(r.path for r in rows), batch_id,
+                              max(r.modificationTime for r in rows).replace(tzinfo=dt.timezone.utc))
+        report.seconds = round(time.monotonic() - began, 3)
+        self.reports.append(report)
+        self.last_activity = time.monotonic()
+        self.log(f"batch {batch_id}: {report.files} files, {report.records_in} records, {report.silver_added} "
+                 f"events to silver, {report.minutes} minutes to gold in {report.seconds:.1f}s")
+
+    def process(self, paths: list[str], batch_id: int, newest_modified: dt.datetime | None = None) -> BatchReport:
+        lakehouse, source = self.lakehouse, self.source
+        query_id = self._query_id()
+        props = {QUERY_ID: query_id, BATCH_ID: str(batch_id)}
+        run_id = f"stream-{query_id[:8]}-{batch_id}"
+        label = f"stream batch {batch_id}"
+        refused = {p: why for p in paths if (why := refusal(landing_day(p), self.partitions))}
+        files = [p for p in paths if p not in refused]
+        report = BatchReport(batch_id, len(files), refused=len(refused))
+        if refused:
+            for path, why in refused.items():
+                self.log(f"{self.landing.name}: not ingested: {path}: {why}")
+            self._report(AssetObservation(asset_key=self.landing.bronze.name, metadata={
+                "refused_files": MetadataValue.json([{"file": p, "reason": w} for p, w in sorted(refused.items())]),
+            }))
+        if not files:
+            return report
+
+        bronze = lakehouse.table(self.landing.bronze)
+        ingested = ingest(lakehouse, self.landing, files, run_id, label, log=self.log, properties=props)
+        report.records_in, report.retries, report.newest_landed_at = (
+            ingested.records_in, ingested.retries, ingested.newest_landed_at or newest_modified)
+        self._report_ingest(ingested, files, props)
+        failpoint("stream:after-bronze")
+
+        delivered = self._delivered(bronze, query_id, batch_id, files)
+        streamed = take_new_events(lakehouse, source, delivered, run_id, label, props, self.log)
+        report.retries += streamed.retries
+        self._report_silver(streamed, delivered, props)
+        failpoint("stream:after-silver")
+        if not streamed.published:
+            self.log(f"{source.silver}: the checks failed for batch {batch_id}; silver and gold wait for the daily run")
+            return report
+        assert streamed.silver is not None and streamed.rejected is not None
+        report.silver_added, report.rejected_added = streamed.silver.added_records, streamed.rejected.added_records
+        report.snapshots[source.silver] = streamed.silver.snapshot_id or 0
+
+        if self.gold is not None:
+            ts = source.timestamp
+            minutes = delivered.where(F.col(ts).isNotNull()).select(F.date_trunc("minute", ts).alias("minute"))
+            commit, retries = merge_minutes(lakehouse, self.gold, lakehouse.table(silver_spec(source)).spec, minutes,
+                                            run_id, label, props, self.log)
+            report.retries += retries
+            report.minutes = minutes.distinct().count()
+            report.snapshots["gold_minute_activity"] = commit.snapshot_id or 0
+            self._report_gold(commit, delivered, props)
+        report.visible_at = dt.datetime.now(dt.timezone.utc)
+        return report
+
+    def _delivered(self, bronze: TableHandle, query_id: str, batch_id: int, files: list[str]) -> DataFrame:
+        """The bronze rows of this batch: what its own commits appended (read incrementally), or, when
+        another writer took these files first, those files' rows."""
+        table = bronze.iceberg()
+        mine = [s for s in table.metadata.snapshots if s.summary is not None
+                and s.summary.additional_properties.get(QUERY_ID) == query_id
+                and s.summary.additional_properties.get(BATCH_ID) == str(batch_id)
+                and int(s.summary.additional_properties.get("added-records", 0) or 0) > 0]
+        spark = self.lakehouse.spark
+        if not mine:
+            return bronze.read().where(F.col("source_file").isin(files))
+        parts = []
+        for s in mine:
+            reader = spark.read.format("iceberg")
+            if s.parent_snapshot_id is None:
+                reader = reader.option("snapshot-id", s.snapshot_id)
+            else:
+                reader = reader.option("start-snapshot-id", s.parent_snapshot_id).option("end-snapshot-id", s.snapshot_id)
+            parts.append(reader.load(bronze.id))
+        out = parts[0]
+        for more in parts[1:]:
+            out = out.unionByName(more)
+        return out
+
+    # -- telling Dagster ---------------------------------------------------------------------------
+
+    def _report(self, event: Any) -> None:
+        if self.instance is not None:
+            self.instance.report_runless_asset_event(event)
+
+    def _materialized(self, asset: str, days: list[str], commit: CommitResult, props: dict[str, str],
+                      extra: dict[str, Any] | None = None) -> None:
+        metadata = {**commit.metadata(), "stream_query_id": MetadataValue.text(props[QUERY_ID]),
+                    "stream_batch_id": MetadataValue.int(int(props[BATCH_ID])), **(extra or {})}
+        for day in days:
+            if self.partitions.has_partition_key(day):
+                self._report(AssetMaterialization(asset_key=asset, partition=day, metadata=metadata))
+
+    def _event_days(self, delivered: DataFrame) -> list[str]:
+        ts = self.source.timestamp
+        return [r.d for r in delivered.where(F.col(ts).isNotNull())
+                .select(F.date_format(ts, "yyyy-MM-dd").alias("d")).distinct().collect()]
+
+    def _report_ingest(self, ingested: IngestReport, files: list[str], props: dict[str, str]) -> None:
+        if self.instance is None:
+            return
+        days = sorted({d.isoformat() for f in files if (d := landing_day(f))})
+        for asset, commit in ((self.landing.bronze.name, ingested.kept), (self.landing.quarantine.name,
+                                                                           ingested.quarantined)):
+            if commit is not None:
+                self._materialized(asset, days, commit, props, ingested.metadata(commit))
+
+    def _report_silver(self, streamed: StreamedEvents, delivered: DataFrame, props: dict[str, str]) -> None:
+        if self.instance is None:
+            return
+        for check in streamed.checks:
+            self._report_check(check, self.source.silver)
+        if streamed.published:
+            assert streamed.silver is not None and streamed.rejected is not None
+            days = self._event_days(delivered)
+            self._materialized(self.source.silver, days, streamed.silver, props)
+            self._materialized(rejected_spec(self.source).name, days, streamed.rejected, props)
+
+    def _report_gold(self, commit: CommitResult, delivered: DataFrame, props: dict[str, str]) -> None:
+        if self.instance is None or self.gold is None:
+            return
+        spec = gold_specs(self.gold)["gold_minute_activity"]
+        state = freshness_state(self.lakehouse.table(spec).iceberg(), spec.name, self.gold.freshness.get(spec.name))
+        self._materialized(spec.name, self._event_days(delivered), commit, props, state.metadata())
+        self._report_check(freshness_check_result(state, spec.name), spec.name)
+
+    def _report_check(self, check: AssetCheckResult, asset: str) -> None:
+        self._report(AssetCheckEvaluation(
+            asset_key=check.asset_key or AssetKey(asset), check_name=check.check_name or "", passed=check.passed,
+            metadata=check.metadata, severity=check.severity, description=check.description))
+
+
+def dagster_instance(log: Callable[[str], None] = print) -> DagsterInstance | None:
+    """The instance of DAGSTER_HOME, or None (and a note) when there is none to report to."""
+    import os
+
+    if not os.environ.get("DAGSTER_HOME"):
+        log("DAGSTER_HOME is not set: stream commits are not reported to Dagster")
+        return None
+    return DagsterInstance.get()

@@ -1,0 +1,209 @@
+"""`lakehouse stream`: files landing now reach bronze, silver and gold_minute_activity in micro-batches,
+exactly once across SIGKILL, side by side with a daily backfill of the same tables.
+
+The oracle is computed in Python from the lines that landed, never from the tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, materialize
+from pyspark.sql import functions as F
+
+from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.settings import Settings
+from lakehouse_assets.streaming import BATCH_ID, QUERY_ID, EventStream
+
+from ..shop import SHOP, SHOP_FILE, assets
+
+NOW = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+TODAY = NOW.date()
+OLD_DAY = TODAY - dt.timedelta(days=4)
+
+
+def _event(key: str, ts: dt.datetime, user: int, kind: str = "page_view") -> str:
+    event = {"event_id": key, "user_id": f"u{user}", "session_id": f"s-{user}", "event_type": kind,
+             "event_ts": ts.isoformat().replace("+00:00", "Z"), "properties": {}}
+    if kind == "purchase":
+        event.update(order_id=f"o-{key}", amount=10.5)
+    return json.dumps(event)
+
+
+def land(landing: Path, day: dt.date | str, name: str, lines: list[str]) -> None:
+    """Write whole, then rename: a producer's file appears complete."""
+    folder = landing / "events" / f"date={day}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f".{name}.part").write_text("\n".join(lines) + "\n")
+    (folder / f".{name}.part").rename(folder / name)
+
+
+def batch_of(prefix: str, n: int, start: dt.datetime) -> list[str]:
+    return [_event(f"{prefix}-{i}", start + dt.timedelta(seconds=7 * i), i % 4,
+                   "purchase" if i % 5 == 0 else "page_view") for i in range(n)]
+
+
+def minute_oracle(lines: list[str]) -> Counter:
+    """Events per minute, one per event key (the first delivery), from the raw lines."""
+    seen: dict[str, str] = {}
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        seen.setdefault(event["event_id"], event["event_ts"])
+    return Counter(dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).replace(second=0, tzinfo=None)
+                   for ts in seen.values())
+
+
+def gold_minutes(spark, table_id: str) -> Counter:
+    return Counter({r.minute: r.events for r in spark.table(table_id).collect()})
+
+
+def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_told(lakehouse, tmp_path):
+    landing = lakehouse.settings.local_path(lakehouse.settings.landing)
+    instance = DagsterInstance.ephemeral()
+    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1,
+                         instance=instance)
+    lines_a = batch_of("a", 30, NOW - dt.timedelta(minutes=20))
+    lines_b = batch_of("b", 20, NOW - dt.timedelta(minutes=9)) + [lines_a[3], "{not json"]  # a re-delivery, a bad line
+    late = batch_of("late", 10, dt.datetime.combine(OLD_DAY, dt.time(13, 0), dt.timezone.utc))
+    land(landing, TODAY, "a.jsonl", lines_a)
+
+    def more():
+        time.sleep(12)
+        land(landing, TODAY, "b.jsonl", lines_b)
+        land(landing, "2999-01-01", "future.jsonl", batch_of("f", 3, NOW))  # refused, never blocking
+        land(landing, "not-a-day", "odd.jsonl", batch_of("o", 3, NOW))
+        time.sleep(6)
+        land(landing, OLD_DAY, "late.jsonl", late)  # landed after the refused ones: still taken
+
+    feeder = threading.Thread(target=more)
+    feeder.start()
+    reports = stream.run(until_idle=25, max_seconds=240)
+    feeder.join()
+
+    spark = lakehouse.spark
+    assert sum(r.refused for r in reports) == 2
+    assert sum(r.records_in for r in reports) == len(lines_a) + len(lines_b) + len(late)
+    bronze = spark.table(lakehouse.table_id("bronze_events"))
+    assert bronze.count() == len(lines_a) + len(lines_b) - 1 + len(late)
+    assert spark.table(lakehouse.table_id("bronze_events_quarantine")).count() == 1
+    silver = spark.table(lakehouse.table_id("silver_events"))
+    assert silver.count() == silver.select("event_id").distinct().count() == 60
+    assert gold_minutes(spark, lakehouse.table_id("gold_minute_activity")) == minute_oracle(lines_a + lines_b + late)
+
+    # Every commit of the stream names its query and micro-batch.
+    gold = lakehouse.iceberg_table("gold_minute_activity").current_snapshot()
+    stamps = gold.summary.additional_properties
+    assert stamps[QUERY_ID] and int(stamps[BATCH_ID]) == max(r.batch_id for r in reports if r.minutes)
+
+    # Dagster saw the commits as materialisations of those assets and partitions, with the snapshot id.
+    latest = instance.get_latest_materialization_event(AssetKey("gold_minute_activity"))
+    assert latest is not None and latest.asset_materialization is not None
+    assert latest.asset_materialization.metadata["snapshot_id"].value == gold.snapshot_id
+    for asset in ("bronze_events", "silver_events", "gold_minute_activity"):
+        partitions = instance.get_materialized_partitions(AssetKey(asset))
+        assert {TODAY.isoformat(), OLD_DAY.isoformat()} <= partitions, asset
+    observed = instance.fetch_observations(AssetKey("bronze_events"), limit=10).records
+    refused = [f["file"] for o in observed for f in o.asset_observation.metadata["refused_files"].value]
+    assert sorted(Path(f).parent.name for f in refused) == ["date=2999-01-01", "date=not-a-day"]
+
+    # Freshness on event time: the watermark is the newest event, the lag is small and measured.
+    newest = max(dt.datetime.fromisoformat(json.loads(line)["event_ts"].replace("Z", "+00:00"))
+                 for line in lines_a + lines_b if line.startswith("{\""))
+    assert dt.datetime.fromisoformat(stamps["lakehouse.newest-event-time"]) == newest
+    check_key = AssetCheckKey(AssetKey("gold_minute_activity"), "event_time_freshness")
+    assert check_key in instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])
+
+
+def _stream_cli(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lakehouse_assets.cli", "stream", "--no-dagster",
+                           "--trigger-seconds", "1", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("point", ["stream:after-bronze", "gold_minute_activity:before-publish"])
+def test_a_stream_killed_in_a_micro_batch_restarts_and_holds_each_record_once(tmp_path, point):
+    home = tmp_path / "lake"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")},
+           "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP_FILE), "LAKEHOUSE_SPARK_MASTER": "local[2]",
+           "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_PII_KEY": "stream-test-key"}
+    landing = home / "landing"
+    lines = batch_of("k1", 40, NOW - dt.timedelta(minutes=30))
+    more = batch_of("k2", 25, NOW - dt.timedelta(minutes=8)) + [lines[0]]
+    land(landing, TODAY, "one.jsonl", lines)
+    land(landing, TODAY, "two.jsonl", more)
+
+    killed = _stream_cli({**env, "LAKEHOUSE_FAILPOINTS": point}, "--until-idle", "20")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    restarted = _stream_cli(env, "--until-idle", "10", "--json")
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+
+    settings = Settings.from_env(home=home, project=str(SHOP_FILE), namespace="lake")
+    catalog = catalog_for(settings)
+
+    def rows(table: str) -> list[dict]:
+        return catalog.load_table((settings.namespace, table)).scan().to_arrow().to_pylist()
+
+    bronze = rows("bronze_events")
+    assert len(bronze) == len(lines) + len(more)
+    assert Counter((r["source_file"], r["source_line"]) for r in bronze).most_common(1)[0][1] == 1
+    silver = rows("silver_events")
+    assert len(silver) == len({r["event_id"] for r in silver}) == 65
+    gold = Counter({r["minute"]: r["events"] for r in rows("gold_minute_activity")})
+    assert gold == minute_oracle(lines + more)
+
+
+def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_succeed(lakehouse, tmp_path):
+    landing = lakehouse.settings.local_path(lakehouse.settings.landing)
+    old = batch_of("old", 40, dt.datetime.combine(OLD_DAY, dt.time(9, 0), dt.timezone.utc))
+    land(landing, OLD_DAY, "old.jsonl", old)
+    live = [batch_of(f"live{n}", 15, NOW - dt.timedelta(minutes=10 - n)) for n in range(4)]
+    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1)
+    stream_done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run_stream():
+        try:
+            stream.run(until_idle=20, max_seconds=300)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            stream_done.set()
+
+    def feed():
+        for n, lines in enumerate(live):
+            land(landing, TODAY, f"live{n}.jsonl", lines)
+            time.sleep(4)
+
+    threads = [threading.Thread(target=run_stream), threading.Thread(target=feed)]
+    for t in threads:
+        t.start()
+    time.sleep(5)
+    backfill = materialize(assets("bronze_events", "silver_events", "gold_minute_activity"),
+                           resources={"lakehouse": lakehouse}, partition_key=OLD_DAY.isoformat(),
+                           instance=DagsterInstance.ephemeral())
+    for t in threads:
+        t.join()
+    assert backfill.success and not errors, errors
+    mats = [e.event_specific_data.materialization for e in backfill.get_asset_materialization_events()]
+    retries = {m.asset_key.to_user_string(): m.metadata["commit_retries"].value for m in mats}
+    print(f"backfill commit retries: {retries}; stream retries: {sum(r.retries for r in stream.reports)}")
+
+    spark = lakehouse.spark
+    everything = old + [line for lines in live for line in lines]
+    assert spark.table(lakehouse.table_id("bronze_events")).count() == len(everything)
+    silver = spark.table(lakehouse.table_id("silver_events"))
+    assert silver.count() == silver.select("event_id").distinct().count() == len(everything)
+    assert silver.where(F.to_date("event_ts") == F.lit(OLD_DAY)).count() == len(old)
+    assert gold_minutes(spark, lakehouse.table_id("gold_minute_activity")) == minute_oracle(everything)
