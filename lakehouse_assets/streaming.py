@@ -135,6 +135,7 @@ class EventStream:
         if root.startswith("file:"):
             Path(urlparse(root).path).mkdir(parents=True, exist_ok=True)  # the stream may start before any file
         reader = (spark.readStream.format("binaryFile")
+                  .schema("path string, modificationTime timestamp, length long, content binary")
                   .option("recursiveFileLookup", "true")
                   .option("pathGlobFilter", "{*.jsonl,*.jsonl.gz}"))
         if self.max_files_per_batch:
