@@ -14,7 +14,7 @@ DEMO_START ?= 2025-01-01
 DEMO_END ?= 2025-01-03
 DEMO_DAYS ?= 3
 
-.PHONY: setup demo demo-cdc dev test test-fast lint bench clean
+.PHONY: setup demo demo-cdc dev stream test test-fast lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -45,9 +45,22 @@ demo-cdc: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
 	$(BIN)/python -m examples.cdc.demo
 
+# The UI, the daemon and (STREAM=0 leaves it out) the stream of the event source, stopped together.
 dev: setup
+	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS) $(LAKEHOUSE_HOME)
+	@if [ "$(STREAM)" != "0" ]; then \
+		$(BIN)/lakehouse stream > $(LAKEHOUSE_HOME)/stream.log 2>&1 & stream=$$!; \
+		echo "lakehouse stream running (pid $$stream, log $(LAKEHOUSE_HOME)/stream.log)"; \
+		trap "kill $$stream 2>/dev/null" EXIT INT TERM; \
+		$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000; \
+	else \
+		$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000; \
+	fi
+
+# Landing files to bronze, silver and gold_minute_activity in micro-batches, until stopped.
+stream: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/lakehouse stream
 
 test: setup
 	$(BIN)/pytest

@@ -92,6 +92,8 @@ class BatchReport:
     visible_at: dt.datetime | None = None
     snapshots: dict[str, int] = field(default_factory=dict)
     retries: int = 0
+    landed_at: list[float] = field(default_factory=list)  # each file's modification time (epoch seconds)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # bronze, silver, gold
 
     def as_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -181,8 +183,10 @@ class EventStream:
             return
         self.last_activity = time.monotonic()
         began = time.monotonic()
+        landed = sorted(r.modificationTime.timestamp() for r in rows)  # naive local times, as PySpark gives them
         report = self.process(sorted(r.path for r in rows), batch_id,
-                              max(r.modificationTime for r in rows).replace(tzinfo=dt.timezone.utc))
+                              dt.datetime.fromtimestamp(landed[-1], dt.timezone.utc))
+        report.landed_at = landed
         report.seconds = round(time.monotonic() - began, 3)
         self.reports.append(report)
         self.last_activity = time.monotonic()
@@ -208,16 +212,25 @@ class EventStream:
             return report
 
         bronze = lakehouse.table(self.landing.bronze)
+        clock = time.monotonic()
+
+        def lap(stage: str) -> None:
+            nonlocal clock
+            report.stage_seconds[stage] = round(time.monotonic() - clock, 3)
+            clock = time.monotonic()
+
         ingested = ingest(lakehouse, self.landing, files, run_id, label, log=self.log, properties=props)
         report.records_in, report.retries, report.newest_landed_at = (
             ingested.records_in, ingested.retries, ingested.newest_landed_at or newest_modified)
         self._report_ingest(ingested, files, props)
+        lap("bronze")
         failpoint("stream:after-bronze")
 
         delivered = self._delivered(bronze, query_id, batch_id, files)
         streamed = take_new_events(lakehouse, source, delivered, run_id, label, props, self.log)
         report.retries += streamed.retries
         self._report_silver(streamed, delivered, props)
+        lap("silver")
         failpoint("stream:after-silver")
         if not streamed.published:
             self.log(f"{source.silver}: the checks failed for batch {batch_id}; silver and gold wait for the daily run")
@@ -235,6 +248,7 @@ class EventStream:
             report.minutes = minutes.distinct().count()
             report.snapshots["gold_minute_activity"] = commit.snapshot_id or 0
             self._report_gold(commit, delivered, props)
+            lap("gold")
         report.visible_at = dt.datetime.now(dt.timezone.utc)
         return report
 
