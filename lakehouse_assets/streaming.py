@@ -154,8 +154,11 @@ class EventStream:
         query = self.start()
         started = self.last_activity = time.monotonic()
         self.log(f"streaming {self.landing.name}/ (query {query.id}, checkpoint {self.checkpoint})")
+        beat = heartbeat_file(self.lakehouse.settings.home, self.landing.name)
+        beat.parent.mkdir(parents=True, exist_ok=True)
         try:
             while query.isActive:
+                beat.touch()
                 time.sleep(0.5)
                 now = time.monotonic()
                 if stop is not None and stop.is_set():
@@ -169,6 +172,7 @@ class EventStream:
                 raise RuntimeError(f"the stream of {self.landing.name}/ failed: {query.exception()}")
         finally:
             query.stop()
+            beat.unlink(missing_ok=True)
         return self.reports
 
     def _query_id(self) -> str:
@@ -327,6 +331,19 @@ class EventStream:
         self._report(AssetCheckEvaluation(
             asset_key=check.asset_key or AssetKey(asset), check_name=check.check_name or "", passed=check.passed,
             metadata=check.metadata, severity=check.severity, description=check.description))
+
+
+def heartbeat_file(home: Path, landing: str) -> Path:
+    """Touched every half second while a stream of `landing/` runs: its landing sensor stands aside."""
+    return Path(home) / "streams" / landing / "heartbeat"
+
+
+def stream_is_running(home: Path, landing: str, within_s: float = 30.0) -> bool:
+    beat = heartbeat_file(home, landing)
+    try:
+        return time.time() - beat.stat().st_mtime < within_s
+    except FileNotFoundError:
+        return False
 
 
 def dagster_instance(log: Callable[[str], None] = print) -> DagsterInstance | None:

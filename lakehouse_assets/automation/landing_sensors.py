@@ -6,6 +6,8 @@ ingest log already lists (read with pyiceberg, no Spark) are not requested at al
 so a fresh sensor does not ask again for what was ingested before it ran.
 Requests are safe to repeat anyway: bronze takes each file exactly once, and a
 run key made of the new files' names stops a double firing from launching twice.
+While `lakehouse stream` runs for the source (its heartbeat is fresh), the sensor
+stands aside: the stream takes the files, and the sensor resumes when it stops.
 """
 
 import datetime as dt
@@ -74,6 +76,10 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
         default_status=DefaultSensorStatus.RUNNING,
     )
     def _sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+        from ..streaming import stream_is_running
+
+        if stream_is_running(lakehouse.settings.home, source.name):
+            return SkipReason(f"lakehouse stream is taking the new files of {source.name}/")
         state: dict[str, Any] = json.loads(context.cursor) if context.cursor else {"watermark": 0.0, "recent": []}
         watermark, recent = state["watermark"], set(state["recent"])
         files = landing_zone(lakehouse.settings).list(source.name)

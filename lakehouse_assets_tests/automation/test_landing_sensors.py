@@ -1,6 +1,8 @@
 """Sensors notice new landing files, locally and on S3, and their runs take them into bronze."""
 
 import datetime as dt
+import os
+import time
 import uuid
 
 import pytest
@@ -12,6 +14,7 @@ from lakehouse_assets.bronze.sources import event_landing_source
 from lakehouse_assets.partitions import daily_partitions
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.sources.zones import landing_zone
+from lakehouse_assets.streaming import heartbeat_file
 
 from ..shop import SHOP, asset
 
@@ -133,3 +136,19 @@ def test_a_file_that_cannot_be_placed_is_reported_once_and_never_blocks_the_othe
     second = evaluate(lakehouse, instance, cursor=first.cursor)
     assert [r.partition_key for r in second.run_requests] == ["2025-01-02"]
     assert not second.asset_events
+
+
+def test_the_sensor_stands_aside_while_the_stream_runs_and_resumes_when_it_stops(spark, lake_settings, tmp_path):
+    lakehouse = LakehouseResource(home=str(tmp_path / "home"), spark_master=lake_settings.spark_master,
+                                  namespace=f"t_sensor_stream_{uuid.uuid4().hex[:6]}", landing=str(tmp_path / "landing"))
+    generate_day(lakehouse.settings.local_path(lakehouse.settings.landing), DAYS[0], events_per_day=20, files_per_day=1)
+    beat = heartbeat_file(lakehouse.settings.home, EVENTS.name)
+    beat.parent.mkdir(parents=True)
+    beat.touch()  # what a running `lakehouse stream` does every half second
+    tick = evaluate(lakehouse, DagsterInstance.ephemeral())
+    assert not tick.run_requests and "lakehouse stream is taking" in tick.skip_message
+
+    old = time.time() - 120  # the stream stopped (or died) two minutes ago
+    os.utime(beat, (old, old))
+    tick = evaluate(lakehouse, DagsterInstance.ephemeral())
+    assert [r.partition_key for r in tick.run_requests] == [DAYS[0].isoformat()]
