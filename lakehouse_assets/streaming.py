@@ -46,6 +46,7 @@ from dagster import (
     DailyPartitionsDefinition,
     MetadataValue,
 )
+from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -233,7 +234,8 @@ class EventStream:
         delivered = self._delivered(bronze, query_id, batch_id, files)
         streamed = take_new_events(lakehouse, source, delivered, run_id, label, props, self.log)
         report.retries += streamed.retries
-        self._report_silver(streamed, delivered, props)
+        days = self._days_brought_up_to_date(delivered, files)
+        self._report_silver(streamed, days, props)
         lap("silver")
         failpoint("stream:after-silver")
         if not streamed.published:
@@ -251,7 +253,7 @@ class EventStream:
             report.retries += retries
             report.minutes = minutes.distinct().count()
             report.snapshots["gold_minute_activity"] = commit.snapshot_id or 0
-            self._report_gold(commit, delivered, props)
+            self._report_gold(commit, days, props)
             lap("gold")
         report.visible_at = dt.datetime.now(dt.timezone.utc)
         return report
@@ -260,7 +262,8 @@ class EventStream:
         """The bronze rows of this batch: what its own commits appended (read incrementally), or, when
         another writer took these files first, those files' rows."""
         table = bronze.iceberg()
-        mine = [s for s in table.metadata.snapshots if s.summary is not None
+        published = ancestors_of(table.current_snapshot(), table.metadata)  # not a staged write that lost
+        mine = [s for s in published if s.summary is not None
                 and s.summary.additional_properties.get(QUERY_ID) == query_id
                 and s.summary.additional_properties.get(BATCH_ID) == str(batch_id)
                 and int(s.summary.additional_properties.get("added-records", 0) or 0) > 0]
@@ -294,10 +297,18 @@ class EventStream:
             if self.partitions.has_partition_key(day):
                 self._report(AssetMaterialization(asset_key=asset, partition=day, metadata=metadata))
 
-    def _event_days(self, delivered: DataFrame) -> list[str]:
+    def _days_brought_up_to_date(self, delivered: DataFrame, files: list[str]) -> list[str]:
+        """The silver (and minute gold) days this batch brings up to date: those its events fall on, and
+        every event day that reads the landing days it took (E..E+late_days), which hold nothing newer.
+        Reporting all of them keeps the automation from recomputing days the stream already made current."""
+        if self.instance is None:
+            return []
         ts = self.source.timestamp
-        return [r.d for r in delivered.where(F.col(ts).isNotNull())
-                .select(F.date_format(ts, "yyyy-MM-dd").alias("d")).distinct().collect()]
+        days = {r.d for r in delivered.where(F.col(ts).isNotNull())
+                .select(F.date_format(ts, "yyyy-MM-dd").alias("d")).distinct().collect()}
+        for landed in {d for f in files if (d := landing_day(f))}:
+            days |= {(landed - dt.timedelta(days=k)).isoformat() for k in range(self.source.late_days + 1)}
+        return sorted(days)
 
     def _report_ingest(self, ingested: IngestReport, files: list[str], props: dict[str, str]) -> None:
         if self.instance is None:
@@ -308,23 +319,22 @@ class EventStream:
             if commit is not None:
                 self._materialized(asset, days, commit, props, ingested.metadata(commit))
 
-    def _report_silver(self, streamed: StreamedEvents, delivered: DataFrame, props: dict[str, str]) -> None:
+    def _report_silver(self, streamed: StreamedEvents, days: list[str], props: dict[str, str]) -> None:
         if self.instance is None:
             return
         for check in streamed.checks:
             self._report_check(check, self.source.silver)
         if streamed.published:
             assert streamed.silver is not None and streamed.rejected is not None
-            days = self._event_days(delivered)
             self._materialized(self.source.silver, days, streamed.silver, props)
             self._materialized(rejected_spec(self.source).name, days, streamed.rejected, props)
 
-    def _report_gold(self, commit: CommitResult, delivered: DataFrame, props: dict[str, str]) -> None:
+    def _report_gold(self, commit: CommitResult, days: list[str], props: dict[str, str]) -> None:
         if self.instance is None or self.gold is None:
             return
         spec = gold_specs(self.gold)["gold_minute_activity"]
         state = freshness_state(self.lakehouse.table(spec).iceberg(), spec.name, self.gold.freshness.get(spec.name))
-        self._materialized(spec.name, self._event_days(delivered), commit, props, state.metadata())
+        self._materialized(spec.name, days, commit, props, state.metadata())
         self._report_check(freshness_check_result(state, spec.name), spec.name)
 
     def _report_check(self, check: AssetCheckResult, asset: str) -> None:

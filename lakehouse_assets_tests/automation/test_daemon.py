@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
+from dagster import AssetKey, DagsterInstance
 from pyiceberg.expressions import EqualTo
 
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.settings import Settings
+from lakehouse_assets.streaming import heartbeat_file
 
 from ..shop import ROOT, SHOP_FILE
 
@@ -51,7 +53,8 @@ def _gold_events(settings: Settings, table: str, column: str, day: dt.date) -> i
     return sum(r["events"] for r in rows if (r[column].date() if isinstance(r[column], dt.datetime) else r[column]) == day)
 
 
-def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tmp_path):
+def _instance(tmp_path: Path) -> tuple[dict, Settings, Path]:
+    """A temporary Dagster instance and lake: the environment of its processes, the lake's settings."""
     home, dagster_home = tmp_path / "lake", tmp_path / "dagster"
     dagster_home.mkdir()
     shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
@@ -62,18 +65,41 @@ def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tm
            "LAKEHOUSE_DAGSTER_STORAGE": str(dagster_home / "storage"),
            "LAKEHOUSE_DAGSTER_LOGS": str(dagster_home / "logs"), "LAKEHOUSE_SPARK_MASTER": "local[2]",
            "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_PII_KEY": "daemon-test-key"}
-    settings = Settings.from_env(home=home, project=str(SHOP_FILE), namespace="lake")
-    landing = home / "landing" / "events"
-    daemon = subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w",
-                               str(dagster_home / "workspace.yaml")], env=env, cwd=tmp_path,
-                              stdout=open(tmp_path / "daemon.log", "w"), stderr=subprocess.STDOUT,
-                              start_new_session=True)
+    return env, Settings.from_env(home=home, project=str(SHOP_FILE), namespace="lake"), dagster_home
+
+
+def _start(args: list[str], env: dict, tmp_path: Path, log: str) -> subprocess.Popen:
+    return subprocess.Popen(args, env=env, cwd=tmp_path, stdout=open(tmp_path / log, "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _land(landing: Path, day: dt.date, name: str, n: int) -> None:
+    folder = landing / f"date={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f".{name}.jsonl.part").write_text(_events(day, n, name))
+    (folder / f".{name}.jsonl.part").rename(folder / f"{name}.jsonl")  # lands whole, as a producer would
+
+
+def _daemon(env: dict, dagster_home: Path, tmp_path: Path) -> subprocess.Popen:
+    return _start([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w",
+                   str(dagster_home / "workspace.yaml")], env, tmp_path, "daemon.log")
+
+
+def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tmp_path):
+    env, settings, dagster_home = _instance(tmp_path)
+    landing = settings.local_path(settings.landing) / "events"
+    daemon = _daemon(env, dagster_home, tmp_path)
     try:
         for day, name, n in ((TODAY, "today", 40), (OLD_DAY, "late", 25)):
-            folder = landing / f"date={day.isoformat()}"
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f".{name}.jsonl.part").write_text(_events(day, n, name))
-            (folder / f".{name}.jsonl.part").rename(folder / f"{name}.jsonl")  # lands whole, as a producer would
+            _land(landing, day, name, n)
         started = time.monotonic()
         want = {("gold_minute_activity", "minute", TODAY): 40, ("gold_minute_activity", "minute", OLD_DAY): 25,
                 ("gold_daily_activity", "activity_date", TODAY): 40,
@@ -91,8 +117,50 @@ def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tm
         taken = log.scan(row_filter=EqualTo("source", "events")).to_arrow().column("source_file").to_pylist()
         assert sorted(Path(f).name for f in taken) == ["late.jsonl", "today.jsonl"]
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
+        _stop(daemon)
+
+
+def test_with_the_stream_running_minute_gold_follows_in_seconds_and_daily_gold_by_the_daemon(tmp_path, monkeypatch):
+    """`make dev`'s arrangement: the daemon and `lakehouse stream` on one instance. The stream takes the file
+    (the landing sensor stands aside) and reports its commits; the daemon's automation carries the daily tables."""
+    env, settings, dagster_home = _instance(tmp_path)
+    landing = settings.local_path(settings.landing) / "events"
+    daemon = _daemon(env, dagster_home, tmp_path)
+    stream = _start([sys.executable, "-m", "lakehouse_assets.cli", "stream", "--trigger-seconds", "2"], env, tmp_path,
+                    "stream.log")
+    logs = lambda: "\n".join((tmp_path / f).read_text()[-2000:] for f in ("stream.log", "daemon.log"))  # noqa: E731
+    try:
+        beat = heartbeat_file(settings.home, "events")
+        started = time.monotonic()
+        while not beat.exists():
+            assert time.monotonic() - started < 120 and stream.poll() is None, logs()
+            time.sleep(1)
+        _land(landing, TODAY, "today", 40)
+        landed = time.monotonic()
+        minute_at = None
+        while time.monotonic() - landed < DEADLINE_S:
+            if minute_at is None and _gold_events(settings, "gold_minute_activity", "minute", TODAY) == 40:
+                minute_at = time.monotonic() - landed
+            if minute_at is not None and _gold_events(settings, "gold_daily_activity", "activity_date", TODAY) == 40:
+                break
+            assert daemon.poll() is None and stream.poll() is None, logs()
+            time.sleep(3)
+        assert minute_at is not None and minute_at < 60, f"minute gold after {minute_at} s\n{logs()}"
+        assert _gold_events(settings, "gold_daily_activity", "activity_date", TODAY) == 40, logs()
+    finally:
+        _stop(stream)
+        _stop(daemon)
+
+    catalog = catalog_for(settings)
+    log = catalog.load_table((settings.namespace, "bronze_ingest_log")).scan().to_arrow().to_pylist()
+    assert [r["run_id"].startswith("stream-") for r in log] == [True]  # the stream took it, no sensor-launched run
+    daily = catalog.load_table((settings.namespace, "gold_daily_activity")).current_snapshot()
+    assert not daily.summary.additional_properties["dagster.run-id"].startswith("stream-")  # a daemon-launched run
+    for name, value in (("LAKEHOUSE_DAGSTER_STORAGE", env["LAKEHOUSE_DAGSTER_STORAGE"]),
+                        ("LAKEHOUSE_DAGSTER_LOGS", env["LAKEHOUSE_DAGSTER_LOGS"])):
+        monkeypatch.setenv(name, value)
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        event = instance.get_latest_materialization_event(AssetKey("gold_minute_activity"))
+        assert event is not None and event.asset_materialization is not None
+        assert "stream_batch_id" in event.asset_materialization.metadata
+        assert not [r for r in instance.get_runs() if AssetKey("bronze_events") in (r.asset_selection or ())]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -21,8 +22,11 @@ import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, materialize
 from pyspark.sql import functions as F
 
+from lakehouse_assets.cli import freshness_rows
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
+from lakehouse_assets.sources.zones import landing_zone
 from lakehouse_assets.streaming import BATCH_ID, QUERY_ID, EventStream
 
 from ..shop import SHOP, SHOP_FILE, assets
@@ -76,7 +80,7 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
     stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1,
                          instance=instance)
     lines_a = batch_of("a", 30, NOW - dt.timedelta(minutes=20))
-    lines_b = batch_of("b", 20, NOW - dt.timedelta(minutes=9)) + [lines_a[3], "{not json"]  # a re-delivery, a bad line
+    lines_b = batch_of("b", 20, NOW - dt.timedelta(minutes=3)) + [lines_a[3], "{not json"]  # a re-delivery, a bad line
     late = batch_of("late", 10, dt.datetime.combine(OLD_DAY, dt.time(13, 0), dt.timezone.utc))
     land(landing, TODAY, "a.jsonl", lines_a)
 
@@ -123,6 +127,11 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
     newest = max(dt.datetime.fromisoformat(json.loads(line)["event_ts"].replace("Z", "+00:00"))
                  for line in lines_a + lines_b if line.startswith("{\""))
     assert dt.datetime.fromisoformat(stamps["lakehouse.newest-event-time"]) == newest
+    fresh = {r["table"]: r for r in freshness_rows(lakehouse.settings, SHOP)}
+    minute = fresh["gold_minute_activity"]
+    assert minute["status"] == "ok" and 0 < minute["event_lag_s"] < 300  # declared: fail after 5 min
+    assert 0 <= minute["landing_to_visible_s"] < 120
+    assert fresh["gold_daily_activity"]["status"] == "missing"  # the daily tables are the automation's, not the stream's
     check_key = AssetCheckKey(AssetKey("gold_minute_activity"), "event_time_freshness")
     assert check_key in instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])
 
@@ -207,3 +216,28 @@ def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_
     assert silver.count() == silver.select("event_id").distinct().count() == len(everything)
     assert silver.where(F.to_date("event_ts") == F.lit(OLD_DAY)).count() == len(old)
     assert gold_minutes(spark, lakehouse.table_id("gold_minute_activity")) == minute_oracle(everything)
+
+
+def test_the_stream_reads_an_s3_landing_zone(spark, lake_settings, tmp_path):
+    lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
+                                  namespace=f"t_stream_s3_{uuid.uuid4().hex[:6]}",
+                                  landing=f"s3://raw/{uuid.uuid4().hex[:8]}/landing")
+    zone = landing_zone(lakehouse.settings)
+    first, second = batch_of("s3a", 25, NOW - dt.timedelta(minutes=6)), batch_of("s3b", 15, NOW - dt.timedelta(minutes=2))
+    for name, lines in (("a.jsonl", first), ("b.jsonl", second)):
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    zone.put(tmp_path / "a.jsonl", "events", TODAY, "a.jsonl")
+
+    def later():
+        time.sleep(10)
+        zone.put(tmp_path / "b.jsonl", "events", TODAY, "b.jsonl")
+
+    feeder = threading.Thread(target=later)
+    feeder.start()
+    reports = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1).run(
+        until_idle=20, max_seconds=180)
+    feeder.join()
+
+    assert sum(r.files for r in reports) == 2 and all(r.refused == 0 for r in reports)
+    assert spark.table(lakehouse.table_id("bronze_events")).count() == 40
+    assert gold_minutes(spark, lakehouse.table_id("gold_minute_activity")) == minute_oracle(first + second)
