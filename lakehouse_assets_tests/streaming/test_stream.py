@@ -31,8 +31,12 @@ from lakehouse_assets.streaming import BATCH_ID, QUERY_ID, EventStream
 
 from ..shop import SHOP, SHOP_FILE, assets
 
-NOW = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-TODAY = NOW.date()
+TODAY = dt.datetime.now(dt.timezone.utc).date()
+
+
+def now() -> dt.datetime:
+    """The clock when a test runs (not when the module was collected: freshness is measured against it)."""
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 OLD_DAY = TODAY - dt.timedelta(days=4)
 
 
@@ -79,16 +83,16 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
     instance = DagsterInstance.ephemeral()
     stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1,
                          instance=instance)
-    lines_a = batch_of("a", 30, NOW - dt.timedelta(minutes=20))
-    lines_b = batch_of("b", 20, NOW - dt.timedelta(minutes=3)) + [lines_a[3], "{not json"]  # a re-delivery, a bad line
+    lines_a = batch_of("a", 30, now() - dt.timedelta(minutes=20))
+    lines_b = batch_of("b", 20, now() - dt.timedelta(minutes=3)) + [lines_a[3], "{not json"]  # a re-delivery, a bad line
     late = batch_of("late", 10, dt.datetime.combine(OLD_DAY, dt.time(13, 0), dt.timezone.utc))
     land(landing, TODAY, "a.jsonl", lines_a)
 
     def more():
         time.sleep(12)
         land(landing, TODAY, "b.jsonl", lines_b)
-        land(landing, "2999-01-01", "future.jsonl", batch_of("f", 3, NOW))  # refused, never blocking
-        land(landing, "not-a-day", "odd.jsonl", batch_of("o", 3, NOW))
+        land(landing, "2999-01-01", "future.jsonl", batch_of("f", 3, now()))  # refused, never blocking
+        land(landing, "not-a-day", "odd.jsonl", batch_of("o", 3, now()))
         time.sleep(6)
         land(landing, OLD_DAY, "late.jsonl", late)  # landed after the refused ones: still taken
 
@@ -148,8 +152,8 @@ def test_a_stream_killed_in_a_micro_batch_restarts_and_holds_each_record_once(tm
            "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP_FILE), "LAKEHOUSE_SPARK_MASTER": "local[2]",
            "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_PII_KEY": "stream-test-key"}
     landing = home / "landing"
-    lines = batch_of("k1", 40, NOW - dt.timedelta(minutes=30))
-    more = batch_of("k2", 25, NOW - dt.timedelta(minutes=8)) + [lines[0]]
+    lines = batch_of("k1", 40, now() - dt.timedelta(minutes=30))
+    more = batch_of("k2", 25, now() - dt.timedelta(minutes=8)) + [lines[0]]
     land(landing, TODAY, "one.jsonl", lines)
     land(landing, TODAY, "two.jsonl", more)
 
@@ -177,7 +181,7 @@ def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_
     landing = lakehouse.settings.local_path(lakehouse.settings.landing)
     old = batch_of("old", 40, dt.datetime.combine(OLD_DAY, dt.time(9, 0), dt.timezone.utc))
     land(landing, OLD_DAY, "old.jsonl", old)
-    live = [batch_of(f"live{n}", 15, NOW - dt.timedelta(minutes=10 - n)) for n in range(4)]
+    live = [batch_of(f"live{n}", 15, now() - dt.timedelta(minutes=10 - n)) for n in range(4)]
     stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1)
     stream_done = threading.Event()
     errors: list[BaseException] = []
@@ -223,7 +227,7 @@ def test_the_stream_reads_an_s3_landing_zone(spark, lake_settings, tmp_path):
                                   namespace=f"t_stream_s3_{uuid.uuid4().hex[:6]}",
                                   landing=f"s3://raw/{uuid.uuid4().hex[:8]}/landing")
     zone = landing_zone(lakehouse.settings)
-    first, second = batch_of("s3a", 25, NOW - dt.timedelta(minutes=6)), batch_of("s3b", 15, NOW - dt.timedelta(minutes=2))
+    first, second = batch_of("s3a", 25, now() - dt.timedelta(minutes=6)), batch_of("s3b", 15, now() - dt.timedelta(minutes=2))
     for name, lines in (("a.jsonl", first), ("b.jsonl", second)):
         (tmp_path / name).write_text("\n".join(lines) + "\n")
     zone.put(tmp_path / "a.jsonl", "events", TODAY, "a.jsonl")
