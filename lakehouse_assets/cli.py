@@ -142,8 +142,12 @@ def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _count_lines(data: bytes, name: str) -> int:
+    """Records in a landing file; a file that cannot be decompressed is one record (bronze quarantines it whole)."""
     if name.endswith(".gz"):
-        data = gzip.decompress(data)
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, OSError, gzip.BadGzipFile):
+            return 1
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 

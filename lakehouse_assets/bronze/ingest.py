@@ -33,7 +33,7 @@ from ..project.model import INGEST_LOG as INGEST_LOG_NAME
 from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
 from ..runtime.files import modification_times
 from ..runtime.resource import LakehouseResource
-from ..sources.landing import day_folders, list_landing_files, read_lines
+from ..sources.landing import day_folders, landing_date_of, list_landing_files, read_landing
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
 
@@ -150,7 +150,14 @@ def ingest(
         report.quarantined = quarantine.current_state()
         return report
 
-    lines = read_lines(spark, todo).cache()
+    lines, unreadable = read_landing(spark, todo)
+    for f, why in unreadable.items():
+        log(f"{source.name}: {f}: {why}: quarantined whole")
+    # An unreadable file is one record, quarantined with the reason (its raw bytes stay in the landing zone).
+    unread = spark.createDataFrame([(f, why) for f, why in unreadable.items()], "source_file string, reason string")
+    unread = unread.select("source_file", "reason", F.lit(0).alias("source_line"), F.lit("").alias("payload"),
+                           landing_date_of(F.col("source_file")).alias("landing_date"),
+                           F.current_timestamp().alias("ingested_at"), F.lit(run_id).alias("run_id"))
     checked = None
     try:
         if source.new_fields:
@@ -160,9 +167,10 @@ def ingest(
                 report.new_columns = [name for name, _ in added]
                 log(f"{source.bronze.name}: new fields in the data became columns: {report.new_columns}")
         bronze_schema = bronze.schema()
-        checked = source.parse(lines, bronze_schema).withColumns(
+        parsed = source.parse(lines, bronze_schema).withColumns(
             {"ingested_at": F.current_timestamp(), "run_id": F.lit(run_id)}
-        ).cache()
+        )
+        checked = parsed.unionByName(unread, allowMissingColumns=True).cache()
         good = checked.where(F.col("reason").isNull())
         bad = checked.where(F.col("reason").isNotNull())
         landed = max(modification_times(spark, todo).values())
@@ -184,7 +192,7 @@ def ingest(
         _, log_retries = append_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id,
                                           INGEST_LOG.name, label, log, properties)
         report.retries = kept_retries + quarantined_retries + log_retries
-        report.records_in = lines.count()
+        report.records_in = lines.count() + len(unreadable)
     finally:
         lines.unpersist()
         if checked is not None:

@@ -48,10 +48,42 @@ def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
         .select(
             "source_file",
             (F.col("pos") + 1).cast("int").alias("source_line"),
-            F.to_date(F.regexp_extract("source_file", r"date=(\d{4}-\d{2}-\d{2})", 1)).alias("landing_date"),
+            landing_date_of(F.col("source_file")).alias("landing_date"),
             F.regexp_replace("payload", "\r$", "").alias("payload"),
         )
     )
+
+
+def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str]]:
+    """`read_lines` of the files that can be read (cached), and why each other file cannot be (a truncated
+    gzip, say): one bad file must not stop the good files of its day, nor be lost without a word."""
+    lines = read_lines(spark, files).cache()
+    try:
+        lines.count()
+        return lines, {}
+    except Exception:  # noqa: BLE001 - which file failed is found below, one by one
+        lines.unpersist()
+    unreadable = {}
+    for f in files:
+        try:
+            spark.read.text(f, wholetext=True).count()
+        except Exception as exc:  # noqa: BLE001 - the reason is kept with the file
+            unreadable[f] = _first_line(exc)
+    lines = read_lines(spark, [f for f in files if f not in unreadable]).cache()
+    lines.count()
+    return lines, unreadable
+
+
+def _first_line(exc: Exception) -> str:
+    """The root cause of a failed read (Java's last `Caused by:`), not the job's wrapper messages."""
+    text = str(exc)
+    causes = [line.split("Caused by:", 1)[1] for line in text.splitlines() if "Caused by:" in line]
+    cause = causes[-1] if causes else (text.splitlines() or [type(exc).__name__])[0]
+    return f"unreadable file: {cause.strip()[:300]}"
+
+
+def landing_date_of(source_file: Column) -> Column:
+    return F.to_date(F.regexp_extract(source_file, r"date=(\d{4}-\d{2}-\d{2})", 1))
 
 
 def json_reason(payload: Column, corrupt: Column) -> Column:

@@ -135,3 +135,25 @@ def test_a_crash_between_writing_and_publishing_loses_and_duplicates_nothing(lak
     meta = ingest(lakehouse)
     assert meta["records_in"].value == records
     assert held(lakehouse) == (30, 2, records)
+
+
+def test_a_truncated_gzip_is_quarantined_whole_and_the_good_files_of_its_day_are_taken(lakehouse):
+    from lakehouse_assets.cli import reconcile
+    from lakehouse_assets.project import load_project
+
+    good = land(lakehouse, "good.jsonl", [json.dumps(_event(n)) for n in range(12)])
+    folder = lakehouse.settings.local_path(lakehouse.settings.landing) / "events" / f"date={DAY}"
+    whole = gzip.compress(("\n".join(json.dumps(_event(n)) for n in range(100, 400)) + "\n").encode())
+    (folder / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])  # an upload that stopped half way
+
+    meta = ingest(lakehouse)
+    assert (meta["records_in"].value, meta["records_kept"].value, meta["records_quarantined"].value) == (good + 1, good, 1)
+    [row] = lakehouse.spark.table(lakehouse.table_id("bronze_events_quarantine")).collect()
+    assert row.source_file.endswith("cut.jsonl.gz") and row.reason.startswith("unreadable file: ")
+    assert "end of" in row.reason.lower() or "eof" in row.reason.lower(), row.reason
+
+    again = ingest(lakehouse)  # the bad file is recorded as taken: it does not fail or repeat every run
+    assert again["landing_files_taken"].value == 0
+    settings = lakehouse.settings
+    rows = reconcile(settings, load_project(SHOP_FILE), "events")
+    assert rows and all(r["balanced"] for r in rows), rows
