@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -62,19 +61,11 @@ from .runtime.failpoints import failpoint
 from .runtime.freshness import freshness_check_result, freshness_state
 from .runtime.resource import LakehouseResource
 from .silver.events import StreamedEvents, rejected_spec, silver_spec, take_new_events
+from .sources.zones import landing_day
 from .tables.handle import TableHandle
 
 QUERY_ID = "lakehouse.stream.query-id"
 BATCH_ID = "lakehouse.stream.batch-id"
-_DAY = re.compile(r"/date=(\d{4}-\d{2}-\d{2})/[^/]+$")
-
-
-def landing_day(path: str) -> dt.date | None:
-    match = _DAY.search(path)
-    try:
-        return dt.date.fromisoformat(match.group(1)) if match else None
-    except ValueError:
-        return None
 
 
 @dataclass
@@ -114,7 +105,7 @@ class EventStream:
                 raise ConfigurationError(f"the project declares {len(project.events)} event sources: name one of "
                                          f"{sorted(project.events)} to stream")
             source = next(iter(project.events.values()))
-        self.project, self.lakehouse, self.source = project, lakehouse, source
+        self.lakehouse, self.source = lakehouse, source
         self.landing = event_landing_source(source)
         settings = lakehouse.settings
         self.partitions: DailyPartitionsDefinition = daily_partitions(settings.start_date or project.start_date)
@@ -128,7 +119,6 @@ class EventStream:
                              and "gold_minute_activity" in gold.event_tables) else None
         self.reports: list[BatchReport] = []
         self.last_activity = time.monotonic()
-        self._error: BaseException | None = None
 
     # -- the query ---------------------------------------------------------------------------------
 
@@ -227,34 +217,40 @@ class EventStream:
         ingested = ingest(lakehouse, self.landing, files, run_id, label, log=self.log, properties=props)
         report.records_in, report.retries, report.newest_landed_at = (
             ingested.records_in, ingested.retries, ingested.newest_landed_at or newest_modified)
+        report.kept = ingested.kept.added_records if ingested.kept else 0
+        report.quarantined = ingested.quarantined.added_records if ingested.quarantined else 0
         self._report_ingest(ingested, files, props)
         lap("bronze")
         failpoint("stream:after-bronze")
 
-        delivered = self._delivered(bronze, query_id, batch_id, files)
-        streamed = take_new_events(lakehouse, source, delivered, run_id, label, props, self.log)
-        report.retries += streamed.retries
-        days = self._days_brought_up_to_date(delivered, files)
-        self._report_silver(streamed, days, props)
-        lap("silver")
-        failpoint("stream:after-silver")
-        if not streamed.published:
-            self.log(f"{source.silver}: the checks failed for batch {batch_id}; silver and gold wait for the daily run")
-            return report
-        assert streamed.silver is not None and streamed.rejected is not None
-        report.silver_added, report.rejected_added = streamed.silver.added_records, streamed.rejected.added_records
-        report.snapshots[source.silver] = streamed.silver.snapshot_id or 0
+        delivered = self._delivered(bronze, query_id, batch_id, files).cache()  # read by silver, gold, reports
+        try:
+            streamed = take_new_events(lakehouse, source, delivered, run_id, label, props, self.log)
+            report.retries += streamed.retries
+            days = self._days_brought_up_to_date(delivered, files)
+            self._report_silver(streamed, days, props)
+            lap("silver")
+            failpoint("stream:after-silver")
+            if not streamed.published:
+                self.log(f"{source.silver}: the checks failed for batch {batch_id}; silver and gold wait for the "
+                         "daily run")
+                return report
+            assert streamed.silver is not None and streamed.rejected is not None
+            report.silver_added, report.rejected_added = streamed.silver.added_records, streamed.rejected.added_records
+            report.snapshots[source.silver] = streamed.silver.snapshot_id or 0
 
-        if self.gold is not None:
-            ts = source.timestamp
-            minutes = delivered.where(F.col(ts).isNotNull()).select(F.date_trunc("minute", ts).alias("minute"))
-            commit, retries = merge_minutes(lakehouse, self.gold, lakehouse.table(silver_spec(source)).spec, minutes,
-                                            run_id, label, props, self.log)
-            report.retries += retries
-            report.minutes = minutes.distinct().count()
-            report.snapshots["gold_minute_activity"] = commit.snapshot_id or 0
-            self._report_gold(commit, days, props)
-            lap("gold")
+            if self.gold is not None:
+                ts = source.timestamp
+                minutes = delivered.where(F.col(ts).isNotNull()).select(F.date_trunc("minute", ts).alias("minute"))
+                commit, retries = merge_minutes(lakehouse, self.gold, silver_spec(source), minutes, run_id, label,
+                                                props, self.log)
+                report.retries += retries
+                report.minutes = minutes.distinct().count()
+                report.snapshots["gold_minute_activity"] = commit.snapshot_id or 0
+                self._report_gold(commit, days, props)
+                lap("gold")
+        finally:
+            delivered.unpersist()
         report.visible_at = dt.datetime.now(dt.timezone.utc)
         return report
 

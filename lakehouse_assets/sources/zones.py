@@ -17,7 +17,7 @@ from dagster_aws.s3 import S3Resource
 
 from ..settings import Settings
 
-_DAY = re.compile(r"/date=(\d{4}-\d{2}-\d{2})/")
+_DAY = re.compile(r"/date=(\d{4}-\d{2}-\d{2})/[^/]+$")  # directly in its day folder, as bronze lists them
 LANDING_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
@@ -29,11 +29,16 @@ class LandedFile:
 
     @property
     def day(self) -> dt.date | None:
-        m = _DAY.search(self.uri)
-        try:
-            return dt.date.fromisoformat(m.group(1)) if m else None
-        except ValueError:  # date=2025-13-45: not a day
-            return None
+        return landing_day(self.uri)
+
+
+def landing_day(uri: str) -> dt.date | None:
+    """The landing day of a file in a `date=YYYY-MM-DD` folder; None for any other place."""
+    m = _DAY.search(uri)
+    try:
+        return dt.date.fromisoformat(m.group(1)) if m else None
+    except ValueError:  # date=2025-13-45: not a day
+        return None
 
 
 class LocalZone:
