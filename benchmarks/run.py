@@ -24,64 +24,34 @@ from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.spark import get_spark
 from lakehouse_assets.settings import Settings
 
-from . import backfill, cdc_capture, compaction, freshness, ingest, merge_modes, one_row_update, pruning, time_travel
+from . import (
+    backfill,
+    cdc_capture,
+    compaction,
+    freshness,
+    growth,
+    ingest,
+    maintenance,
+    merge_modes,
+    one_row_update,
+    pruning,
+    sql_reader,
+    time_travel,
+)
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
-GROWTH_POINTS = (0.25, 0.5)  # of the scale, besides the full-size runs
-# Our ingest runs at a few thousand rows/s on 2 cores (see RESULTS.md): 300k lines would take minutes
-# per point, so the default keeps it to 60k lines and the whole run within budget.
-INGEST_EVENTS = 60_000
+MARK = "<!-- bench:{} -->"  # starts each benchmark's section, so a partial run can replace its own
+# Sizes at scale 1: large enough that throughput, not fixed costs, is measured.
+INGEST_EVENTS = 5_000_000  # JSON lines through bronze_events, plain Spark and pyarrow
+GROWTH_ROWS, GROWTH_DAY = 50_000_000, 500_000  # a bronze table this large, one more day this large
+MERGE_ROWS, MERGE_CHANGES = 10_000_000, 1_000_000
+SQL_ROWS = 10_000_000
 
 
 def machine() -> str:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     versions = ", ".join(f"{p} {version(p)}" for p in ("pyspark", "pyiceberg", "dagster"))
     return f"{os.cpu_count()} cores, {memory:.0f} GiB, {platform.python_implementation()} {platform.python_version()}; {versions}"
-
-
-def growth(spark, settings: Settings, scale: float, ingest_full: dict | None, merge_full: dict | None) -> dict:
-    """Ingest (ours) and CDC MERGE at smaller sizes, next to the full-size figures already measured."""
-    points = {"ingest": [], "merge": []}
-    for share in GROWTH_POINTS:
-        tag = f"g{int(share * 100)}"
-        if ingest_full:
-            r = ingest.run(spark, settings, events=int(INGEST_EVENTS * scale * share), tag=tag, baselines=False)
-            points["ingest"].append({"rows": r["params"]["lines"], "seconds": r["ours_s"]})
-        if merge_full:
-            r = merge_modes.run(spark, settings.catalog_name, "bench", rows=int(200_000 * scale * share),
-                                changes=int(20_000 * scale * share), repeats=1)
-            points["merge"].append({"rows": r["params"]["changes"], "into": r["params"]["rows"],
-                                    "cow_s": r["copy-on-write"]["merge_s"], "mor_s": r["merge-on-read"]["merge_s"]})
-    if ingest_full:
-        points["ingest"].append({"rows": ingest_full["params"]["lines"], "seconds": ingest_full["ours_s"]})
-    if merge_full:
-        p = merge_full["params"]
-        points["merge"].append({"rows": p["changes"], "into": p["rows"], "cow_s": merge_full["copy-on-write"]["merge_s"],
-                                "mor_s": merge_full["merge-on-read"]["merge_s"]})
-    return points
-
-
-def growth_markdown(points: dict) -> str:
-    lines = ["### Growth: ingest and CDC MERGE at three sizes", "",
-             "| what | rows | seconds | rows/s |", "|---|---|---|---|"]
-    for p in points["ingest"]:
-        lines.append(f"| ingest (ours, `bronze_events`) | {p['rows']:,} | {p['seconds']:.2f} | "
-                     f"{p['rows'] / p['seconds']:,.0f} |")
-    for p in points["merge"]:
-        for mode in ("mor", "cow"):
-            name = "merge-on-read" if mode == "mor" else "copy-on-write"
-            lines.append(f"| MERGE {name}, changes into {p['into']:,} rows | {p['rows']:,} | {p[f'{mode}_s']:.2f} | "
-                         f"{p['rows'] / p[f'{mode}_s']:,.0f} |")
-    trend = []
-    for name, key in (("ingest", "seconds"), ("MERGE merge-on-read", "mor_s")):
-        pts = points["ingest" if name == "ingest" else "merge"]
-        if len(pts) >= 2:
-            first, last = pts[0]["rows"] / pts[0][key], pts[-1]["rows"] / pts[-1][key]
-            trend.append(f"{name} rows/s {'rises' if last > first else 'falls'} from {first:,.0f} to {last:,.0f} "
-                         f"as the size grows {pts[-1]['rows'] / pts[0]['rows']:.0f}x")
-    lines += ["", "The smaller points are single runs (the full-size MERGE is a median of 3). "
-              + "; ".join(trend) + " (a falling rate means cost grows faster than the data).", ""]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,15 +73,20 @@ def main(argv: list[str] | None = None) -> int:
         outcomes: dict[str, dict | None] = {}
 
         benchmarks = [
-            ("merge", merge_modes, lambda: merge_modes.run(spark, catalog, "bench", rows=int(200_000 * scale),
-                                                           changes=int(20_000 * scale))),
+            ("merge", merge_modes, lambda: merge_modes.run(spark, catalog, "bench", rows=int(MERGE_ROWS * scale),
+                                                           changes=int(MERGE_CHANGES * scale), repeats=1)),
             ("ingest", ingest, lambda: ingest.run(spark, settings, events=int(INGEST_EVENTS * scale), days=3)),
+            ("growth", growth, lambda: growth.run(spark, settings, rows=int(GROWTH_ROWS * scale),
+                                                  events_per_day=int(GROWTH_DAY * scale))),
+            ("sql", sql_reader, lambda: sql_reader.run(spark, settings, "bench_sql", rows=int(SQL_ROWS * scale))),
             ("one_row_update", one_row_update,
              lambda: one_row_update.run(spark, catalog, "bench", settings.home, rows=int(500_000 * scale))),
             ("pruning", pruning, lambda: pruning.run(spark, settings, "bench", days=30,
                                                      rows_per_day=int(20_000 * scale))),
             ("compaction", compaction, lambda: compaction.run(spark, settings, "bench", commits=100,
                                                               rows_per_commit=max(100, int(1_000 * scale)))),
+            ("maintenance", maintenance, lambda: maintenance.run(spark, settings, rows=int(200_000 * scale),
+                                                                  changes=int(2_000 * scale), rounds=50)),
             ("time_travel", time_travel, lambda: time_travel.run(spark, catalog, "bench", rows=int(500_000 * scale))),
             ("backfill", backfill, lambda: backfill.run(spark, settings, days=10,
                                                         events_per_day=max(200, int(2_000 * scale)))),
@@ -125,31 +100,37 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             try:
                 outcomes[name] = action()
-                sections.append(module.markdown(outcomes[name]))
+                sections.append(f"{MARK.format(name)}\n{module.markdown(outcomes[name])}")
                 print(json.dumps({name: outcomes[name]}, indent=2, default=str), flush=True)
             except Exception as error:  # one failing benchmark must not hide the others' figures
                 traceback.print_exc()
                 outcomes[name] = None
-                sections.append(f"### {name}\n\nFailed in this run: `{type(error).__name__}: {error}`.\n")
+                sections.append(f"{MARK.format(name)}\n### {name}\n\nFailed in this run: "
+                                f"`{type(error).__name__}: {error}`.\n")
             timings[name] = time.perf_counter() - started
             print(f"--- {name}: {timings[name]:.1f} s", flush=True)
 
-        if not only or "growth" in only:
-            started = time.perf_counter()
-            try:
-                sections.append(growth_markdown(growth(spark, settings, scale, outcomes.get("ingest"),
-                                                       outcomes.get("merge"))))
-            except Exception as error:
-                traceback.print_exc()
-                sections.append(f"### growth\n\nFailed in this run: `{type(error).__name__}: {error}`.\n")
-            timings["growth"] = time.perf_counter() - started
-            print(f"--- growth: {timings['growth']:.1f} s", flush=True)
-
     total = time.perf_counter() - total_started
+    stamp = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, scale {scale:g}, on {machine()}"
+    if only and RESULTS.exists():
+        # Some benchmarks only: their sections replace (or join) those of the last full run.
+        text = RESULTS.read_text()
+        for section in sections:
+            marker = section.split("\n", 1)[0]
+            body = f"{section.rstrip()}\n\n(Re-measured alone: {stamp}, {total:.0f} s.)\n"
+            start = text.find(marker)
+            if start < 0:
+                text = text.rstrip() + "\n\n" + body
+            else:
+                end = text.find("<!-- bench:", start + len(marker))
+                text = text[:start] + body + ("\n" + text[end:] if end >= 0 else "")
+        RESULTS.write_text(text)
+        print(f"updated: {RESULTS} in {total:.0f} s")
+        return 0
     RESULTS.write_text("\n".join([
         "# Benchmark results",
         "",
-        f"Run {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, scale {scale:g}, on {machine()}.",
+        f"Run {stamp}.",
         "Produced by `make bench`; every figure below is measured in that one run, in one Spark session "
         f"(`local[*]`); the whole run took {total / 60:.1f} min "
         f"({', '.join(f'{k} {v:.0f} s' for k, v in timings.items())}).",

@@ -12,6 +12,7 @@ from dagster import Definitions, in_process_executor
 
 from .automation.bi import automation_sensor
 from .automation.landing_sensors import landing_sensor
+from .automation.maintenance import maintenance_definitions
 from .bronze.capture import capture_asset, capture_schedule
 from .bronze.ingest import INGEST_LOG, landing_asset
 from .bronze.sources import cdc_landing_source, event_landing_source, landing_sources
@@ -75,10 +76,14 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     if automated:
         sensors.append(automation_sensor(automated))
     schedules = [s for name, c in project.captures.items() if (s := capture_schedule(c, captures[name]))]
+    asset_tables = {key.to_user_string() for a in assets for key in a.keys} & set(specs)
+    jobs, maintenance_sensors, maintenance_schedules, checks = maintenance_definitions(project, specs, asset_tables)
     return Definitions(
         assets=assets,
-        sensors=sensors,
-        schedules=schedules,
+        asset_checks=checks,
+        jobs=jobs,
+        sensors=[*sensors, *maintenance_sensors],
+        schedules=[*schedules, *maintenance_schedules],
         resources={"lakehouse": LakehouseResource()},
         # One JVM for the whole run: a process per step would start Spark each time.
         executor=in_process_executor,

@@ -97,6 +97,126 @@ def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _table(settings: Settings, name: str):
+    from .settings import validate_identifier
+
+    catalog = catalog_for(settings)
+    identifier = (settings.namespace, validate_identifier(name, "table name"))
+    if not catalog.table_exists(identifier):
+        raise LookupError(f"no table {name} in {settings.catalog_name}.{settings.namespace}: see `lakehouse tables`")
+    return catalog.load_table(identifier)
+
+
+def _maintenance(settings: Settings):
+    """The declared maintenance policies (defaults when no declaration can be read)."""
+    from .project.model import Maintenance
+
+    try:
+        return load_project(settings.project).maintenance
+    except LakehouseError:
+        return Maintenance()
+
+
+def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
+    from .maintenance.health import table_health
+
+    maintenance = _maintenance(settings)
+    catalog = catalog_for(settings)
+    names = [args.table] if args.table else (
+        sorted(i[-1] for i in catalog.list_tables(settings.namespace)) if catalog.namespace_exists(settings.namespace)
+        else [])
+    rows = [table_health(_table(settings, n), n, maintenance.policy(n)).as_dict() for n in names]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            r["stale_branches"] = len(r["stale_branches"])
+            r["problems"] = "; ".join(r["problems"]) or "ok"
+        _print_table(rows, ["table", "data_files", "small_files", "compactable_small_files", "avg_file_bytes",
+                            "delete_files", "deleted_ratio", "snapshots", "oldest_snapshot_age_s", "manifests",
+                            "stale_branches", "problems"])
+    return 1 if args.check and any(not r["healthy"] for r in rows) else 0
+
+
+def cmd_snapshots(args: argparse.Namespace, settings: Settings) -> int:
+    from .maintenance.snapshots import snapshot_history
+
+    rows = snapshot_history(_table(settings, args.table))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_table(rows, ["snapshot_id", "committed_at", "operation", "asset", "partitions", "run_id",
+                            "rows_added", "rows_removed", "total_rows", "on_main", "refs"])
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
+    from .maintenance.snapshots import rollback
+
+    result = rollback(_table(settings, args.table), args.table, args.to)
+    print(json.dumps(result) if args.json else (
+        f"{args.table}: main moved from snapshot {result['from']} back to {result['to']}" if result["changed"]
+        else f"{args.table}: main is already at snapshot {result['to']}"))
+    return 0
+
+
+def cmd_tag(args: argparse.Namespace, settings: Settings) -> int:
+    from .maintenance.snapshots import create_tag
+
+    result = create_tag(_table(settings, args.table), args.table, args.name, args.snapshot, args.retain_days)
+    kept = f"for {args.retain_days} days" if args.retain_days is not None else "until the tag is removed"
+    print(json.dumps(result) if args.json else
+          f"{args.table}: tag {args.name} on snapshot {result['snapshot_id']}, kept through expiry {kept}")
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
+    """Compaction, expiry and orphan removal now, with Spark (what the maintenance jobs run)."""
+    from .maintenance.procedures import TableMaintenance
+    from .runtime.resource import LakehouseResource
+
+    maintenance = _maintenance(settings)
+    catalog = catalog_for(settings)
+    names = args.table or sorted(i[-1] for i in catalog.list_tables(settings.namespace))
+    for name in names:
+        _table(settings, name)  # every name exists before any work starts
+    actions = [a for a in ("compact", "expire", "orphans") if getattr(args, a)] or ["compact", "expire", "orphans"]
+    lakehouse = LakehouseResource()
+    log = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    reports = []
+    for name in names:
+        work = TableMaintenance(lakehouse, name, maintenance.policy(name), log)
+        for action in actions:
+            reports.append({"compact": work.compact, "expire": work.expire, "orphans": work.remove_orphans}[action]())
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+    """Delete a person from every table that holds them, purge the files, and print the proof."""
+    from .maintenance.forget import Forget, proof_json
+    from .runtime.resource import LakehouseResource
+
+    project = load_project(settings.project)
+    log = (lambda m: print(m, file=sys.stderr))
+    report = Forget(LakehouseResource(), project, log).run(args.subject, dry_run=args.dry_run)
+    if args.json:
+        print(proof_json(report))
+    else:
+        rows = [{"table": t.table, "rows_deleted": t.rows_deleted, "files_rewritten": t.files_rewritten,
+                 "snapshots_expired": len(t.snapshots_expired), "tags_removed": ", ".join(t.tags_removed),
+                 "legal_holds": ", ".join(t.legal_holds), "live_files_scanned": t.live_files_scanned,
+                 "rows_found_after": t.rows_found_after} for t in report.tables]
+        _print_table(rows, list(rows[0]) if rows else ["table"])
+        for name, why in sorted(report.left_alone.items()):
+            print(f"left alone: {name}: {why}")
+        verdict = "purged: no live data file of any table holds the subject" if report.purged else \
+            "NOT purged: rows of the subject remain (see rows_found_after)"
+        print(f"{'dry run, ' if args.dry_run else ''}{verdict}")
+    return 0 if report.purged or args.dry_run else 1
+
+
 def _generator(project: Project):
     """The demo-data module the declaration names (`generator:`), loaded from its file."""
     import importlib.util
@@ -403,13 +523,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reconcile)
 
-    p = sub.add_parser("sql", help="run SQL (DuckDB) over the namespace's tables, read through pyiceberg")
+    p = sub.add_parser("sql", help="run SQL over the namespace's tables with DuckDB's Iceberg reader (no Spark)")
     p.add_argument("query", help='e.g. "SELECT day, count(*) FROM gold_daily_activity GROUP BY day"')
     p.add_argument("--as-of", metavar="SNAPSHOT_ID|TIMESTAMP",
                    help="read every table as of a snapshot id or an ISO date/timestamp (naive means UTC)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--explain", action="store_true",
-                   help="print the scan of each table (snapshot, data files planned/total, filter) to stderr")
+                   help="print what was read of each table (snapshot, data files read/total, filters, columns, rows) "
+                        "to stderr")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("pin", help="the snapshots an ML materialisation pinned, read back exactly (no Spark)")
@@ -444,6 +565,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--check", action="store_true", help="exit 1 when a table is past its declared freshness")
     p.set_defaults(func=cmd_freshness)
+
+    p = sub.add_parser("health", help="table health from Iceberg metadata: files, deletes, snapshots, branches")
+    p.add_argument("table", nargs="?", help="one table (default: every table)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--check", action="store_true", help="exit 1 when a table crosses a threshold of its policy")
+    p.set_defaults(func=cmd_health)
+
+    p = sub.add_parser("snapshots", help="a table's snapshots: operation, run, rows added and removed, refs")
+    p.add_argument("table")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_snapshots)
+
+    p = sub.add_parser("rollback", help="move a table's main back to an earlier snapshot (by id or time)")
+    p.add_argument("table")
+    p.add_argument("--to", required=True, metavar="SNAPSHOT_ID|TIMESTAMP",
+                   help="a snapshot id on main, or an ISO time (the last snapshot committed at or before it)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_rollback)
+
+    p = sub.add_parser("tag", help="tag a snapshot so that expiry keeps it")
+    p.add_argument("table")
+    p.add_argument("name", help="tag name (letters, digits, underscores); legal_hold* tags survive forget")
+    p.add_argument("--snapshot", type=int, help="snapshot id (default: the current one)")
+    p.add_argument("--retain-days", type=float, help="keep the tag this long (default: until removed)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_tag)
+
+    p = sub.add_parser("maintain", help="compact, expire and remove orphans now (Spark); default: all three")
+    p.add_argument("table", nargs="*", help="tables (default: every table)")
+    p.add_argument("--compact", action="store_true")
+    p.add_argument("--expire", action="store_true")
+    p.add_argument("--orphans", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_maintain)
+
+    p = sub.add_parser("forget", help="delete a person from every table, purge the files, print the proof (Spark)")
+    p.add_argument("--subject", required=True, help="the person's id, as the declared user/subject fields hold it")
+    p.add_argument("--dry-run", action="store_true", help="only count the rows that would be deleted")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_forget)
 
     p = sub.add_parser("s3", help="start, stop or check a local S3 server (SeaweedFS) under the lakehouse home")
     p.add_argument("action", choices=("start", "stop", "status"))

@@ -54,3 +54,11 @@ class MissingBinaryError(LakehouseError, RuntimeError):
 
 class S3ServerError(LakehouseError, RuntimeError):
     """The local S3 server did not start or stop as asked."""
+
+
+class MaintenanceError(LakehouseError, RuntimeError):
+    """A maintenance action (compaction, expiry, orphan removal, purge) could not finish."""
+
+
+class SnapshotError(LakehouseError, LookupError):
+    """An operator asked for a snapshot, tag or point in time that the table does not have."""

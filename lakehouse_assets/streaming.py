@@ -61,6 +61,7 @@ from .runtime.failpoints import failpoint
 from .runtime.freshness import freshness_check_result, freshness_state
 from .runtime.resource import LakehouseResource
 from .silver.events import StreamedEvents, rejected_spec, silver_spec, take_new_events
+from .sources.landing import of_files
 from .sources.zones import landing_day
 from .tables.handle import TableHandle
 
@@ -219,7 +220,9 @@ class EventStream:
             ingested.records_in, ingested.retries, ingested.newest_landed_at or newest_modified)
         report.kept = ingested.kept.added_records if ingested.kept else 0
         report.quarantined = ingested.quarantined.added_records if ingested.quarantined else 0
-        self._report_ingest(ingested, files, props)
+        # What the batch committed is reported to Dagster together at its end, bronze, silver, then gold: the
+        # automation never sees bronze updated with silver not yet handled, and does not re-run what the stream did.
+        pending = [lambda: self._report_ingest(ingested, files, props)]
         lap("bronze")
         failpoint("stream:after-bronze")
 
@@ -228,7 +231,7 @@ class EventStream:
             streamed = take_new_events(lakehouse, source, delivered, run_id, label, props, self.log)
             report.retries += streamed.retries
             days = self._days_brought_up_to_date(delivered, files)
-            self._report_silver(streamed, days, props)
+            pending.append(lambda: self._report_silver(streamed, days, props))
             lap("silver")
             failpoint("stream:after-silver")
             if not streamed.published:
@@ -247,10 +250,12 @@ class EventStream:
                 report.retries += retries
                 report.minutes = minutes.distinct().count()
                 report.snapshots["gold_minute_activity"] = commit.snapshot_id or 0
-                self._report_gold(commit, days, props)
+                pending.append(lambda: self._report_gold(commit, days, props))
                 lap("gold")
         finally:
             delivered.unpersist()
+            for send in pending:
+                send()
         report.visible_at = dt.datetime.now(dt.timezone.utc)
         return report
 
@@ -265,7 +270,7 @@ class EventStream:
                 and int(s.summary.additional_properties.get("added-records", 0) or 0) > 0]
         spark = self.lakehouse.spark
         if not mine:
-            return bronze.read().where(F.col("source_file").isin(files))
+            return bronze.read().where(of_files(files))
         parts = []
         for s in mine:
             reader = spark.read.format("iceberg")

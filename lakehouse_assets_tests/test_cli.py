@@ -72,3 +72,39 @@ def test_a_bad_catalog_setting_is_a_clear_error(tmp_path):
     )
     assert done.returncode == 2
     assert "unsupported catalog URI 'mysql://db/lake'" in done.stderr
+
+
+def test_health_snapshots_tag_and_rollback_from_the_command_line(lake_settings, namespace):
+    catalog = catalog_for(lake_settings)
+    catalog.create_namespace(namespace)
+    table = catalog.create_table((namespace, "ops_probe"), schema=SCHEMA)
+    ts = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    for n in range(3):
+        table.append(pa.Table.from_pylist([{"id": n, "ts": ts}], schema=SCHEMA))
+    good = table.current_snapshot().snapshot_id
+    table.append(pa.Table.from_pylist([{"id": -1, "ts": ts}], schema=SCHEMA))  # the bad write
+    bad = table.current_snapshot().snapshot_id
+
+    def cli(*args):
+        done = lakehouse_cli(*args, home=lake_settings.home, namespace=namespace)
+        assert done.returncode in (0, 1), done.stderr
+        return done
+
+    health = json.loads(cli("health", "ops_probe", "--json").stdout)[0]
+    assert (health["data_files"], health["small_files"], health["snapshots"], health["records"]) == (4, 4, 4, 4)
+    assert health["compactable_small_files"] == 4 and health["healthy"]  # the shop's threshold is 50
+    history = json.loads(cli("snapshots", "ops_probe", "--json").stdout)
+    assert [h["rows_added"] for h in history] == [1, 1, 1, 1] and history[-1]["current"]
+
+    assert "tag keep_good on snapshot" in cli("tag", "ops_probe", "keep_good", "--snapshot", str(good)).stdout
+    assert json.loads(cli("rollback", "ops_probe", "--to", str(good), "--json").stdout) == {
+        "table": "ops_probe", "from": bad, "to": good, "changed": True}
+    table = catalog.load_table((namespace, "ops_probe"))
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2]
+    assert table.metadata.refs["keep_good"].snapshot_id == good
+    assert "tag:keep_good" in json.loads(cli("snapshots", "ops_probe", "--json").stdout)[2]["refs"]
+
+    refused = lakehouse_cli("rollback", "ops_probe", "--to", "123", home=lake_settings.home, namespace=namespace)
+    assert refused.returncode == 2 and "has no snapshot 123" in refused.stderr
+    refused = lakehouse_cli("tag", "ops_probe", "x'; DROP TABLE t; --", home=lake_settings.home, namespace=namespace)
+    assert refused.returncode == 2 and "invalid tag name" in refused.stderr

@@ -42,12 +42,17 @@ def graph_snapshot(defs: Definitions) -> dict:
         }
     sensors = {
         s.name: {"status": s.default_status.value,
-                 "targets": sorted(k.to_user_string() for k in s.asset_selection.resolve(graph))}
+                 "targets": sorted(k.to_user_string() for k in s.asset_selection.resolve(graph))
+                 if s.asset_selection is not None else [f"job:{s.job_name}"]}
         for s in sorted(defs.sensors or [], key=lambda s: s.name)
     }
+    schedules = {s.name: {"cron": s.cron_schedule, "status": s.default_status.value, "job": s.job_name}
+                 for s in defs.schedules or []}
+    jobs = {j.name: {"partitions": len(j.partitions_def.get_partition_keys()) if j.partitions_def else None,
+                     "executor": j.executor_def.name} for j in defs.jobs or []}
     job = defs.resolve_implicit_global_asset_job_def()
-    return {"assets": assets, "sensors": sensors, "executor": job.executor_def.name,
-            "resources": sorted(job.resource_defs)}
+    return {"assets": assets, "sensors": sensors, "schedules": schedules, "jobs": jobs,
+            "executor": job.executor_def.name, "resources": sorted(job.resource_defs)}
 
 
 @pytest.mark.parametrize("name, defs", [("shop", DEFS)])

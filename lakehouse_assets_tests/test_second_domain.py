@@ -20,6 +20,7 @@ from decimal import Decimal
 import duckdb
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
+from pyspark.sql import functions as F
 
 from lakehouse_assets.build import build_definitions
 from lakehouse_assets.project import load_project
@@ -71,6 +72,7 @@ cdc:
           price: decimal(8,2)
           started_at: timestamp
         pii: [account]
+        subject: account
         checks:
           plan: {in: [free, basic, premium]}
 gold:
@@ -323,3 +325,80 @@ def test_a_cdc_table_added_to_the_declaration_reaches_silver_without_python(stre
     assert result.success
     rows = sorted((r.title_id, r.name, r.year) for r in table(lakehouse, "silver_titles").collect())
     assert rows == [(1, "Title 1", 1991), (2, "Title Two", 1992), (3, "Title 3", 1993)]
+
+
+def subject_rows(table, subject, pseudonym):
+    """Rows naming the subject in each data file any kept snapshot references, read with pyarrow alone."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    found: dict[str, int] = {}
+    kept = {e.data_file.file_path for s in table.metadata.snapshots for m in s.manifests(table.io)
+            for e in m.fetch_manifest_entry(table.io, discard_deleted=True) if m.content.value == 0}
+    for path in kept:
+        with table.io.new_input(path).open() as f:
+            data = pq.read_table(f)
+        while any(pa.types.is_struct(c.type) for c in data.columns):
+            data = data.flatten()
+        hits = None
+        for name, column in zip(data.column_names, data.columns):
+            if not pa.types.is_string(column.type):
+                continue
+            mask = pc.is_in(column, pa.array([subject, pseudonym]))
+            if name in ("payload", "key"):
+                mask = pc.or_(mask, pc.match_substring(column, f'"{subject}"'))
+            hits = mask if hits is None else pc.or_(hits, mask)
+        count = int(pc.sum(pc.fill_null(hits, False)).as_py() or 0) if hits is not None else 0
+        if count:
+            found[path] = count
+    return found
+
+
+def test_forget_removes_a_person_from_every_table_and_every_kept_file(streaming, monkeypatch, capsys):
+    """Runs last: it deletes from the module's tables."""
+    from lakehouse_assets.cli import main
+
+    project, _, lakehouse, landing, _, _ = streaming
+    subject = "acct-003"
+    pseudonym = hmac.new(pii_key(lakehouse.settings), subject.encode(), hashlib.sha256).hexdigest()
+    catalog, ns = lakehouse.catalog, lakehouse.settings.namespace
+    names = sorted(i[-1] for i in catalog.list_tables(ns))
+    before = {n: subject_rows(catalog.load_table((ns, n)), subject, pseudonym) for n in names}
+    holding = {n for n, files in before.items() if files}
+    assert {"bronze_plays", "silver_plays", "gold_sessions", "ml_user_features", "ml_training_set",
+            "bronze_cdc_subscriptions", "silver_subscriptions", "silver_subscriptions_history"} <= holding
+    # An ML pin keeps an old snapshot of silver; a legal hold keeps one of the history.
+    assert [t for t in catalog.load_table((ns, "silver_plays")).metadata.refs if t.startswith("pin_")]
+    history = catalog.load_table((ns, "silver_subscriptions_history"))
+    history.manage_snapshots().create_tag(history.current_snapshot().snapshot_id, "legal_hold_case_17").commit()
+    activity = table(lakehouse, "gold_daily_activity").collect()
+
+    for var, value in {"LAKEHOUSE_HOME": str(lakehouse.settings.home), "LAKEHOUSE_NAMESPACE": ns,
+                       "LAKEHOUSE_LANDING": str(landing), "LAKEHOUSE_PROJECT": str(project.file)}.items():
+        monkeypatch.setenv(var, value)
+    capsys.readouterr()
+    assert main(["forget", "--subject", subject, "--json"]) == 0
+    proof = json.loads(capsys.readouterr().out)
+
+    assert proof["purged"] and proof["rows_found_after"] == 0 and proof["live_files_scanned"] > 0
+    by_table = {t["table"]: t for t in proof["tables"]}
+    assert holding <= set(by_table)
+    assert all(by_table[n]["rows_deleted"] > 0 for n in holding - {"silver_plays_rejected"})
+    assert any(t.startswith("pin_") for t in by_table["silver_plays"]["tags_removed"])
+    assert list(by_table["silver_subscriptions_history"]["legal_holds"]) == ["legal_hold_case_17"]
+    assert "gold_daily_activity" in proof["left_alone"]
+    # The independent reading: no kept file names the subject, but those only the legal hold keeps.
+    history = catalog.load_table((ns, "silver_subscriptions_history"))
+    held = set(history.inspect.data_files(history.metadata.refs["legal_hold_case_17"].snapshot_id)["file_path"]
+               .to_pylist())
+    on_main = set(history.inspect.data_files()["file_path"].to_pylist())
+    for n in names:
+        after = subject_rows(catalog.load_table((ns, n)), subject, pseudonym)
+        if n == "silver_subscriptions_history":
+            assert after and set(after) <= held - on_main
+        else:
+            assert not after, n
+    assert table(lakehouse, "silver_plays").where(F.col("account") == subject).count() == 0
+    assert table(lakehouse, "silver_plays").count() > 0  # everyone else is still there
+    assert table(lakehouse, "gold_daily_activity").collect() == activity  # aggregates left alone

@@ -9,7 +9,9 @@ only spares re-reading files already fully taken; correctness never rests on it.
 """
 
 import datetime as dt
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +35,7 @@ from ..project.model import INGEST_LOG as INGEST_LOG_NAME
 from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
 from ..runtime.files import modification_times
 from ..runtime.resource import LakehouseResource
-from ..sources.landing import day_folders, landing_date_of, list_landing_files, read_landing
+from ..sources.landing import day_folders, landing_date_of, list_landing_files, of_files, read_landing
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
 
@@ -82,6 +84,15 @@ class IngestReport:
     new_columns: list[str] = field(default_factory=list)
     retries: int = 0
     newest_landed_at: dt.datetime | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time by stage, where the run spent it
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - started
 
     def metadata(self, commit: CommitResult | None) -> dict[str, Any]:
         counts: dict[str, Any] = {
@@ -94,6 +105,8 @@ class IngestReport:
         counts.update(retry_metadata(self.retries))
         if self.new_columns:
             counts["new_columns"] = MetadataValue.text(", ".join(self.new_columns))
+        if self.seconds:
+            counts["seconds_by_stage"] = MetadataValue.json({k: round(v, 3) for k, v in self.seconds.items()})
         return {**(commit.metadata() if commit else {}), **counts}
 
 
@@ -111,7 +124,7 @@ def append_new_files(table: TableHandle, df: DataFrame, files: list[str], run_id
         if base is not None:
             taken = [
                 r.source_file for r in table.read(snapshot_id=base)
-                .where(F.col("source_file").isin(files)).select("source_file").distinct().collect()
+                .where(of_files(files)).select("source_file").distinct().collect()
             ]
             if taken:
                 rows = df.where(~F.col("source_file").isin(taken))
@@ -135,13 +148,15 @@ def ingest(
     """Take the landing `files` not taken yet; `properties` go into the summary of every snapshot published."""
     spark = lakehouse.spark
     report = IngestReport(files_listed=len(files))
+    timed = report.timed
     ingest_log, bronze, quarantine = (lakehouse.table(s).create()
                                       for s in (INGEST_LOG, source.bronze, source.quarantine))
-    done = {
-        r.source_file for r in ingest_log.read()
-        .where((F.col("source") == source.name) & F.col("source_file").isin(files))
-        .select("source_file").distinct().collect()
-    } if files else set()
+    with timed("files already taken"):
+        done = {
+            r.source_file for r in ingest_log.read()
+            .where((F.col("source") == source.name) & of_files(files))
+            .select("source_file").distinct().collect()
+        } if files else set()
     todo = [f for f in files if f not in done]
     report.files_read = len(todo)
     log(f"{source.name} {label}: {len(files)} landing files, {len(done)} already taken, {len(todo)} to read")
@@ -150,7 +165,8 @@ def ingest(
         report.quarantined = quarantine.current_state()
         return report
 
-    lines, unreadable = read_landing(spark, todo)
+    with timed("read files"):
+        lines, unreadable = read_landing(spark, todo)
     for f, why in unreadable.items():
         log(f"{source.name}: {f}: {why}: quarantined whole")
     # An unreadable file is one record, quarantined with the reason (its raw bytes stay in the landing zone).
@@ -161,49 +177,55 @@ def ingest(
     checked = None
     try:
         if source.new_fields:
-            added = source.new_fields(lines, bronze.schema())
-            if added:
-                bronze.add_columns(added)
-                report.new_columns = [name for name, _ in added]
-                log(f"{source.bronze.name}: new fields in the data became columns: {report.new_columns}")
-        bronze_schema = bronze.schema()
-        parsed = source.parse(lines, bronze_schema).withColumns(
-            {"ingested_at": F.current_timestamp(), "run_id": F.lit(run_id)}
-        )
-        checked = parsed.unionByName(unread, allowMissingColumns=True).cache()
-        good = checked.where(F.col("reason").isNull())
-        bad = checked.where(F.col("reason").isNotNull())
-        landed = max(modification_times(spark, todo).values())
-        report.newest_landed_at = dt.datetime.fromtimestamp(landed, dt.timezone.utc)
-        newest_event = good.agg(F.max(source.event_time)).first()[0] if source.event_time else None  # type: ignore[index]
-        report.kept, kept_retries = append_new_files(bronze, _conform(good, bronze_schema), todo, run_id,
-                                                     source.bronze.name, label, log, properties,
-                                                     (newest_event, report.newest_landed_at))
-        report.quarantined, quarantined_retries = append_new_files(
-            quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
-            todo, run_id, source.quarantine.name, label, log, properties, (None, report.newest_landed_at),
-        )
-        per_file = checked.groupBy("source_file", "landing_date").agg(
-            F.count(F.lit(1)).alias("records"),
-            F.count(F.when(F.col("reason").isNull(), True)).alias("kept"),
-            F.count(F.when(F.col("reason").isNotNull(), True)).alias("quarantined"),
-            F.max("ingested_at").alias("ingested_at"),
-        ).withColumns({"source": F.lit(source.name), "run_id": F.lit(run_id)})
-        _, log_retries = append_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id,
-                                          INGEST_LOG.name, label, log, properties)
+            with timed("new fields"):
+                added = source.new_fields(lines, bronze.schema())
+                if added:
+                    bronze.add_columns(added)
+                    report.new_columns = [name for name, _ in added]
+                    log(f"{source.bronze.name}: new fields in the data became columns: {report.new_columns}")
+        with timed("parse and judge"):
+            bronze_schema = bronze.schema()
+            parsed = source.parse(lines, bronze_schema).withColumns(
+                {"ingested_at": F.current_timestamp(), "run_id": F.lit(run_id)}
+            )
+            checked = parsed.unionByName(unread, allowMissingColumns=True).cache()
+            good = checked.where(F.col("reason").isNull())
+            bad = checked.where(F.col("reason").isNotNull())
+            landed = max(modification_times(spark, todo).values())
+            report.newest_landed_at = dt.datetime.fromtimestamp(landed, dt.timezone.utc)
+            newest_event = good.agg(F.max(source.event_time)).first()[0] if source.event_time else None  # type: ignore[index]
+        with timed("bronze append"):
+            report.kept, kept_retries = append_new_files(bronze, _conform(good, bronze_schema), todo, run_id,
+                                                         source.bronze.name, label, log, properties,
+                                                         (newest_event, report.newest_landed_at))
+        with timed("quarantine append"):
+            report.quarantined, quarantined_retries = append_new_files(
+                quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
+                todo, run_id, source.quarantine.name, label, log, properties, (None, report.newest_landed_at),
+            )
+        with timed("ingest log"):
+            per_file = checked.groupBy("source_file", "landing_date").agg(
+                F.count(F.lit(1)).alias("records"),
+                F.count(F.when(F.col("reason").isNull(), True)).alias("kept"),
+                F.count(F.when(F.col("reason").isNotNull(), True)).alias("quarantined"),
+                F.max("ingested_at").alias("ingested_at"),
+            ).withColumns({"source": F.lit(source.name), "run_id": F.lit(run_id)})
+            _, log_retries = append_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id,
+                                              INGEST_LOG.name, label, log, properties)
         report.retries = kept_retries + quarantined_retries + log_retries
         report.records_in = lines.count() + len(unreadable)
     finally:
         lines.unpersist()
         if checked is not None:
             checked.unpersist()
-    _verify_balance(source, (bronze, quarantine), todo, report.records_in)
+    with timed("records in = kept + quarantined"):
+        _verify_balance(source, (bronze, quarantine), todo, report.records_in)
     return report
 
 
 def _verify_balance(source: LandingSource, tables: tuple[TableHandle, ...], files: list[str], records_in: int) -> None:
     """Records in = rows kept + rows quarantined, for the files of this run, as the tables now hold them."""
-    held = sum(table.read().where(F.col("source_file").isin(files)).count() for table in tables)
+    held = sum(table.read().where(of_files(files)).count() for table in tables)
     if held != records_in:
         raise BalanceError(
             f"{source.bronze.name}: the {len(files)} files read had {records_in} records but bronze and "

@@ -79,6 +79,7 @@ class CdcTableDecl(_Decl):
     references: dict[str, str] = {}
     partition: Optional[list[str]] = None
     write_mode: Literal["merge-on-read", "copy-on-write"] = "merge-on-read"
+    subject: Optional[str] = Field(None, description="the column naming the person a row is about (for forget)")
 
 
 class CaptureDecl(_Decl):
@@ -136,6 +137,28 @@ class GoldDecl(_Decl):
     tables: dict[str, SqlTableDecl] = {}
 
 
+class TableMaintenanceDecl(_Decl):
+    """Health thresholds and maintenance of one table (or, at the top, of every table)."""
+
+    target_file_size_mb: Optional[float] = Field(None, gt=0)
+    max_small_files: Optional[int] = Field(None, ge=0, description="compact when more files than this are small")
+    max_delete_ratio: Optional[float] = Field(None, ge=0, le=1,
+                                              description="compact when this share of rows is deleted by delete files")
+    max_snapshots: Optional[int] = Field(None, ge=1)
+    snapshot_retention: Optional[str] = None
+    retain_last: Optional[int] = Field(None, ge=1)
+    orphan_after: Optional[str] = None
+    branch_retention: Optional[str] = None
+    sort_by: Optional[list[str]] = None
+    zorder_by: Optional[list[str]] = None
+
+
+class MaintenanceDecl(TableMaintenanceDecl):
+    nightly: str = "0 3 * * *"
+    check_interval: str = "60s"
+    tables: dict[str, TableMaintenanceDecl] = {}
+
+
 class ProjectDecl(_Decl):
     name: str
     description: str = ""
@@ -144,3 +167,4 @@ class ProjectDecl(_Decl):
     events: dict[str, EventSourceDecl] = {}
     cdc: dict[str, CdcSourceDecl] = {}
     gold: GoldDecl = GoldDecl()
+    maintenance: MaintenanceDecl = Field(default_factory=MaintenanceDecl)  # type: ignore[arg-type]

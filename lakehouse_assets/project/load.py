@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
 
+from dagster._utils.schedules import is_valid_cron_string
 from pydantic import ValidationError
 from pyspark.sql import types as T
 
@@ -24,10 +26,24 @@ from .declaration import (
     FieldDecl,
     FreshnessDecl,
     GoldDecl,
+    MaintenanceDecl,
     ProjectDecl,
+    TableMaintenanceDecl,
     ValueCheck,
 )
-from .model import GOLD_EVENT_TABLES, INGEST_LOG, Capture, CdcTable, EventSource, Freshness, Gold, Project, SqlTable
+from .model import (
+    GOLD_EVENT_TABLES,
+    INGEST_LOG,
+    Capture,
+    CdcTable,
+    EventSource,
+    Freshness,
+    Gold,
+    Maintenance,
+    Project,
+    SqlTable,
+    TablePolicy,
+)
 from .yaml_lines import line_of, load_yaml
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
@@ -204,6 +220,7 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
             c.member((*path, "partition", n), source_column, columns, "partition column", owner)
         for column in t.references:
             c.member((*path, "references", column), column, columns, "referencing column", owner)
+        c.member((*path, "subject"), t.subject, columns, "subject column", owner)
         tables.append(CdcTable(
             name=name, connector=decl.connector, server=decl.server or source_name, database=decl.database,
             db_schema=decl.schema_ if decl.connector == "postgresql" else None,
@@ -213,6 +230,7 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
             partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
             write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
             time_precision_mode=decl.time_precision_mode, source=source_name, late_days=decl.late_days,
+            subject=t.subject,
         ))
     return tables
 
@@ -281,6 +299,43 @@ def _gold(c: _Checker, decl: GoldDecl, events: dict[str, EventSource], known_tab
         )
     return Gold(events=source, purchase_type=purchase_type, amount=amount, funnel=tuple(decl.funnel),
                 session_field=session_field, inactivity=inactivity, freshness=freshness, sql_tables=sql_tables)
+
+
+def _policy(c: _Checker, path: tuple[Any, ...], decl: TableMaintenanceDecl, base: TablePolicy) -> TablePolicy:
+    """`base` with what `decl` sets; durations parsed, column names checked as identifiers."""
+    values: dict[str, Any] = {}
+    for name in ("target_file_size_mb", "max_small_files", "max_delete_ratio", "max_snapshots", "retain_last"):
+        if getattr(decl, name) is not None:
+            values[name] = getattr(decl, name)
+    for name in ("snapshot_retention", "orphan_after", "branch_retention"):
+        if getattr(decl, name) is not None:
+            values[name] = c.duration((*path, name), getattr(decl, name))
+    if values.get("orphan_after", base.orphan_after) < dt.timedelta(hours=1):
+        c.fail((*path, "orphan_after"), "orphan_after must be at least 1h: a file younger than that may belong to "
+                                        "a write that has not committed yet")
+    for name in ("sort_by", "zorder_by"):
+        columns = getattr(decl, name)
+        if columns is not None:
+            for n, column in enumerate(columns):
+                c.identifier((*path, name, n), column, f"{name} column")
+            values[name] = tuple(columns)
+    if decl.sort_by and decl.zorder_by:
+        c.fail(path, "declare sort_by or zorder_by, not both")
+    return dataclass_replace(base, **values)
+
+
+def _maintenance(c: _Checker, decl: MaintenanceDecl, tables: list[str]) -> Maintenance:
+    defaults = _policy(c, ("maintenance",), decl, TablePolicy())
+    if defaults.sort_by or defaults.zorder_by:
+        c.fail(("maintenance",), "sort_by and zorder_by name a table's columns: declare them under maintenance.tables")
+    per_table = {}
+    for name, table_decl in decl.tables.items():
+        c.member(("maintenance", "tables", name), name, tables, "table", "declared tables")
+        per_table[name] = _policy(c, ("maintenance", "tables", name), table_decl, defaults)
+    interval = c.duration(("maintenance", "check_interval"), decl.check_interval)
+    if not is_valid_cron_string(decl.nightly):
+        c.fail(("maintenance", "nightly"), f"{decl.nightly!r} is not a cron expression (e.g. \"0 3 * * *\")")
+    return Maintenance(defaults=defaults, tables=per_table, nightly=decl.nightly, check_interval=interval)
 
 
 def _pydantic_error(file: str, document: Any, exc: ValidationError) -> DeclarationError:
@@ -374,6 +429,7 @@ def parse_project(text: str, file: str = "<declaration>") -> Project:
         name=decl.name, file=Path(file), description=decl.description,
         start_date=decl.start_date or dt.date(2025, 1, 1), generator=generator,
         events=events, cdc=cdc, gold=gold, captures=captures,
+        maintenance=_maintenance(c, decl.maintenance, list(owners)),
     )
 
 

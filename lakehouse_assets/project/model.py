@@ -81,6 +81,7 @@ class CdcTable:
     time_precision_mode: str = "adaptive"
     source: str = ""  # the `cdc:` entry (one connector) it is declared under
     late_days: int = 2
+    subject: str | None = None  # the column naming the person a row is about (`lakehouse forget`)
 
     @property
     def topic(self) -> str:
@@ -181,6 +182,44 @@ class Gold:
 
 
 @dataclass(frozen=True)
+class TablePolicy:
+    """One table's health thresholds and maintenance settings (declared, or the defaults)."""
+
+    target_file_size_mb: float = 128.0
+    max_small_files: int = 50
+    max_delete_ratio: float = 0.10
+    max_snapshots: int = 500
+    snapshot_retention: dt.timedelta = dt.timedelta(days=7)
+    retain_last: int = 10
+    orphan_after: dt.timedelta = dt.timedelta(days=3)
+    branch_retention: dt.timedelta = dt.timedelta(days=1)
+    sort_by: tuple[str, ...] = ()
+    zorder_by: tuple[str, ...] = ()
+
+    @property
+    def target_file_bytes(self) -> int:
+        return int(self.target_file_size_mb * (1 << 20))
+
+    @property
+    def small_file_bytes(self) -> int:
+        """Files under this size are small: Iceberg's bin-pack rewrites them (3/4 of the target, its default)."""
+        return int(self.target_file_bytes * 0.75)
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """When tables are compacted, expired and cleaned: defaults for all, overrides per table."""
+
+    defaults: TablePolicy = field(default_factory=TablePolicy)
+    tables: dict[str, TablePolicy] = field(default_factory=dict)
+    nightly: str = "0 3 * * *"
+    check_interval: dt.timedelta = dt.timedelta(seconds=60)
+
+    def policy(self, table: str) -> TablePolicy:
+        return self.tables.get(table, self.defaults)
+
+
+@dataclass(frozen=True)
 class Project:
     name: str
     file: Path
@@ -191,6 +230,7 @@ class Project:
     cdc: dict[str, CdcTable] = field(default_factory=dict)  # by table name
     gold: Gold = field(default_factory=Gold)
     captures: dict[str, Capture] = field(default_factory=dict)  # by `cdc:` entry
+    maintenance: Maintenance = field(default_factory=Maintenance)
 
     @property
     def landing_sources(self) -> list[EventSource | CdcTable]:

@@ -239,12 +239,13 @@ def stage(
     table: TableHandle, run_id: str, asset: str, label: str,
     base_snapshot_id: Any = CURRENT, prefix: str = "stage", evolve: bool = False,
 ) -> StagedWrite:
-    """A branch `<prefix>_<id>` of `table` cut at `base_snapshot_id` (main's current snapshot by default)."""
+    """A branch `<prefix>_<epoch seconds>_<id>` of `table` cut at `base_snapshot_id` (main's current snapshot by default)."""
     table.create()
     if base_snapshot_id is CURRENT:
         base_snapshot_id = table.snapshot_id()
     write_id = uuid.uuid4().hex
-    branch = f"{prefix}_{write_id[:16]}"
+    # The creation time in the name: maintenance removes branches of writes that died, after a retention.
+    branch = f"{prefix}_{int(time.time())}_{write_id[:12]}"
     as_of = f" AS OF VERSION {int(base_snapshot_id)}" if base_snapshot_id is not None else ""
     table.spark.sql(f"ALTER TABLE {table.id} CREATE BRANCH `{branch}`{as_of}")
     return StagedWrite(table, branch, base_snapshot_id, run_id, asset, label, write_id, evolve)
@@ -269,13 +270,21 @@ def with_commit_retries(attempt: Callable[[], T], what: str, log: Callable[[str]
     for n in range(attempts):
         try:
             return attempt(), n
-        except ConcurrentCommitError as exc:
+        except Exception as exc:
+            if not isinstance(exc, ConcurrentCommitError) and not lost_commit_race(exc):
+                raise
             if n + 1 == attempts:
                 raise ConcurrentCommitError(
                     f"{exc}; gave up after {attempts} attempts, each re-staged on the newest main") from exc
             log(f"{what}: {exc}; re-staging on the new main (attempt {n + 2} of {attempts})")
             time.sleep(random.uniform(0.1, 0.6) * (n + 1))  # writers that collided do not collide again in step
     raise AssertionError("unreachable")
+
+
+def lost_commit_race(exc: BaseException) -> bool:
+    """Iceberg refused a commit (branch, write or fast-forward) because the table's metadata moved under it
+    more often than its own retries cover, e.g. beside compaction: the attempt can start again on the new main."""
+    return "org.apache.iceberg.exceptions.CommitFailedException" in str(exc)
 
 
 def retry_metadata(retries: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ NEWEST_EVENT = "lakehouse.newest-event-time"
 NEWEST_LANDED = "lakehouse.newest-landed-at"
 CHECK = "event_time_freshness"
 UTC = dt.timezone.utc
+_ANCESTORS = 50  # how far back a head without watermarks looks for them
 
 
 def _parse(value: str | None) -> dt.datetime | None:
@@ -42,10 +43,20 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
 
 
 def head_watermarks(table: Table) -> tuple[dt.datetime | None, dt.datetime | None]:
-    """(newest event time, newest landed-at) of the table's current snapshot."""
+    """(newest event time, newest landed-at) of the table's current snapshot.
+
+    A commit that brings no new data (compaction, manifest rewrite, a rollback's
+    target) may not carry them: the nearest ancestor that does speaks for it.
+    """
     snapshot = table.current_snapshot()
-    props = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
-    return _parse(props.get(NEWEST_EVENT)), _parse(props.get(NEWEST_LANDED))
+    for _ in range(_ANCESTORS):
+        if snapshot is None:
+            break
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if NEWEST_EVENT in props or NEWEST_LANDED in props:
+            return _parse(props.get(NEWEST_EVENT)), _parse(props.get(NEWEST_LANDED))
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return None, None
 
 
 def _newest(*values: dt.datetime | None) -> dt.datetime | None:

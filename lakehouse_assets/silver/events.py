@@ -2,7 +2,8 @@
 
 A day of silver holds the events whose event time falls on that day, whichever
 landing day brought them. Duplicate deliveries keep the first one landed, across
-days too: a key that silver already holds on another day is not taken again.
+days too: a key that silver already holds on another day within the source's
+late days is not taken again (those days of silver are read, not all of it).
 Events that break a declared rule (or, when the source declares a closed
 vocabulary, have an unknown event type) go to silver_<source>_rejected with the
 rule's name, so bronze (deduplicated) = silver + rejected, always; by default
@@ -16,6 +17,7 @@ reconciled with bronze), published to main only when it passes.
 """
 
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -145,6 +147,16 @@ def silver_model(source: EventSource, spec: TableSpec, reconciled: Any = None) -
     return pa.DataFrameSchema(columns, name=spec.name, checks=checks)
 
 
+def near(source: EventSource, start: dt.datetime, end: dt.datetime) -> Column:
+    """Event times within the source's `late_days` of [start, end): where another delivery of a key is looked for.
+
+    Redeliveries repeat their event time or land within the late days the source declares, so
+    deduplication reads these days of silver (partition-pruned), not the whole table.
+    """
+    slack = dt.timedelta(days=source.late_days)
+    return Window(source.timestamp, start - slack, end + slack, "").condition
+
+
 def first_delivery(delivered: DataFrame, key: str) -> DataFrame:
     """One row per key: the delivery landed first."""
     first_landed = W.partitionBy(key).orderBy("ingested_at", "source_file", "source_line")
@@ -186,8 +198,15 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
     silver, rejected = lakehouse.table(spec).create(), lakehouse.table(rejected_spec(source)).create()
     bronze = lakehouse.table(event_bronze_spec(source))
 
+    # Where silver and rejected may hold these keys already: the batch's event days, within the late days.
+    bounds = delivered.agg(F.min(F.to_date(source.timestamp)), F.max(F.to_date(source.timestamp))).first()
+    first_day, last_day = (bounds[0], bounds[1]) if bounds is not None else (None, None)
+    days = F.lit(False) if first_day is None or last_day is None else near(
+        source, dt.datetime.combine(first_day, dt.time(), dt.timezone.utc),
+        dt.datetime.combine(last_day + dt.timedelta(days=1), dt.time(), dt.timezone.utc))
+
     def attempt() -> StreamedEvents:
-        held = silver.read().select(key).unionByName(rejected.read().select(key))
+        held = silver.read().where(days).select(key).unionByName(rejected.read().where(days).select(key))
         judged = first_delivery(delivered, key).join(held, key, "left_anti").withColumn(
             "rule", first_broken_rule(source)).cache()
         try:
@@ -251,8 +270,8 @@ def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: Part
             bronze_table = lakehouse.table(bronze)
             bronze_window = bronze_table.read(reader=spec.name).where(window.condition)
             deduped = first_delivery(bronze_window, key)
-            # A key silver holds on another day came first: it is not taken twice.
-            elsewhere = silver.read().where(~window.condition).select(key)
+            # A key silver holds on another day (within the late days) came first: it is not taken twice.
+            elsewhere = silver.read().where(near(source, window.start, window.end) & ~window.condition).select(key)
             fresh = deduped.join(elsewhere, key, "left_anti")
             judged = fresh.withColumn("rule", first_broken_rule(source)).cache()
             try:
@@ -267,7 +286,7 @@ def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: Part
 
                 def accounted() -> int:
                     held_elsewhere = bronze_window.select(key).distinct().join(
-                        silver.read().where(~window.condition).select(key).distinct(), key, "left_semi").count()
+                        elsewhere.distinct(), key, "left_semi").count()
                     return (staged.read().where(window.condition).count()
                             + staged_rejects.read().where(window.condition).count() + held_elsewhere)
 

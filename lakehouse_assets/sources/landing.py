@@ -7,6 +7,7 @@ parser then makes each line either a typed record or a reason to quarantine it.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,41 +33,55 @@ def list_landing_files(spark: SparkSession, folders: list[str]) -> list[str]:
 
 
 def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
-    """One row per line: source_file, source_line (1-based), landing_date, payload."""
+    """One row per line: source_file, source_line (1-based), landing_date, payload.
+
+    Files are read line by line, in splits (a large plain file is read by several tasks, and
+    no file is ever held whole in memory). A line's number is its index within its split plus
+    the lines of the file's earlier splits. That takes two scans of the text: one counts each
+    split's lines (a few rows to the driver), the other reads the lines; both assign the same
+    ids, since the same files in one session are split and ordered the same way.
+    """
+    schema = "source_file string, source_line int, landing_date date, payload string"
     if not files:
-        schema = "source_file string, source_line int, landing_date date, payload string"
         return spark.createDataFrame([], schema)
-    # Split each file once: an expression next to the generator would be evaluated per output line.
-    whole = spark.read.text(files, wholetext=True).select(
-        F.col("_metadata.file_path").alias("source_file"), F.split(F.col("value"), "\n").alias("parts")
-    ).select("source_file", "parts", F.size("parts").alias("n_parts"))
-    lines = whole.select("source_file", "n_parts", F.posexplode("parts").alias("pos", "payload"))
-    return (
-        lines
-        # A final newline leaves one empty piece: it is not a record.
-        .where(~((F.col("pos") == F.col("n_parts") - 1) & (F.col("payload") == "")))
-        .select(
-            "source_file",
-            (F.col("pos") + 1).cast("int").alias("source_line"),
-            landing_date_of(F.col("source_file")).alias("landing_date"),
-            F.regexp_replace("payload", "\r$", "").alias("payload"),
-        )
+    raw = spark.read.option("lineSep", "\n").text(files).select(
+        F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_block_start").alias("_split"),
+        F.monotonically_increasing_id().alias("_id"),  # ascending through each split, as it is read
+        F.col("value").alias("payload"),
+    )
+    splits = raw.groupBy("source_file", "_split").agg(F.min("_id").alias("_first"), F.count(F.lit(1)).alias("_n"))
+    before: dict[str, int] = {}
+    starts = []
+    for split in sorted(splits.collect(), key=lambda r: (r.source_file, r._split)):
+        starts.append((split.source_file, split._split, split._first, before.get(split.source_file, 0)))
+        before[split.source_file] = before.get(split.source_file, 0) + split._n
+    if not starts:  # only empty files
+        return spark.createDataFrame([], schema)
+    offsets = spark.createDataFrame(starts, "source_file string, _split long, _first long, _before long")
+    return raw.join(F.broadcast(offsets), ["source_file", "_split"]).select(
+        "source_file",
+        (F.col("_id") - F.col("_first") + F.col("_before") + 1).cast("int").alias("source_line"),
+        landing_date_of(F.col("source_file")).alias("landing_date"),
+        F.regexp_replace("payload", "\r$", "").alias("payload"),
     )
 
 
 def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str]]:
     """`read_lines` of the files that can be read (cached), and why each other file cannot be (a truncated
     gzip, say): one bad file must not stop the good files of its day, nor be lost without a word."""
-    lines = read_lines(spark, files).cache()
+    lines = None
     try:
+        lines = read_lines(spark, files).cache()
         lines.count()
         return lines, {}
     except Exception:  # noqa: BLE001 - which file failed is found below, one by one
-        lines.unpersist()
+        if lines is not None:
+            lines.unpersist()
     unreadable = {}
     for f in files:
         try:
-            spark.read.text(f, wholetext=True).count()
+            spark.read.text(f).count()
         except Exception as exc:  # noqa: BLE001 - the reason is kept with the file
             unreadable[f] = _first_line(exc)
     lines = read_lines(spark, [f for f in files if f not in unreadable]).cache()
@@ -82,8 +97,34 @@ def _first_line(exc: Exception) -> str:
     return f"unreadable file: {cause.strip()[:300]}"
 
 
+_LANDING_DATE = r"date=(\d{4}-\d{2}-\d{2})"
+
+
 def landing_date_of(source_file: Column) -> Column:
-    return F.to_date(F.regexp_extract(source_file, r"date=(\d{4}-\d{2}-\d{2})", 1))
+    return F.to_date(F.regexp_extract(source_file, _LANDING_DATE, 1))
+
+
+def landing_date_value(source_file: str) -> dt.date | None:
+    """`landing_date_of` in Python: the first `date=YYYY-MM-DD` of the path, None when absent or not a day."""
+    m = re.search(_LANDING_DATE, source_file)
+    try:
+        return dt.date.fromisoformat(m.group(1)) if m else None
+    except ValueError:
+        return None
+
+
+def of_files(files: list[str]) -> Column:
+    """The rows of `files` in a table with lineage columns, found by file statistics, not by a scan.
+
+    `source_file` alone prunes nothing (Iceberg truncates string bounds, and every path shares its
+    prefix); `landing_date` is the same for every row of a file and its bounds are exact, so the
+    data files of other landing days are skipped and the cost follows the files, not the table.
+    """
+    days = {landing_date_value(f) for f in files}
+    by_file = F.col("source_file").isin(files)
+    if None in days:  # a file outside any day folder: no bound to use
+        return by_file
+    return F.col("landing_date").isin(sorted(days)) & by_file
 
 
 def json_reason(payload: Column, corrupt: Column) -> Column:

@@ -157,3 +157,44 @@ def test_a_truncated_gzip_is_quarantined_whole_and_the_good_files_of_its_day_are
     settings = lakehouse.settings
     rows = reconcile(settings, load_project(SHOP_FILE), "events")
     assert rows and all(r["balanced"] for r in rows), rows
+
+
+def _data_files_read(df) -> int:
+    """Rows of `df` collected; the data files its Iceberg scans read after pruning (Iceberg's scan metric)."""
+    df.collect()
+    plan = df._jdf.queryExecution().executedPlan()
+    if "Adaptive" in plan.getClass().getSimpleName():
+        plan = plan.executedPlan()
+    leaves, total = plan.collectLeaves(), 0
+    for i in range(leaves.size()):
+        metric = leaves.apply(i).metrics().get("resultDataFiles")
+        total += metric.get().value() if metric.isDefined() else 0
+    return total
+
+
+def test_the_files_of_a_run_are_looked_up_in_their_landing_days_only(lakehouse):
+    """Exactly-once and balance look-ups read the run's landing days, not the whole table."""
+    from pyspark.sql import functions as F
+
+    from lakehouse_assets.sources.landing import landing_date_of, landing_date_value, of_files
+
+    days = ["2025-01-01", "2025-01-02", "2025-01-03"]
+    for n, day in enumerate(days):
+        land(lakehouse, f"{day}.jsonl", [json.dumps(_event(100 * n + i, event_ts=f"{day}T0{i}:00:00Z"))
+                                         for i in range(5)], day=day)
+        ingest(lakehouse, day)
+    bronze = lakehouse.spark.table(lakehouse.table_id("bronze_events"))
+    last_day_files = [r.source_file for r in bronze.where(F.col("landing_date") == days[-1])
+                      .select("source_file").distinct().collect()]
+    assert _data_files_read(bronze) == 3
+    assert _data_files_read(bronze.where(F.col("source_file").isin(last_day_files))) == 3  # names prune nothing
+    assert _data_files_read(bronze.where(of_files(last_day_files))) == 1
+    assert bronze.where(of_files(last_day_files)).count() == 5
+
+    # The bound is the same day Spark stores for each file, or no bound at all.
+    paths = ["file:/l/events/date=2025-01-02/a.jsonl", "s3a://b/events/date=2025-02-30/x.jsonl",
+             "file:/l/events/a.jsonl", "file:/l/date=2025-03-01/events/date=2025-03-02/b.jsonl.gz"]
+    stored = lakehouse.spark.createDataFrame([(p,) for p in paths], "p string").select(
+        "p", landing_date_of(F.col("p")).alias("d")).collect()
+    assert {r.p: r.d for r in stored} == {p: landing_date_value(p) for p in paths}
+    assert landing_date_value(paths[3]).isoformat() == "2025-03-01"

@@ -174,6 +174,6 @@ def test_a_declared_capture_becomes_an_asset_upstream_of_bronze_with_a_slot_chec
     capture = graph.get(AssetKey("capture_app"))
     assert [c.name for c in capture.check_keys] == ["replication_slot_wal"]
     assert AssetKey("capture_app") in graph.get(AssetKey("bronze_cdc_accounts")).parent_keys
-    assert [s.name for s in defs.schedules] == ["capture_app_schedule"]
+    assert sorted(s.name for s in defs.schedules) == ["capture_app_schedule", "lakehouse_nightly_maintenance"]
     fails(tmp_path, BASE.replace("connector: postgresql", "connector: mysql").replace(
         "    schema: public\n", "    capture: {}\n"), 23, "capture runs Debezium's PostgreSQL connector")

@@ -80,3 +80,27 @@ def test_no_files_gives_empty_frames_not_an_error(spark, tmp_path):
     folders = day_folders(tmp_path.as_uri(), "events", dt.date(2025, 1, 1), dt.date(2025, 1, 3))
     assert list_landing_files(spark, folders) == []
     assert parse_events(SOURCE, read_lines(spark, [])).count() == 0
+
+
+def test_a_file_read_in_many_splits_keeps_every_line_with_its_number(spark, tmp_path):
+    """Large files are read in splits by several tasks, never whole; line numbers still count from the file's start."""
+    folder = tmp_path / "events" / "date=2025-01-01"
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"n": n, "pad": "x" * (n % 97)}) for n in range(1, 20_001)]
+    lines[4_000] = ""  # a blank line is a line
+    (folder / "big.jsonl").write_text("\r\n".join(lines) + "\r\n")  # CRLF, as some exporters write
+    (folder / "small.jsonl").write_text('{"n": 1}\n{"n": 2}')  # no final newline
+    (folder / "empty.jsonl").write_text("")
+    files = list_landing_files(spark, [f"file:{folder}"])
+    assert len(files) == 3
+    previous = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 * 1024))  # about 20 splits of big.jsonl
+    try:
+        rows = read_lines(spark, files).collect()
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", previous)
+    big = sorted((r.source_line, r.payload) for r in rows if r.source_file.endswith("big.jsonl"))
+    assert big == list(enumerate(lines, start=1))
+    small = sorted((r.source_line, r.payload) for r in rows if r.source_file.endswith("small.jsonl"))
+    assert small == [(1, '{"n": 1}'), (2, '{"n": 2}')]
+    assert len(rows) == len(lines) + 2

@@ -1,0 +1,164 @@
+"""Analysts' SQL without Spark: `lakehouse sql` (DuckDB's Iceberg reader) vs pyiceberg -> Arrow -> DuckDB vs Spark SQL.
+
+One merge-on-read table of N events over 30 days, partitioned by day, with 1% of
+its rows deleted by a merge-on-read DELETE (position delete files the readers must
+apply). Two analyst queries: a full-table aggregate and one day's aggregate.
+
+- `lakehouse sql`: `lakehouse_assets.sql.query`, each table a view over DuckDB's
+  `iceberg_scan` (the platform's reader);
+- pyiceberg -> Arrow -> DuckDB: the scan planned by pyiceberg with the day's filter
+  pushed into it, read whole into an Arrow table, then the same SQL in DuckDB (how
+  `lakehouse sql` read tables before);
+- Spark SQL: the benchmark's Spark session (the engine the tables are written with).
+
+The two readers without Spark each run in a fresh process, so that the peak memory
+(the child's maximum resident set, imports included) is the query's own; the time is the query's,
+from opening the catalog to the last result row, imports excluded. All three
+answers are compared.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse_assets.settings import Settings
+
+DAYS = 30
+FIRST_DAY = dt.date(2025, 1, 1)
+ONE_DAY = FIRST_DAY + dt.timedelta(days=17)
+FULL = "SELECT event_type, count(*) AS n, sum(price) AS revenue, count(DISTINCT user_id) AS users " \
+       "FROM {t} GROUP BY event_type ORDER BY event_type"
+DAY = ("SELECT event_type, count(*) AS n, sum(price) AS revenue FROM {t} "
+       f"WHERE event_ts >= TIMESTAMP '{ONE_DAY} 00:00:00' AND event_ts < TIMESTAMP '{ONE_DAY + dt.timedelta(days=1)} "
+       "00:00:00' GROUP BY event_type ORDER BY event_type")
+QUERIES = {"full-table aggregate": FULL, "one day's aggregate": DAY}
+
+_CHILD = r"""
+import json, sys, time
+from lakehouse_assets.settings import Settings
+settings = Settings.from_env()
+reader, sql, table = sys.argv[1], sys.argv[2], sys.argv[3]
+if reader == "iceberg_scan":
+    from lakehouse_assets.sql import query
+    started = time.perf_counter()
+    result = query(settings, sql.format(t=table))
+else:
+    import duckdb
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan, AlwaysTrue
+    from lakehouse_assets.runtime.catalog import catalog_for
+    started = time.perf_counter()
+    iceberg = catalog_for(settings).load_table((settings.namespace, table))
+    row_filter = AlwaysTrue()
+    if len(sys.argv) > 4:
+        row_filter = And(GreaterThanOrEqual("event_ts", sys.argv[4]), LessThan("event_ts", sys.argv[5]))
+    data = iceberg.scan(row_filter=row_filter, selected_fields=("event_type", "price", "user_id", "event_ts")).to_arrow()
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.register(table, data)
+    result = con.sql(sql.format(t=table)).to_arrow_table()
+seconds = time.perf_counter() - started
+import resource  # the process's own peak resident set, in KiB on Linux
+peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": seconds, "peak_mb": peak_mb,
+                  "rows": [[str(v) for v in r.values()] for r in result.to_pylist()]}))
+"""
+
+
+def _child(settings: Settings, reader: str, sql: str, table: str, bounds: tuple[str, str] | None) -> dict:
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace,
+           "LAKEHOUSE_CATALOG_URI": settings.catalog_uri, "LAKEHOUSE_WAREHOUSE": settings.warehouse}
+    args = [sys.executable, "-c", _CHILD, reader, sql, table, *(bounds or ())]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{reader} failed: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _load(spark: SparkSession, table_id: str, rows: int) -> None:
+    spark.sql(f"DROP TABLE IF EXISTS {table_id} PURGE")
+    spark.sql(f"""CREATE TABLE {table_id} (event_id BIGINT, user_id BIGINT, event_type STRING, price DECIMAL(12,2),
+                  event_ts TIMESTAMP) USING iceberg PARTITIONED BY (days(event_ts))
+                  TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read',
+                                 'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read')""")
+    seconds_per_row = DAYS * 86_400 / rows
+    (spark.range(rows).select(
+        F.col("id").alias("event_id"),
+        (F.hash("id") % 200_000).cast("bigint").alias("user_id"),
+        F.element_at(F.array(*(F.lit(t) for t in ("page_view", "add_to_cart", "purchase", "search"))),
+                     (F.abs(F.hash("id", F.lit(1))) % 4 + 1).cast("int")).alias("event_type"),
+        (F.abs(F.hash("id", F.lit(2))) % 10_000 / 100).cast("decimal(12,2)").alias("price"),
+        (F.lit(dt.datetime.combine(FIRST_DAY, dt.time())) + F.make_interval(
+            secs=(F.col("id") * seconds_per_row).cast("decimal(18,6)"))).alias("event_ts"),
+    ).writeTo(table_id).append())
+    # 1% of the rows deleted, merge-on-read: position delete files beside the data files.
+    spark.sql(f"DELETE FROM {table_id} WHERE event_id % 100 = 7")
+
+
+def run(spark: SparkSession, settings: Settings, namespace: str, rows: int) -> dict:
+    table = "sql_events"
+    table_id = f"{settings.catalog_name}.{namespace}.{table}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{namespace}")
+    started = time.perf_counter()
+    _load(spark, table_id, rows)
+    load_s = time.perf_counter() - started
+    summary = spark.sql(f"SELECT summary FROM {table_id}.snapshots ORDER BY committed_at DESC LIMIT 1").first().summary
+    child_settings = settings.with_(namespace=namespace)
+    bounds = (f"{ONE_DAY}T00:00:00+00:00", f"{ONE_DAY + dt.timedelta(days=1)}T00:00:00+00:00")
+    results: dict = {"params": {"rows": rows, "days": DAYS, "load_s": load_s,
+                                "data_files": int(summary["total-data-files"]),
+                                "delete_files": int(summary["total-delete-files"]),
+                                "deleted_rows": int(summary["total-position-deletes"])},
+                     "queries": {}}
+    for name, sql in QUERIES.items():
+        figures = {}
+        day_bounds = bounds if sql is DAY else None
+        for reader in ("iceberg_scan", "pyiceberg_arrow"):
+            _child(child_settings, reader, sql, table, day_bounds)  # warm the page cache and imports
+            figures[reader] = _child(child_settings, reader, sql, table, day_bounds)
+        spark.sql(sql.format(t=table_id)).collect()
+        started = time.perf_counter()
+        spark_rows = spark.sql(sql.format(t=table_id)).collect()
+        figures["spark"] = {"seconds": time.perf_counter() - started,
+                            "rows": [[str(v) for v in r] for r in spark_rows]}
+        answers = {reader: f["rows"] for reader, f in figures.items()}
+        figures["same_answer"] = len({json.dumps(a) for a in answers.values()}) == 1
+        if not figures["same_answer"]:
+            raise RuntimeError(f"{name}: the readers disagree: {answers}")
+        for f in figures.values():
+            if isinstance(f, dict):
+                f.pop("rows", None)
+        results["queries"][name] = figures
+    spark.sql(f"DROP TABLE IF EXISTS {table_id} PURGE")
+    return results
+
+
+def markdown(results: dict) -> str:
+    p = results["params"]
+    lines = [
+        f"### Analysts' SQL: {p['rows']:,} rows over {p['days']} days, merge-on-read with deletes",
+        "",
+        f"{p['data_files']} data files and {p['delete_files']} position delete files ({p['deleted_rows']:,} rows "
+        f"deleted); loaded in {p['load_s']:.0f} s. Each reader without Spark runs in its own process (peak: that "
+        "process's maximum resident set, Python and imports included); the time is the query's, from opening "
+        "the catalog to the last row; second of two runs. The three answers are equal.",
+        "",
+        "| query | `lakehouse sql` (DuckDB `iceberg_scan`) | pyiceberg -> Arrow -> DuckDB | Spark SQL | "
+        "`lakehouse sql` vs pyiceberg |",
+        "|---|---|---|---|---|",
+    ]
+    for name, f in results["queries"].items():
+        ours, arrow, spark = f["iceberg_scan"], f["pyiceberg_arrow"], f["spark"]
+        lines.append(
+            f"| {name} | {ours['seconds']:.2f} s, {ours['peak_mb']:.0f} MB | {arrow['seconds']:.2f} s, "
+            f"{arrow['peak_mb']:.0f} MB | {spark['seconds']:.2f} s (JVM heap fixed) | "
+            f"{arrow['seconds'] / ours['seconds']:.1f}x faster, {arrow['peak_mb'] / ours['peak_mb']:.1f}x less memory |")
+    lines.append("")
+    return "\n".join(lines)

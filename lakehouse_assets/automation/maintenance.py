@@ -1,0 +1,173 @@
+"""Maintenance as a standing service: driven by measured table health, and by the clock.
+
+- `table_health` asset checks (one per table asset, non-blocking) say whether a
+  table crosses the thresholds of its declared policy; run them from the UI, or
+  let the health sensor report them.
+- `lakehouse_table_health` (sensor, running by default) measures every table
+  through pyiceberg each `check_interval`. It reports a health observation and
+  check result whenever a table's snapshot changed, and requests
+  `compact_tables` for a table whose compactable small files or deleted-row
+  ratio crosses its threshold (once per snapshot: the run key).
+- `lakehouse_nightly_maintenance` (schedule) runs `expire_tables` for every
+  table: stale write branches, snapshot expiry, orphan removal.
+
+Both jobs are partitioned by table name, so the UI shows each table's
+maintenance history, and run in-process (one JVM), one run at a time (dagster.yaml).
+"""
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetKey,
+    AssetObservation,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    JobDefinition,
+    MetadataValue,
+    OpExecutionContext,
+    RunRequest,
+    ScheduleDefinition,
+    ScheduleEvaluationContext,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    StaticPartitionsDefinition,
+    in_process_executor,
+    job,
+    multi_asset_check,
+    op,
+    sensor,
+)
+
+from ..maintenance.health import TableHealth, table_health
+from ..maintenance.procedures import MaintenanceReport, TableMaintenance
+from ..project import Project
+from ..runtime.resource import LakehouseResource
+
+CHECK = "table_health"
+COMPACT_JOB = "compact_tables"
+EXPIRE_JOB = "expire_tables"
+
+
+def _exists(lakehouse: LakehouseResource, name: str) -> bool:
+    return lakehouse.catalog.table_exists((lakehouse.settings.namespace, name))
+
+
+def health_check_evaluation(health: TableHealth) -> AssetCheckEvaluation:
+    return AssetCheckEvaluation(
+        asset_key=AssetKey(health.table), check_name=CHECK, passed=health.healthy,
+        severity=AssetCheckSeverity.WARN, metadata=health.metadata(),
+        description="; ".join(health.problems) or "within the declared thresholds",
+    )
+
+
+def _report_metadata(report: MaintenanceReport) -> dict[str, Any]:
+    meta: dict[str, Any] = {f"maintenance/{k}": (MetadataValue.int(v) if isinstance(v, int) else MetadataValue.json(v))
+            for k, v in report.figures.items()}
+    meta["maintenance/action"] = MetadataValue.text(report.action)
+    meta["maintenance/seconds"] = MetadataValue.float(round(report.seconds, 2))
+    meta["maintenance/retries"] = MetadataValue.int(report.retries)
+    return meta
+
+
+def maintenance_definitions(project: Project, tables: Iterable[str], asset_tables: set[str]):
+    """(jobs, sensors, schedules, checks) that keep the project's tables healthy."""
+    names = sorted(tables)
+    partitions = StaticPartitionsDefinition(names)
+    maintenance = project.maintenance
+
+    def observe(context: OpExecutionContext, report: MaintenanceReport) -> None:
+        context.log.info(json.dumps(report.as_dict()["figures"], default=str))
+        if report.table in asset_tables:
+            meta = {**(report.after.metadata() if report.after else {}), **_report_metadata(report)}
+            context.log_event(AssetObservation(asset_key=report.table, metadata=meta))
+
+    @op(name="compact_table", description="rewrite_data_files (and deletes), then rewrite_manifests, of one table")
+    def compact_table(context: OpExecutionContext, lakehouse: LakehouseResource) -> None:
+        name = context.partition_key
+        if not _exists(lakehouse, name):
+            context.log.info(f"{name} does not exist yet: nothing to compact")
+            return
+        observe(context, TableMaintenance(lakehouse, name, maintenance.policy(name), context.log.info).compact())
+
+    @op(name="expire_table", description="drop stale write branches, expire snapshots, remove orphan files")
+    def expire_table(context: OpExecutionContext, lakehouse: LakehouseResource) -> None:
+        name = context.partition_key
+        if not _exists(lakehouse, name):
+            context.log.info(f"{name} does not exist yet: nothing to expire")
+            return
+        for report in TableMaintenance(lakehouse, name, maintenance.policy(name), context.log.info).nightly():
+            observe(context, report)
+
+    @job(name=COMPACT_JOB, partitions_def=partitions, executor_def=in_process_executor,
+         tags={"lakehouse/maintenance": "compact"}, description="Compact one table (a partition per table).")
+    def compact_tables():
+        compact_table()
+
+    @job(name=EXPIRE_JOB, partitions_def=partitions, executor_def=in_process_executor,
+         tags={"lakehouse/maintenance": "expire"}, description="Expire snapshots and remove orphans of one table.")
+    def expire_tables():
+        expire_table()
+
+    @sensor(name="lakehouse_table_health", job=compact_tables, default_status=DefaultSensorStatus.RUNNING,
+            minimum_interval_seconds=int(maintenance.check_interval.total_seconds()),
+            description="Measures every table's health (pyiceberg); requests compaction past its thresholds.")
+    def health_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource) -> SensorResult:
+        seen = json.loads(context.cursor) if context.cursor else {}
+        requests: list[RunRequest] = []
+        events: list[AssetObservation | AssetCheckEvaluation] = []
+        for name in names:
+            if not _exists(lakehouse, name):
+                continue
+            table = lakehouse.iceberg_table(name)
+            current = table.current_snapshot()
+            if name in seen and seen[name] == (current.snapshot_id if current else None):
+                continue  # unchanged since the last tick: measured, reported and requested then
+            health = table_health(table, name, maintenance.policy(name))
+            if name in asset_tables:
+                events += [AssetObservation(asset_key=name, metadata=health.metadata()),
+                           health_check_evaluation(health)]
+            seen[name] = health.snapshot_id
+            if health.needs_compaction:
+                requests.append(RunRequest(
+                    partition_key=name, run_key=f"compact:{name}:{health.snapshot_id}",
+                    tags={"lakehouse/health": "; ".join(health.problems)[:200]},
+                ))
+        return SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(seen))
+
+    def nightly(context: ScheduleEvaluationContext):
+        day = context.scheduled_execution_time.strftime("%Y-%m-%dT%H:%M")
+        return [RunRequest(partition_key=name, run_key=f"nightly:{name}:{day}") for name in names]
+
+    schedule = ScheduleDefinition(name="lakehouse_nightly_maintenance", cron_schedule=maintenance.nightly,
+                                  job=expire_tables, execution_fn=nightly, execution_timezone="UTC",
+                                  default_status=DefaultScheduleStatus.RUNNING,
+                                  description="Expiry of old snapshots and stale branches, then orphan removal.")
+
+    checked = sorted(asset_tables & set(names))
+
+    @multi_asset_check(specs=[AssetCheckSpec(CHECK, asset=name, blocking=False,
+                                             description="files, deletes, snapshots and branches within the "
+                                                         "table's declared thresholds") for name in checked],
+                       can_subset=True, name="table_health_checks")
+    def health_checks(context, lakehouse: LakehouseResource):
+        for key in context.selected_asset_check_keys:
+            name = key.asset_key.to_user_string()
+            if not _exists(lakehouse, name):
+                yield AssetCheckResult(asset_key=name, check_name=CHECK, passed=False,
+                                       severity=AssetCheckSeverity.WARN, description="table not materialised yet")
+                continue
+            health = table_health(lakehouse.iceberg_table(name), name, maintenance.policy(name))
+            yield AssetCheckResult(asset_key=name, check_name=CHECK, passed=health.healthy,
+                                   severity=AssetCheckSeverity.WARN, metadata=health.metadata(),
+                                   description="; ".join(health.problems) or "within the declared thresholds")
+
+    jobs: list[JobDefinition] = [compact_tables, expire_tables]
+    sensors: list[SensorDefinition] = [health_sensor]
+    return jobs, sensors, [schedule], ([health_checks] if checked else [])

@@ -1,0 +1,181 @@
+"""Table health, read from Iceberg metadata through pyiceberg: no Spark, no scan of the data.
+
+What degrades a table that nobody maintains: many small files (each a request
+and a footer to read), delete files piling up on merge-on-read tables (every
+read applies them), snapshots and manifests accumulating (planning reads them),
+and the private branches writes leave behind when they fail (they keep old
+files alive). `table_health` measures each and says which threshold of the
+table's declared policy it crosses.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import statistics
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dagster import MetadataValue
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
+from pyiceberg.table import Table
+
+from ..project.model import TablePolicy
+
+UTC = dt.timezone.utc
+# Branches that writes cut (runtime/commit.py): `stage_` and `audit_`, then the creation time in epoch seconds.
+_WRITE_BRANCH = re.compile(r"^(?:stage|audit)_(?:(?P<epoch>\d{10})_)?[0-9a-f]+$")
+
+
+@dataclass(frozen=True)
+class TableHealth:
+    table: str
+    snapshot_id: int | None
+    data_files: int = 0
+    small_files: int = 0
+    compactable_small_files: int = 0  # small files that share a partition with another small file
+    data_bytes: int = 0
+    avg_file_bytes: int = 0
+    median_file_bytes: int = 0
+    records: int = 0  # rows in data files, before deletes
+    delete_files: int = 0
+    deleted_rows: int = 0  # rows removed by delete files
+    deleted_ratio: float = 0.0
+    snapshots: int = 0
+    oldest_snapshot_age_s: float | None = None
+    manifests: int = 0
+    manifest_bytes: int = 0
+    metadata_file_bytes: int = 0
+    tags: tuple[str, ...] = ()
+    write_branches: tuple[str, ...] = ()
+    stale_branches: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+    thresholds: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    @property
+    def needs_compaction(self) -> bool:
+        return any(p.startswith(("compactable_small_files", "deleted_ratio")) for p in self.problems)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(tags=list(self.tags), write_branches=list(self.write_branches),
+                    stale_branches=list(self.stale_branches), problems=list(self.problems), healthy=self.healthy)
+        return data
+
+    def metadata(self) -> dict[str, Any]:
+        """Dagster metadata: every measure, the problems and the thresholds."""
+        meta: dict[str, Any] = {}
+        for key, value in self.as_dict().items():
+            if key in ("table", "thresholds"):
+                continue
+            if isinstance(value, bool):
+                meta[f"health/{key}"] = MetadataValue.bool(value)
+            elif isinstance(value, int):
+                meta[f"health/{key}"] = MetadataValue.int(value)
+            elif isinstance(value, float):
+                meta[f"health/{key}"] = MetadataValue.float(value)
+            elif isinstance(value, list):
+                meta[f"health/{key}"] = MetadataValue.text(", ".join(map(str, value)) or "none")
+        meta["health/thresholds"] = MetadataValue.json(self.thresholds)
+        return meta
+
+
+def files_of(table: Table, snapshot_id: int | None = None, data: bool | None = None) -> list[DataFile]:
+    """The live files of a snapshot (default: the current one): data files, delete files, or both (None).
+
+    Read from the manifests directly: pyiceberg's `inspect` fails on snapshots without manifests
+    (an empty table's stamped commit).
+    """
+    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
+    if snapshot is None:
+        return []
+    wanted = {None: (ManifestContent.DATA, ManifestContent.DELETES), True: (ManifestContent.DATA,),
+              False: (ManifestContent.DELETES,)}[data]
+    return [entry.data_file for m in snapshot.manifests(table.io) if m.content in wanted
+            for entry in m.fetch_manifest_entry(table.io, discard_deleted=True)]
+
+
+def file_paths(table: Table, snapshot_id: int | None = None) -> set[str]:
+    """The data file paths of a snapshot (default: the current one)."""
+    return {f.file_path for f in files_of(table, snapshot_id, data=True)}
+
+
+def branch_age(name: str, head_timestamp_ms: int, now: dt.datetime) -> dt.timedelta | None:
+    """How old a write's branch is (from the time in its name, else its head's commit time); None: not a write's."""
+    m = _WRITE_BRANCH.match(name)
+    if not m:
+        return None
+    created = int(m.group("epoch")) if m.group("epoch") else head_timestamp_ms / 1000
+    return now - dt.datetime.fromtimestamp(created, UTC)
+
+
+def write_branch_ages(table: Table, now: dt.datetime) -> dict[str, dt.timedelta]:
+    """The branches writes cut (`stage_*`, `audit_*`) and how old each is."""
+    ages = {}
+    for name, ref in sorted(table.metadata.refs.items()):
+        if ref.snapshot_ref_type == "branch" and name != "main":
+            head = table.snapshot_by_id(ref.snapshot_id)
+            age = branch_age(name, head.timestamp_ms if head else 0, now)
+            if age is not None:
+                ages[name] = age
+    return ages
+
+
+def table_health(table: Table, name: str, policy: TablePolicy, now: dt.datetime | None = None) -> TableHealth:
+    now = now or dt.datetime.now(UTC)
+    snapshot = table.current_snapshot()
+    thresholds = {
+        "small_file_bytes": policy.small_file_bytes, "max_small_files": policy.max_small_files,
+        "max_delete_ratio": policy.max_delete_ratio, "max_snapshots": policy.max_snapshots,
+        "snapshot_retention_s": policy.snapshot_retention.total_seconds(),
+        "branch_retention_s": policy.branch_retention.total_seconds(),
+    }
+    tags = tuple(sorted(n for n, r in table.metadata.refs.items() if r.snapshot_ref_type == "tag"))
+    write_branches = write_branch_ages(table, now)
+    stale = [n for n, age in write_branches.items() if age > policy.branch_retention]
+    metadata_bytes = len(table.io.new_input(table.metadata_location))
+    if snapshot is None:
+        return TableHealth(name, None, tags=tags, write_branches=tuple(write_branches), stale_branches=tuple(stale),
+                           metadata_file_bytes=metadata_bytes, thresholds=thresholds)
+
+    files = files_of(table)
+    data = [f for f in files if f.content == DataFileContent.DATA]
+    deletes = [f for f in files if f.content != DataFileContent.DATA]
+    sizes = [f.file_size_in_bytes for f in data]
+    small = [f for f in data if f.file_size_in_bytes < policy.small_file_bytes]
+    per_partition = Counter((f.spec_id, repr(f.partition)) for f in small)
+    compactable = sum(n for n in per_partition.values() if n > 1)
+    records = sum(f.record_count for f in data)
+    deleted = sum(f.record_count for f in deletes)
+    manifests = snapshot.manifests(table.io)
+    oldest = min(s.timestamp_ms for s in table.metadata.snapshots)
+    oldest_age = (now - dt.datetime.fromtimestamp(oldest / 1000, UTC)).total_seconds()
+    ratio = deleted / records if records else 0.0
+
+    problems = []
+    if compactable > policy.max_small_files:
+        problems.append(f"compactable_small_files {compactable} > {policy.max_small_files}")
+    if ratio > policy.max_delete_ratio:
+        problems.append(f"deleted_ratio {ratio:.3f} > {policy.max_delete_ratio}")
+    if len(table.metadata.snapshots) > policy.max_snapshots:
+        problems.append(f"snapshots {len(table.metadata.snapshots)} > {policy.max_snapshots}")
+    if len(table.metadata.snapshots) > policy.retain_last and oldest_age > 2 * policy.snapshot_retention.total_seconds():
+        problems.append(f"oldest_snapshot_age_s {oldest_age:.0f} > twice the retention: expiry is not running")
+    if stale:
+        problems.append(f"stale_branches {len(stale)}: {', '.join(stale[:5])}")
+    return TableHealth(
+        table=name, snapshot_id=snapshot.snapshot_id, data_files=len(data), small_files=len(small),
+        compactable_small_files=compactable, data_bytes=sum(sizes),
+        avg_file_bytes=int(sum(sizes) / len(sizes)) if sizes else 0,
+        median_file_bytes=int(statistics.median(sizes)) if sizes else 0, records=records,
+        delete_files=len(deletes), deleted_rows=deleted, deleted_ratio=round(ratio, 4),
+        snapshots=len(table.metadata.snapshots), oldest_snapshot_age_s=round(oldest_age, 1),
+        manifests=len(manifests), manifest_bytes=sum(m.manifest_length for m in manifests),
+        metadata_file_bytes=metadata_bytes, tags=tags, write_branches=tuple(write_branches),
+        stale_branches=tuple(stale), problems=tuple(problems), thresholds=thresholds,
+    )
