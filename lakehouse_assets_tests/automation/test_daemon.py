@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -29,28 +30,31 @@ from ..shop import ROOT, SHOP_FILE
 
 pytestmark = pytest.mark.slow
 
-TODAY = dt.datetime.now(dt.timezone.utc).date()
-OLD_DAY = TODAY - dt.timedelta(days=5)
 DEADLINE_S = 600
 
 
-def _events(day: dt.date, n: int, prefix: str) -> str:
+def _events(day: dt.date, n: int, prefix: str) -> list[dict]:
+    """n events a second apart; today's end a minute ago, so just after midnight some fall on yesterday, as a
+    file landing then would hold."""
     start = dt.datetime.combine(day, dt.time(0, 5), dt.timezone.utc)
-    if day == TODAY:  # today's events happened already
-        start = min(start, dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=30))
-    return "\n".join(json.dumps({
+    if day == dt.datetime.now(dt.timezone.utc).date():
+        start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1, seconds=n)
+    return [{
         "event_id": f"{prefix}-{i}", "user_id": f"u{i % 5}", "session_id": f"{prefix}-s{i % 3}",
         "event_type": "page_view", "event_ts": (start + dt.timedelta(seconds=i)).isoformat().replace("+00:00", "Z"),
         "properties": {"user_agent": "Mozilla/5.0"},
-    }) for i in range(n)) + "\n"
+    } for i in range(n)]
 
 
-def _gold_events(settings: Settings, table: str, column: str, day: dt.date) -> int:
+def _gold_events(settings: Settings, table: str, column: str) -> Counter:
+    """Events per day in a gold table."""
     catalog = catalog_for(settings)
     if not catalog.table_exists((settings.namespace, table)):
-        return 0
-    rows = catalog.load_table((settings.namespace, table)).scan().to_arrow().to_pylist()
-    return sum(r["events"] for r in rows if (r[column].date() if isinstance(r[column], dt.datetime) else r[column]) == day)
+        return Counter()
+    got: Counter = Counter()
+    for r in catalog.load_table((settings.namespace, table)).scan().to_arrow().to_pylist():
+        got[r[column].date() if isinstance(r[column], dt.datetime) else r[column]] += r["events"]
+    return got
 
 
 def _instance(tmp_path: Path) -> tuple[dict, Settings, Path]:
@@ -81,11 +85,14 @@ def _stop(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def _land(landing: Path, day: dt.date, name: str, n: int) -> None:
+def _land(landing: Path, day: dt.date, name: str, n: int) -> Counter:
+    """Land a file whole, as a producer would; its events per day."""
+    events = _events(day, n, name)
     folder = landing / f"date={day.isoformat()}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f".{name}.jsonl.part").write_text(_events(day, n, name))
-    (folder / f".{name}.jsonl.part").rename(folder / f"{name}.jsonl")  # lands whole, as a producer would
+    (folder / f".{name}.jsonl.part").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (folder / f".{name}.jsonl.part").rename(folder / f"{name}.jsonl")
+    return Counter(dt.date.fromisoformat(e["event_ts"][:10]) for e in events)
 
 
 def _daemon(env: dict, dagster_home: Path, tmp_path: Path) -> subprocess.Popen:
@@ -98,12 +105,10 @@ def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tm
     landing = settings.local_path(settings.landing) / "events"
     daemon = _daemon(env, dagster_home, tmp_path)
     try:
-        for day, name, n in ((TODAY, "today", 40), (OLD_DAY, "late", 25)):
-            _land(landing, day, name, n)
+        today = dt.datetime.now(dt.timezone.utc).date()
+        days = _land(landing, today, "today", 40) + _land(landing, today - dt.timedelta(days=5), "late", 25)
         started = time.monotonic()
-        want = {("gold_minute_activity", "minute", TODAY): 40, ("gold_minute_activity", "minute", OLD_DAY): 25,
-                ("gold_daily_activity", "activity_date", TODAY): 40,
-                ("gold_daily_activity", "activity_date", OLD_DAY): 25}
+        want = {("gold_minute_activity", "minute"): days, ("gold_daily_activity", "activity_date"): days}
         got: dict = {}
         while time.monotonic() - started < DEADLINE_S:
             got = {k: _gold_events(settings, *k) for k in want}
@@ -135,18 +140,18 @@ def test_with_the_stream_running_minute_gold_follows_in_seconds_and_daily_gold_b
         while not beat.exists():
             assert time.monotonic() - started < 120 and stream.poll() is None, logs()
             time.sleep(1)
-        _land(landing, TODAY, "today", 40)
+        days = _land(landing, dt.datetime.now(dt.timezone.utc).date(), "today", 40)
         landed = time.monotonic()
         minute_at = None
         while time.monotonic() - landed < DEADLINE_S:
-            if minute_at is None and _gold_events(settings, "gold_minute_activity", "minute", TODAY) == 40:
+            if minute_at is None and _gold_events(settings, "gold_minute_activity", "minute") == days:
                 minute_at = time.monotonic() - landed
-            if minute_at is not None and _gold_events(settings, "gold_daily_activity", "activity_date", TODAY) == 40:
+            if minute_at is not None and _gold_events(settings, "gold_daily_activity", "activity_date") == days:
                 break
             assert daemon.poll() is None and stream.poll() is None, logs()
             time.sleep(3)
         assert minute_at is not None and minute_at < 60, f"minute gold after {minute_at} s\n{logs()}"
-        assert _gold_events(settings, "gold_daily_activity", "activity_date", TODAY) == 40, logs()
+        assert _gold_events(settings, "gold_daily_activity", "activity_date") == days, logs()
     finally:
         _stop(stream)
         _stop(daemon)
