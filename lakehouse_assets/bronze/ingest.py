@@ -166,7 +166,7 @@ def ingest(
         return report
 
     with timed("read files"):
-        lines, unreadable = read_landing(spark, todo)
+        lines, unreadable, lines_read = read_landing(spark, todo)
     for f, why in unreadable.items():
         log(f"{source.name}: {f}: {why}: quarantined whole")
     # An unreadable file is one record, quarantined with the reason (its raw bytes stay in the landing zone).
@@ -213,9 +213,8 @@ def ingest(
             _, log_retries = append_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id,
                                               INGEST_LOG.name, label, log, properties)
         report.retries = kept_retries + quarantined_retries + log_retries
-        report.records_in = lines.count() + len(unreadable)
+        report.records_in = lines_read + len(unreadable)
     finally:
-        lines.unpersist()
         if checked is not None:
             checked.unpersist()
     with timed("records in = kept + quarantined"):

@@ -41,20 +41,26 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
     parsed = lines.withColumn(
         "raw", F.from_json("payload", raw_schema, {"columnNameOfCorruptRecord": "_corrupt_record"})
     )
+    # Three projections: the texts, the typed values, then the reasons over both. A value is computed once;
+    # in a single projection, a typed value used both as a column and inside the reason's CASE was computed twice.
     text = _raw_fields(source, F.col("payload"), F.col("raw"))
-    typed = {name: typed_value(text[name], dtype) for name, dtype in source.fields.items()}
+    texts = parsed.select(*LINEAGE_COLUMNS, F.col("raw._corrupt_record").alias("__corrupt"),
+                          *(text[name].alias(f"__text_{name}") for name in source.fields))
+    typed = texts.select("*", *(typed_value(F.col(f"__text_{name}"), dtype).alias(name)
+                               for name, dtype in source.fields.items()))
 
-    reason = json_reason(F.col("payload"), F.col("raw._corrupt_record"))
+    reason = json_reason(F.col("payload"), F.col("__corrupt"))
     for name in source.required:
-        reason = reason.when(blank(text[name]), F.lit(f"missing required field {name}"))
+        reason = reason.when(blank(F.col(f"__text_{name}")), F.lit(f"missing required field {name}"))
     for name, dtype in source.fields.items():
         what = "a JSON object" if isinstance(dtype, T.MapType) else f"a {dtype.simpleString()}"
+        raw_text = F.col(f"__text_{name}")
         reason = reason.when(
-            text[name].isNotNull() & typed[name].isNull(),
-            F.concat(F.lit(f"{name} is not {what}: "), F.substring(text[name], 1, 200)),
+            raw_text.isNotNull() & F.col(name).isNull(),
+            F.concat(F.lit(f"{name} is not {what}: "), F.substring(raw_text, 1, 200)),
         )
-    return parsed.select(
-        *(typed[name].alias(name) for name in source.fields),
+    return typed.select(
+        *source.fields,
         *LINEAGE_COLUMNS,
         *(F.get_json_object("payload", f"$.{f.name}").cast(f.dataType).alias(f.name)
           for f in drifted_columns(source, table_schema)),

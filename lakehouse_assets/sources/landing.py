@@ -33,7 +33,12 @@ def list_landing_files(spark: SparkSession, folders: list[str]) -> list[str]:
 
 
 def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
-    """One row per line: source_file, source_line (1-based), landing_date, payload.
+    """One row per line: source_file, source_line (1-based), landing_date, payload."""
+    return _read_lines(spark, files)[0]
+
+
+def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, int]:
+    """`read_lines`, and how many lines there are.
 
     Files are read line by line, in splits (a large plain file is read by several tasks, and
     no file is ever held whole in memory). A line's number is its index within its split plus
@@ -43,7 +48,7 @@ def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
     """
     schema = "source_file string, source_line int, landing_date date, payload string"
     if not files:
-        return spark.createDataFrame([], schema)
+        return spark.createDataFrame([], schema), 0
     raw = spark.read.option("lineSep", "\n").text(files).select(
         F.col("_metadata.file_path").alias("source_file"),
         F.col("_metadata.file_block_start").alias("_split"),
@@ -54,39 +59,46 @@ def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
     before: dict[str, int] = {}
     starts = []
     for split in sorted(splits.collect(), key=lambda r: (r.source_file, r._split)):
-        starts.append((split.source_file, split._split, split._first, before.get(split.source_file, 0)))
+        starts.append((split.source_file, split._split, split._first, before.get(split.source_file, 0),
+                       landing_date_value(split.source_file)))  # per file, not a pattern match per line
         before[split.source_file] = before.get(split.source_file, 0) + split._n
     if not starts:  # only empty files
-        return spark.createDataFrame([], schema)
-    offsets = spark.createDataFrame(starts, "source_file string, _split long, _first long, _before long")
-    return raw.join(F.broadcast(offsets), ["source_file", "_split"]).select(
+        return spark.createDataFrame([], schema), 0
+    offsets = spark.createDataFrame(
+        starts, "source_file string, _split long, _first long, _before long, landing_date date")
+    payload = F.col("payload")
+    lines = raw.join(F.broadcast(offsets), ["source_file", "_split"]).select(
         "source_file",
         (F.col("_id") - F.col("_first") + F.col("_before") + 1).cast("int").alias("source_line"),
-        landing_date_of(F.col("source_file")).alias("landing_date"),
-        F.regexp_replace("payload", "\r$", "").alias("payload"),
+        "landing_date",
+        # A CRLF line's CR (one, as a line reader drops it); a suffix test, not a pattern, on every line.
+        F.when(payload.endswith("\r"), F.expr("substring(payload, 1, length(payload) - 1)"))
+        .otherwise(payload).alias("payload"),
     )
+    return lines, sum(before.values())
 
 
-def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str]]:
-    """`read_lines` of the files that can be read (cached), and why each other file cannot be (a truncated
-    gzip, say): one bad file must not stop the good files of its day, nor be lost without a word."""
-    lines = None
+def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str], int]:
+    """`read_lines` of the files that can be read, why each other file cannot be (a truncated gzip, say),
+    and how many lines were read: one bad file must not stop the good files of its day, nor be lost
+    without a word. Counting the lines reads every file whole, which is where a bad one fails.
+
+    The lines are not cached: landed files do not change, each later scan reads them again (cheaper than
+    holding every line in memory beside the parsed rows, which are cached).
+    """
     try:
-        lines = read_lines(spark, files).cache()
-        lines.count()
-        return lines, {}
+        lines, count = _read_lines(spark, files)
+        return lines, {}, count
     except Exception:  # noqa: BLE001 - which file failed is found below, one by one
-        if lines is not None:
-            lines.unpersist()
+        pass
     unreadable = {}
     for f in files:
         try:
             spark.read.text(f).count()
         except Exception as exc:  # noqa: BLE001 - the reason is kept with the file
             unreadable[f] = _first_line(exc)
-    lines = read_lines(spark, [f for f in files if f not in unreadable]).cache()
-    lines.count()
-    return lines, unreadable
+    lines, count = _read_lines(spark, [f for f in files if f not in unreadable])
+    return lines, unreadable, count
 
 
 def _first_line(exc: Exception) -> str:
