@@ -14,7 +14,7 @@ DEMO_START ?= 2025-01-01
 DEMO_END ?= 2025-01-03
 DEMO_DAYS ?= 3
 
-.PHONY: setup demo demo-cdc dev stream test test-fast lint bench clean
+.PHONY: setup demo demo-cdc cluster-demo dev stream test test-fast e2e lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -65,9 +65,18 @@ stream: setup
 test: setup
 	$(BIN)/pytest
 
-# The tests that need no Spark, PostgreSQL or S3 server (seconds).
+# Whole deployments: the cluster profile (Spark master and workers, S3, PostgreSQL) against the local one.
+e2e: setup
+	@command -v chromium >/dev/null 2>&1 || scripts/system-deps.sh chromium
+	$(BIN)/pytest -m e2e
+
+# The cluster profile on this machine, compared with the local profile on the same input.
+cluster-demo: setup
+	$(BIN)/python -m examples.cluster.demo
+
+# The tests that need no Spark, PostgreSQL, S3 server or process of their own (minutes).
 test-fast: setup
-	$(BIN)/pytest -m "not spark and not postgres and not s3"
+	$(BIN)/pytest -m "not spark and not postgres and not s3 and not slow and not e2e"
 
 lint: setup
 	$(BIN)/ruff check lakehouse_assets lakehouse_assets_tests examples benchmarks

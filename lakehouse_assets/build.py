@@ -8,7 +8,14 @@ declaration, not to this package.
 
 from __future__ import annotations
 
-from dagster import Definitions, in_process_executor
+from dagster import (
+    AssetSpec,
+    Definitions,
+    TableColumn,
+    TableColumnConstraints,
+    TableSchema,
+    in_process_executor,
+)
 
 from .automation.bi import automation_sensor
 from .automation.landing_sensors import landing_sensor
@@ -44,6 +51,17 @@ def table_specs(project: Project) -> dict[str, TableSpec]:
     return {spec.name: spec for spec in specs}
 
 
+def with_column_schema(asset: AssetSpec, specs: dict[str, TableSpec]) -> AssetSpec:
+    """The table's columns (name, Spark type, nullability, comment) on its asset, shown on its page in the UI."""
+    table = specs.get(asset.key.to_user_string())
+    if table is None:
+        return asset
+    columns = [TableColumn(f.name, f.dataType.simpleString(), f.metadata.get("comment", ""),
+                           constraints=TableColumnConstraints(nullable=f.nullable))
+               for f in table.schema.fields]
+    return asset.merge_attributes(metadata={"dagster/column_schema": TableSchema(columns=columns)})
+
+
 def build_definitions(project: Project, settings: Settings | None = None) -> Definitions:
     settings = settings or Settings.from_env()
     partitions = daily_partitions(settings.start_date or project.start_date)
@@ -76,6 +94,7 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     if automated:
         sensors.append(automation_sensor(automated))
     schedules = [s for name, c in project.captures.items() if (s := capture_schedule(c, captures[name]))]
+    assets = [a.map_asset_specs(lambda spec: with_column_schema(spec, specs)) for a in assets]
     asset_tables = {key.to_user_string() for a in assets for key in a.keys} & set(specs)
     jobs, maintenance_sensors, maintenance_schedules, checks = maintenance_definitions(project, specs, asset_tables)
     return Definitions(

@@ -234,12 +234,32 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     project = load_project(settings.project)
     start = dt.date.fromisoformat(args.start)
     days = [start + dt.timedelta(days=n) for n in range(args.days)]
-    landing = settings.local_path(settings.landing)
+    if settings.landing.startswith("file:"):
+        landing = settings.local_path(settings.landing)
+        _generate(project, landing, days, args)
+        print(f"landing zone: {landing}")
+        return 0
+    # An object store: generated here, then put into the zone file by file, as a producer would.
+    import tempfile
+
+    from .sources.zones import landing_day, landing_zone
+
+    zone = landing_zone(settings)
+    with tempfile.TemporaryDirectory() as tmp:
+        _generate(project, Path(tmp), days, args)
+        for path in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
+            day = landing_day(str(path))
+            if day is None:
+                raise ValueError(f"the generator wrote {path.relative_to(tmp)}, which is not in a day folder")
+            zone.put(path, str(path.parent.parent.relative_to(tmp)), day, path.name)
+    print(f"landing zone: {settings.landing}")
+    return 0
+
+
+def _generate(project, landing: Path, days: list[dt.date], args: argparse.Namespace) -> None:
     for line in _generator(project).generate(landing, days, events_per_day=args.events_per_day,
                                              changes_per_day=args.changes_per_day, cdc=args.cdc, seed=args.seed):
         print(line)
-    print(f"landing zone: {landing}")
-    return 0
 
 
 def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
@@ -338,6 +358,28 @@ def cmd_s3(args: argparse.Namespace, settings: Settings) -> int:
     else:
         state = server_status(root)
         print(f"running, pid {state.pid}, {state.endpoint_url}" if state else "not running")
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
+    """A Spark standalone cluster (a master and workers, each its own JVM) on this machine."""
+    from .dev.spark_cluster import SparkCluster, cluster_status, master_json, stop_cluster
+
+    root = settings.home / "spark-cluster"
+    if args.action == "start":
+        cluster = SparkCluster(root, workers=args.workers, cores=args.cores, memory=args.memory).start()
+        print(f"Spark master {cluster.master_url} (UI {cluster.master_ui}), {args.workers} workers; to use it:")
+        print(f"export LAKEHOUSE_SPARK_MASTER={cluster.master_url}")
+    elif args.action == "stop":
+        print("stopped" if stop_cluster(root) else "no cluster was running")
+    else:
+        state = cluster_status(root)
+        if state is None:
+            print("not running")
+        else:
+            workers = master_json(state.master_ui).get("workers", [])
+            alive = sum(w["state"] == "ALIVE" for w in workers)
+            print(f"running: {state.master_url} (UI {state.master_ui}), {alive} of {len(workers)} workers alive")
     return 0
 
 
@@ -609,6 +651,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("s3", help="start, stop or check a local S3 server (SeaweedFS) under the lakehouse home")
     p.add_argument("action", choices=("start", "stop", "status"))
     p.set_defaults(func=cmd_s3)
+
+    p = sub.add_parser("cluster", help="start, stop or check a local Spark standalone cluster (master and workers)")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--cores", type=int, default=1, help="cores per worker")
+    p.add_argument("--memory", default="2g", help="memory per worker")
+    p.set_defaults(func=cmd_cluster)
     return parser
 
 

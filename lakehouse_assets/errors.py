@@ -62,3 +62,7 @@ class MaintenanceError(LakehouseError, RuntimeError):
 
 class SnapshotError(LakehouseError, LookupError):
     """An operator asked for a snapshot, tag or point in time that the table does not have."""
+
+
+class SparkClusterError(LakehouseError, RuntimeError):
+    """The local Spark standalone cluster did not start or stop as asked."""

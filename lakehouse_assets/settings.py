@@ -96,6 +96,19 @@ def _env(name: str, default: str) -> str:
     return value or default
 
 
+def parse_spark_conf(text: str) -> tuple[tuple[str, str], ...]:
+    """`spark.a=1,spark.b=x` as pairs; anything that is not a `spark.` key with a value is an error."""
+    pairs = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().startswith("spark.") or not value.strip():
+            raise ValueError(f"LAKEHOUSE_SPARK_CONF: {item!r} is not spark.<key>=<value>")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
 def _as_uri(location: str) -> str:
     """Turn a bare local path into a file:// URI; leave s3://, file:// etc. alone."""
     if "://" in location:
@@ -117,6 +130,8 @@ class Settings:
     # Maven coordinates for machines with internet; empty means local jars.
     spark_packages: str = ""
     extra_jars: tuple[str, ...] = ()
+    # Further Spark settings (`key=value`, comma-separated): executor memory on a cluster, event logs...
+    spark_conf: tuple[tuple[str, str], ...] = ()
     # First daily partition; empty means the declaration's `start_date`.
     start_date: str = ""
     # The project's declaration (lakehouse.yaml): its sources and tables.
@@ -155,6 +170,7 @@ class Settings:
             namespace=_env("LAKEHOUSE_NAMESPACE", "lake"),
             spark_packages=_env("LAKEHOUSE_SPARK_PACKAGES", ""),
             extra_jars=tuple(j for j in jars.split(",") if j.strip()),
+            spark_conf=parse_spark_conf(_env("LAKEHOUSE_SPARK_CONF", "")),
             start_date=_env("LAKEHOUSE_START_DATE", ""),
             project=_env("LAKEHOUSE_PROJECT", "lakehouse.yaml"),
             s3_endpoint=_env("LAKEHOUSE_S3_ENDPOINT", ""),

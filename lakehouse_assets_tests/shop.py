@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from dagster import AssetsDefinition
@@ -37,3 +39,19 @@ def assets(*names: str) -> list[AssetsDefinition]:
 
 BRONZE_CDC = assets(*(t.bronze for t in SHOP.cdc.values()))
 SILVER_CDC = assets(*(t.silver for t in SHOP.cdc.values()))
+
+
+def temporary_instance(tmp_path: Path, pii_key: str) -> tuple[dict, Settings, Path]:
+    """A temporary Dagster instance (this repository's dagster.yaml) and lake for the shop, for processes the test
+    starts (daemon, webserver, CLI): their environment, the lake's settings, and DAGSTER_HOME."""
+    home, dagster_home = tmp_path / "lake", tmp_path / "dagster"
+    dagster_home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    (dagster_home / "workspace.yaml").write_text(
+        "load_from:\n  - python_module:\n      module_name: lakehouse_assets.definitions\n      location_name: lakehouse\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")},
+           "DAGSTER_HOME": str(dagster_home), "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP_FILE),
+           "LAKEHOUSE_DAGSTER_STORAGE": str(dagster_home / "storage"),
+           "LAKEHOUSE_DAGSTER_LOGS": str(dagster_home / "logs"), "LAKEHOUSE_SPARK_MASTER": "local[2]",
+           "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_PII_KEY": pii_key}
+    return env, Settings.from_env(home=home, project=str(SHOP_FILE), namespace="lake"), dagster_home

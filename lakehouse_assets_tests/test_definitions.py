@@ -39,6 +39,10 @@ def graph_snapshot(defs: Definitions) -> dict:
                 "fail_s": int(freshness.fail_window.to_timedelta().total_seconds()),
                 "warn_s": int(freshness.warn_window.to_timedelta().total_seconds()) if freshness.warn_window else None,
             } if freshness else None,
+            # The table's columns as the UI shows them on the asset's page (`dagster/column_schema`).
+            "columns": [f"{c.name} {c.type}{'' if c.constraints.nullable else ' not null'}"
+                        for c in node.metadata["dagster/column_schema"].columns]
+            if "dagster/column_schema" in node.metadata else None,
         }
     sensors = {
         s.name: {"status": s.default_status.value,

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Checks what the machine must provide (Java 17 and the JDBC drivers from Debian)
-# and installs what is missing when apt-get is available and we may use it.
+# Checks what the machine must provide (Java 17 and the JDBC drivers from Debian, and
+# any package named as an argument) and installs what is missing when apt-get is
+# available and we may use it.
 set -euo pipefail
 
-need=()
+need=("$@")  # further packages a target asks for (e.g. chromium for the browser tests)
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
 if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
   need+=(openjdk-17-jre-headless)

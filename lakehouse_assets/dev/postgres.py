@@ -96,10 +96,11 @@ class ThrowawayPostgres:
         if done.returncode != 0:
             log = log_file.read_text()[-2000:] if log_file.exists() else ""
             raise RuntimeError(f"PostgreSQL did not start on port {self.port}: {done.stderr.strip()} {log}")
-        self._create_database()
+        self.create_database(self.database)
         return self
 
-    def _create_database(self) -> None:
+    def create_database(self, name: str) -> None:
+        """Create database `name` unless it exists."""
         import psycopg2
 
         deadline = time.monotonic() + 30
@@ -113,9 +114,9 @@ class ThrowawayPostgres:
                 time.sleep(0.2)
         conn.autocommit = True
         with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,))
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
             if cur.fetchone() is None:
-                cur.execute(f'CREATE DATABASE "{self.database}"')
+                cur.execute(f'CREATE DATABASE "{name}"')
         conn.close()
 
     def stop(self) -> None:

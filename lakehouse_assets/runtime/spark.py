@@ -62,7 +62,7 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
     }
-    if settings.spark_master.startswith("local"):
+    if on_loopback(settings.spark_master):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     jars = spark_jars(kinds, settings.spark_packages, settings.extra_jars)
@@ -76,7 +76,14 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
     conf.update(catalog_spark_conf(settings.catalog_name, settings.catalog, settings.warehouse))
     for name, (uri, warehouse) in extra_catalogs.items():
         conf.update(catalog_spark_conf(name, uri, warehouse))
+    conf.update(dict(settings.spark_conf))
     return conf
+
+
+def on_loopback(master: str) -> bool:
+    """Spark in this process, or a cluster on this machine (`lakehouse cluster start`): the driver binds to
+    127.0.0.1, where the executors reach it."""
+    return master.startswith("local") or master.startswith(("spark://127.0.0.1:", "spark://localhost:"))
 
 
 def s3a_conf(settings: Settings) -> dict[str, str]:
@@ -112,7 +119,7 @@ def get_spark(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) -
                 "catalog settings apply only when the JVM starts: use one catalog per process"
             )
         return active
-    if settings.spark_master.startswith("local"):
+    if on_loopback(settings.spark_master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark = spark_session_from_config(conf)
     spark.sparkContext.setLogLevel("WARN")

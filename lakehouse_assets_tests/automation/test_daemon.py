@@ -10,7 +10,6 @@ both must reach gold_minute_activity and gold_daily_activity.
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.settings import Settings
 from lakehouse_assets.streaming import heartbeat_file
 
-from ..shop import ROOT, SHOP_FILE
+from ..shop import temporary_instance
 
 pytestmark = pytest.mark.slow
 
@@ -55,21 +54,6 @@ def _gold_events(settings: Settings, table: str, column: str) -> Counter:
     for r in catalog.load_table((settings.namespace, table)).scan().to_arrow().to_pylist():
         got[r[column].date() if isinstance(r[column], dt.datetime) else r[column]] += r["events"]
     return got
-
-
-def _instance(tmp_path: Path) -> tuple[dict, Settings, Path]:
-    """A temporary Dagster instance and lake: the environment of its processes, the lake's settings."""
-    home, dagster_home = tmp_path / "lake", tmp_path / "dagster"
-    dagster_home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
-    (dagster_home / "workspace.yaml").write_text(
-        "load_from:\n  - python_module:\n      module_name: lakehouse_assets.definitions\n      location_name: lakehouse\n")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")},
-           "DAGSTER_HOME": str(dagster_home), "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP_FILE),
-           "LAKEHOUSE_DAGSTER_STORAGE": str(dagster_home / "storage"),
-           "LAKEHOUSE_DAGSTER_LOGS": str(dagster_home / "logs"), "LAKEHOUSE_SPARK_MASTER": "local[2]",
-           "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_PII_KEY": "daemon-test-key"}
-    return env, Settings.from_env(home=home, project=str(SHOP_FILE), namespace="lake"), dagster_home
 
 
 def _start(args: list[str], env: dict, tmp_path: Path, log: str) -> subprocess.Popen:
@@ -101,7 +85,7 @@ def _daemon(env: dict, dagster_home: Path, tmp_path: Path) -> subprocess.Popen:
 
 
 def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tmp_path):
-    env, settings, dagster_home = _instance(tmp_path)
+    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key")
     landing = settings.local_path(settings.landing) / "events"
     daemon = _daemon(env, dagster_home, tmp_path)
     try:
@@ -128,7 +112,7 @@ def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tm
 def test_with_the_stream_running_minute_gold_follows_in_seconds_and_daily_gold_by_the_daemon(tmp_path, monkeypatch):
     """`make dev`'s arrangement: the daemon and `lakehouse stream` on one instance. The stream takes the file
     (the landing sensor stands aside) and reports its commits; the daemon's automation carries the daily tables."""
-    env, settings, dagster_home = _instance(tmp_path)
+    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key")
     landing = settings.local_path(settings.landing) / "events"
     daemon = _daemon(env, dagster_home, tmp_path)
     stream = _start([sys.executable, "-m", "lakehouse_assets.cli", "stream", "--trigger-seconds", "2"], env, tmp_path,

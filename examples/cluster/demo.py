@@ -1,0 +1,151 @@
+"""`make cluster-demo`: the same assets on a cluster, chosen by settings alone, and the same answer as locally.
+
+Every piece is a real process on this machine, on 127.0.0.1:
+- a Spark standalone master and two workers (`lakehouse cluster`), each its own JVM;
+- SeaweedFS for S3: the landing zone (`s3://raw/landing`) and the warehouse (`s3://lake/warehouse`);
+- PostgreSQL: the Iceberg catalog (database `lakehouse`) and the Dagster instance (database
+  `dagster`, through dagster-postgres: `examples/cluster/dagster.yaml`).
+
+The demo days are generated into the S3 landing zone and the whole pipeline is materialised
+there by `dagster asset materialize`. Then the same days (same seed) run through the local
+profile (local Spark, SQLite catalog, local warehouse) and the row counts of every table are
+compared side by side. Everything started is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lakehouse_assets.dev.postgres import ThrowawayPostgres
+from lakehouse_assets.dev.s3server import DEFAULT_SECRET_KEY, SeaweedS3
+from lakehouse_assets.dev.spark_cluster import SparkCluster, master_json
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+BIN = Path(sys.executable).parent
+
+
+def run(command: list[str], env: dict[str, str]) -> str:
+    print("$", " ".join(command), flush=True)
+    done = subprocess.run(command, env=env, check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stdout[-3000:]}{done.stderr[-5000:]}")
+    return done.stdout
+
+
+def pipeline(env: dict[str, str], start: dt.date, days: int, events_per_day: int) -> dict[str, int]:
+    """Generate the days into the profile's landing zone, materialise every asset, return rows per table."""
+    end = start + dt.timedelta(days=days - 1)
+    run([str(BIN / "lakehouse"), "generate", "--start", start.isoformat(), "--days", str(days),
+         "--events-per-day", str(events_per_day), "--seed", "7"], env)
+    run([str(BIN / "dagster"), "asset", "materialize", "-m", "lakehouse_assets.definitions", "--select", "*",
+         "--partition-range", f"{start}...{end}"], env)
+    run([str(BIN / "lakehouse"), "reconcile"], env)
+    tables = json.loads(run([str(BIN / "lakehouse"), "tables", "--json"], env))
+    return {t["table"]: t["rows"] for t in tables}
+
+
+def base_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_"))}
+    dagster = home / "dagster"
+    (dagster / "storage").mkdir(parents=True, exist_ok=True)
+    return {**env, "LAKEHOUSE_HOME": str(home / "lake"),
+            "LAKEHOUSE_PROJECT": os.environ.get("LAKEHOUSE_PROJECT", str(ROOT / "examples/shop/lakehouse.yaml")),
+            "LAKEHOUSE_PII_KEY": os.environ.get("LAKEHOUSE_PII_KEY", "cluster-demo-key"),
+            "DAGSTER_HOME": str(dagster), "LAKEHOUSE_DAGSTER_STORAGE": str(dagster / "storage"),
+            "LAKEHOUSE_DAGSTER_LOGS": str(dagster / "logs")}
+
+
+def tasks_by_worker(event_logs: Path, master: dict) -> dict[str, int]:
+    """Tasks finished per worker, from the applications' Spark event logs: each executor's log URL is served by
+    the worker that launched it. A task run by the driver would count under "driver"."""
+    workers = {w["webuiaddress"].rstrip("/"): w["id"] for w in master.get("workers", [])}
+    tasks: dict[str, int] = {}
+    for log in sorted(event_logs.iterdir()):
+        executor_worker = {"driver": "driver"}
+        for line in log.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:  # the last line of a log whose application was still closing it
+                continue
+            if event["Event"] == "SparkListenerExecutorAdded":
+                url = event["Executor Info"]["Log Urls"].get("stdout", "")
+                executor_worker[event["Executor ID"]] = next(
+                    (worker for ui, worker in workers.items() if url.startswith(ui + "/")), f"unknown ({url})")
+            elif event["Event"] == "SparkListenerTaskEnd":
+                worker = executor_worker.get(event["Task Info"]["Executor ID"], "unknown")
+                tasks[worker] = tasks.get(worker, 0) + 1
+    return tasks
+
+
+def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int, workers: int) -> tuple[dict, dict]:
+    """The pipeline on the cluster profile: its row counts, and the tasks each worker ran."""
+    with SeaweedS3.with_free_ports(home / "s3", buckets=("raw", "lake")) as s3, \
+            ThrowawayPostgres(home / "pg", database="lakehouse") as pg, \
+            SparkCluster(home / "spark", workers=workers, cores=1, memory="2g") as cluster:
+        pg.create_database("dagster")
+        env = base_env(home)
+        shutil.copy(HERE / "dagster.yaml", Path(env["DAGSTER_HOME"]) / "dagster.yaml")
+        event_logs = home / "spark" / "events"
+        event_logs.mkdir(parents=True)
+        env.update({
+            "LAKEHOUSE_SPARK_CONF": f"spark.eventLog.enabled=true,spark.eventLog.dir={event_logs.as_uri()},"
+                                    "spark.executor.memory=1g",
+            "LAKEHOUSE_SPARK_MASTER": cluster.master_url, "LAKEHOUSE_DRIVER_MEMORY": "1g",
+            "LAKEHOUSE_CATALOG_URI": f"postgresql://postgres@127.0.0.1:{pg.port}/lakehouse",
+            "LAKEHOUSE_WAREHOUSE": "s3://lake/warehouse", "LAKEHOUSE_LANDING": "s3://raw/landing",
+            "LAKEHOUSE_S3_ENDPOINT": s3.endpoint_url, "LAKEHOUSE_S3_ACCESS_KEY": s3.access_key,
+            "LAKEHOUSE_S3_SECRET_KEY": DEFAULT_SECRET_KEY,
+            "LAKEHOUSE_DAGSTER_PG_URL": f"postgresql+psycopg2://postgres@127.0.0.1:{pg.port}/dagster",
+        })
+        print(f"Spark {cluster.master_url} ({workers} workers), S3 {s3.endpoint_url}, PostgreSQL port {pg.port}",
+              flush=True)
+        rows = pipeline(env, start, days, events_per_day)
+        return rows, tasks_by_worker(event_logs, master_json(cluster.master_ui))
+
+
+def local_run(home: Path, start: dt.date, days: int, events_per_day: int) -> dict[str, int]:
+    """The same days through the local profile (the repository's dagster.yaml: SQLite)."""
+    env = base_env(home)
+    shutil.copy(ROOT / "dagster.yaml", Path(env["DAGSTER_HOME"]) / "dagster.yaml")
+    env["LAKEHOUSE_SPARK_MASTER"] = "local[2]"
+    return pipeline(env, start, days, events_per_day)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="examples.cluster.demo")
+    parser.add_argument("--start", default="2025-01-01")
+    parser.add_argument("--days", type=int, default=2)
+    parser.add_argument("--events-per-day", type=int, default=2_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--home", default=str(Path(os.environ.get("LAKEHOUSE_HOME", ".lakehouse")) / "cluster-demo"))
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    args = parser.parse_args(argv)
+    home = Path(args.home).resolve()
+    shutil.rmtree(home, ignore_errors=True)  # a demo of its own: fresh servers, catalog and lake each time
+    start = dt.date.fromisoformat(args.start)
+    on_cluster, tasks = cluster_run(home / "cluster", start, args.days, args.events_per_day, args.workers)
+    local = local_run(home / "local", start, args.days, args.events_per_day)
+    tables = sorted(set(on_cluster) | set(local))
+    same = all(on_cluster.get(t) == local.get(t) for t in tables)
+    if args.json:
+        print(json.dumps({"cluster": on_cluster, "local": local, "same": same, "tasks_by_worker": tasks}))
+    else:
+        print(f"\n{'table':40s} {'cluster':>10s} {'local':>10s}")
+        for t in tables:
+            mark = "" if on_cluster.get(t) == local.get(t) else "  <- differs"
+            print(f"{t:40s} {on_cluster.get(t, '-')!s:>10s} {local.get(t, '-')!s:>10s}{mark}")
+        print("\ntasks run on the cluster: " + ", ".join(f"{w}: {n}" for w, n in sorted(tasks.items())))
+        print("same rows in every table" if same else "THE PROFILES DIFFER")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""The cluster profile by settings alone: the same assets on a Spark standalone master with two workers,
+a PostgreSQL catalog, an S3 warehouse and landing zone, and a Dagster instance on PostgreSQL, give the same
+rows as the local profile on the same input, and the work really runs on both workers."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ..shop import ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_the_cluster_profile_gives_the_local_rows_and_runs_on_both_workers(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "examples.cluster.demo", "--days", "1", "--events-per-day", "600",
+                           "--home", str(tmp_path / "demo"), "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-5000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+
+    local, cluster = outcome["local"], outcome["cluster"]
+    assert {"lake.bronze_events", "lake.silver_events", "lake.gold_daily_activity", "lake.silver_orders_history",
+            "lake.ml_training_set"} <= local.keys()
+    assert local["lake.bronze_events"] > 600 and local["lake.silver_events"] > 0 and local["lake.silver_orders"] > 0
+    assert cluster == local, {t: (cluster.get(t), local.get(t)) for t in local if cluster.get(t) != local.get(t)}
+    assert outcome["same"] is True
+
+    tasks = outcome["tasks_by_worker"]
+    workers = {w: n for w, n in tasks.items() if w.startswith("worker-")}
+    assert len(workers) == 2 and all(n > 0 for n in workers.values()), tasks
+    assert set(tasks) == set(workers), f"tasks ran outside the workers: {tasks}"
