@@ -45,6 +45,19 @@ def test_environment_decides_local_or_cluster(monkeypatch, tmp_path):
     assert s.spark_master == "spark://spark-master:7077"
 
 
+def test_further_spark_settings_reach_the_session_conf_and_bad_ones_are_refused(monkeypatch, tmp_path):
+    from lakehouse_assets.runtime.spark import spark_conf
+
+    monkeypatch.setenv("LAKEHOUSE_SPARK_CONF", "spark.executor.memory=3g, spark.sql.shuffle.partitions=16")
+    conf = spark_conf(Settings.from_env(home=tmp_path))
+    assert conf["spark.executor.memory"] == "3g"
+    assert conf["spark.sql.shuffle.partitions"] == "16"  # the user's setting wins over the platform's
+    for bad in ("executor.memory=3g", "spark.executor.memory", "spark.executor.memory="):
+        monkeypatch.setenv("LAKEHOUSE_SPARK_CONF", bad)
+        with pytest.raises(ValueError, match="LAKEHOUSE_SPARK_CONF"):
+            Settings.from_env(home=tmp_path)
+
+
 @pytest.mark.parametrize("name", ["bronze events", "x;drop", "1abc", ""])
 def test_identifiers_in_sql_are_validated(name):
     with pytest.raises(ValueError, match="invalid"):
