@@ -534,6 +534,17 @@ def cmd_project(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
+    """The settings in force: the chosen profile under the environment, secrets shown only as set."""
+    described = settings.describe()
+    if args.json:
+        print(json.dumps(described, indent=2))
+    else:
+        for key, value in described.items():
+            print(f"{key:15s} {value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -541,6 +552,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("project", help="the declared sources and the tables derived from them (LAKEHOUSE_PROJECT)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_project)
+
+    p = sub.add_parser("settings", help="the settings in force (LAKEHOUSE_PROFILE, then the environment)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_settings)
 
     p = sub.add_parser("tables", help="tables with their current snapshot, rows, files and bytes")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -96,6 +96,73 @@ def _env(name: str, default: str) -> str:
     return value or default
 
 
+# The settings a profile may set: every LAKEHOUSE_* variable that `Settings.from_env` reads.
+PROFILE_KEYS = frozenset({
+    "LAKEHOUSE_HOME", "LAKEHOUSE_SPARK_MASTER", "LAKEHOUSE_DRIVER_MEMORY", "LAKEHOUSE_SHUFFLE_PARTITIONS",
+    "LAKEHOUSE_CATALOG_NAME", "LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "LAKEHOUSE_LANDING",
+    "LAKEHOUSE_NAMESPACE", "LAKEHOUSE_SPARK_PACKAGES", "LAKEHOUSE_SPARK_JARS", "LAKEHOUSE_SPARK_CONF",
+    "LAKEHOUSE_START_DATE", "LAKEHOUSE_S3_ENDPOINT", "LAKEHOUSE_S3_ACCESS_KEY", "LAKEHOUSE_S3_SECRET_KEY",
+    "LAKEHOUSE_S3_REGION", "LAKEHOUSE_PII_KEY",
+})
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def profiles_file() -> Path:
+    """`LAKEHOUSE_PROFILES`, else `profiles.yaml` beside the project's declaration."""
+    named = os.environ.get("LAKEHOUSE_PROFILES", "").strip()
+    if named:
+        return Path(named).expanduser()
+    return Path(_env("LAKEHOUSE_PROJECT", "lakehouse.yaml")).expanduser().parent / "profiles.yaml"
+
+
+def load_profile(name: str, path: Path | None = None) -> dict[str, str]:
+    """The settings of one deployment profile, `${VAR}` and `${VAR:-default}` taken from the environment.
+
+    `local` is built in (every default: local Spark, SQLite catalog, local warehouse) and may be
+    refined in the file; any other profile must be in it. A variable set in the environment
+    wins over its profile's value.
+    """
+    import yaml
+
+    path = path or profiles_file()
+    profiles: dict = {}
+    if path.is_file():
+        try:
+            profiles = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(profiles, dict) or not isinstance(profiles.get("profiles", {}), dict):
+            raise ValueError(f"{path}: expected a mapping `profiles: {{name: {{LAKEHOUSE_...: value}}}}`")
+        profiles = profiles.get("profiles") or {}
+    if name not in profiles:
+        if name == "local":
+            return {}
+        known = ", ".join(sorted({"local", *profiles})) or "local"
+        where = path if path.is_file() else f"{path} (no such file; LAKEHOUSE_PROFILES names another)"
+        raise ValueError(f"LAKEHOUSE_PROFILE={name!r} is not a profile of {where}; known: {known}")
+    values = profiles[name] or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: profile {name!r} must map LAKEHOUSE_* settings to values")
+    resolved = {}
+    for key, value in values.items():
+        if key not in PROFILE_KEYS:
+            raise ValueError(f"{path}: profile {name!r} sets unknown setting {key!r}; "
+                             f"known: {', '.join(sorted(PROFILE_KEYS))}")
+        if isinstance(value, (dict, list)) or value is None:
+            raise ValueError(f"{path}: profile {name!r}: {key} must be a single value")
+
+        def substitute(match: re.Match, key=key) -> str:
+            variable, default = match.group(1), match.group(2)
+            found = os.environ.get(variable)
+            if found is None and default is None:
+                raise ValueError(f"{path}: profile {name!r}: {key} refers to ${{{variable}}}, "
+                                 "which is not set in the environment")
+            return found if found is not None else default
+
+        resolved[key] = _REFERENCE.sub(substitute, str(value)).strip()
+    return resolved
+
+
 def parse_spark_conf(text: str) -> tuple[tuple[str, str], ...]:
     """`spark.a=1,spark.b=x` as pairs; anything that is not a `spark.` key with a value is an error."""
     pairs = []
@@ -143,6 +210,8 @@ class Settings:
     s3_region: str = "us-east-1"
     # Key of the keyed hash that pseudonymises personal data (see runtime/pii.py).
     pii_key: str = field(default="", repr=False)
+    # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
+    profile: str = "local"
 
     def __post_init__(self) -> None:
         home = Path(self.home).expanduser().resolve()
@@ -157,33 +226,55 @@ class Settings:
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
-        jars = _env("LAKEHOUSE_SPARK_JARS", "")
+        """The environment's settings over the chosen profile's (`LAKEHOUSE_PROFILE`, default `local`)."""
+        profile_name = _env("LAKEHOUSE_PROFILE", "local")
+        profile = load_profile(profile_name)
+
+        def setting(name: str, default: str) -> str:  # the environment, else the profile, else the default
+            return _env(name, "") or profile.get(name) or default
+
+        jars = setting("LAKEHOUSE_SPARK_JARS", "")
         values: dict[str, Any] = dict(
-            home=Path(_env("LAKEHOUSE_HOME", ".lakehouse")),
-            spark_master=_env("LAKEHOUSE_SPARK_MASTER", "local[*]"),
-            driver_memory=_env("LAKEHOUSE_DRIVER_MEMORY", "4g"),
-            shuffle_partitions=int(_env("LAKEHOUSE_SHUFFLE_PARTITIONS", "4")),
-            catalog_name=_env("LAKEHOUSE_CATALOG_NAME", "lakehouse"),
-            catalog_uri=_env("LAKEHOUSE_CATALOG_URI", ""),
-            warehouse=_env("LAKEHOUSE_WAREHOUSE", ""),
-            landing=_env("LAKEHOUSE_LANDING", ""),
-            namespace=_env("LAKEHOUSE_NAMESPACE", "lake"),
-            spark_packages=_env("LAKEHOUSE_SPARK_PACKAGES", ""),
+            home=Path(setting("LAKEHOUSE_HOME", ".lakehouse")),
+            spark_master=setting("LAKEHOUSE_SPARK_MASTER", "local[*]"),
+            driver_memory=setting("LAKEHOUSE_DRIVER_MEMORY", "4g"),
+            shuffle_partitions=int(setting("LAKEHOUSE_SHUFFLE_PARTITIONS", "4")),
+            catalog_name=setting("LAKEHOUSE_CATALOG_NAME", "lakehouse"),
+            catalog_uri=setting("LAKEHOUSE_CATALOG_URI", ""),
+            warehouse=setting("LAKEHOUSE_WAREHOUSE", ""),
+            landing=setting("LAKEHOUSE_LANDING", ""),
+            namespace=setting("LAKEHOUSE_NAMESPACE", "lake"),
+            spark_packages=setting("LAKEHOUSE_SPARK_PACKAGES", ""),
             extra_jars=tuple(j for j in jars.split(",") if j.strip()),
-            spark_conf=parse_spark_conf(_env("LAKEHOUSE_SPARK_CONF", "")),
-            start_date=_env("LAKEHOUSE_START_DATE", ""),
+            spark_conf=parse_spark_conf(setting("LAKEHOUSE_SPARK_CONF", "")),
+            start_date=setting("LAKEHOUSE_START_DATE", ""),
             project=_env("LAKEHOUSE_PROJECT", "lakehouse.yaml"),
-            s3_endpoint=_env("LAKEHOUSE_S3_ENDPOINT", ""),
-            s3_access_key=_env("LAKEHOUSE_S3_ACCESS_KEY", os.environ.get("AWS_ACCESS_KEY_ID", "")),
-            s3_secret_key=_env("LAKEHOUSE_S3_SECRET_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "")),
-            s3_region=_env("LAKEHOUSE_S3_REGION", "us-east-1"),
-            pii_key=_env("LAKEHOUSE_PII_KEY", ""),
+            s3_endpoint=setting("LAKEHOUSE_S3_ENDPOINT", ""),
+            s3_access_key=setting("LAKEHOUSE_S3_ACCESS_KEY", os.environ.get("AWS_ACCESS_KEY_ID", "")),
+            s3_secret_key=setting("LAKEHOUSE_S3_SECRET_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "")),
+            s3_region=setting("LAKEHOUSE_S3_REGION", "us-east-1"),
+            pii_key=setting("LAKEHOUSE_PII_KEY", ""),
         )
         values.update(overrides)
-        return cls(**values)
+        return cls(profile=profile_name, **values)
 
     def with_(self, **changes) -> Settings:
         return replace(self, **changes)
+
+    def describe(self) -> dict[str, str]:
+        """The settings in force, for people: passwords and keys shown only as set or not."""
+        hidden = "(set)"
+        return {
+            "profile": self.profile, "home": str(self.home), "spark_master": self.spark_master,
+            "driver_memory": self.driver_memory, "spark_conf": ",".join(f"{k}={v}" for k, v in self.spark_conf),
+            "catalog": self.catalog.display + (f" (password {hidden})" if self.catalog.password else ""),
+            "catalog_name": self.catalog_name, "namespace": self.namespace,
+            "warehouse": self.warehouse, "landing": self.landing, "project": self.project,
+            "s3_endpoint": self.s3_endpoint or ("(AWS)" if self.uses_s3 else ""),
+            "s3_access_key": self.s3_access_key,
+            "s3_secret_key": hidden if self.s3_secret_key else "",
+            "pii_key": hidden if self.pii_key else "(the key file under the home)",
+        }
 
     @property
     def catalog(self) -> CatalogUri:

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from lakehouse_assets.settings import CatalogUri, Settings, validate_identifier
@@ -62,3 +64,103 @@ def test_further_spark_settings_reach_the_session_conf_and_bad_ones_are_refused(
 def test_identifiers_in_sql_are_validated(name):
     with pytest.raises(ValueError, match="invalid"):
         validate_identifier(name)
+
+
+PROFILES = """
+profiles:
+  local:
+    LAKEHOUSE_SPARK_MASTER: local[2]
+  cluster:
+    LAKEHOUSE_SPARK_MASTER: ${MASTER_URL:-spark://127.0.0.1:7077}
+    LAKEHOUSE_CATALOG_URI: postgresql://lake:${CATALOG_PASSWORD}@db:5432/catalog
+    LAKEHOUSE_WAREHOUSE: s3://lake/warehouse
+    LAKEHOUSE_S3_SECRET_KEY: ${S3_SECRET}
+"""
+
+
+@pytest.fixture
+def profiles(monkeypatch, tmp_path):
+    path = tmp_path / "profiles.yaml"
+    path.write_text(PROFILES)
+    for name in ("LAKEHOUSE_SPARK_MASTER", "LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "LAKEHOUSE_S3_SECRET_KEY",
+                 "MASTER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LAKEHOUSE_PROFILES", str(path))
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CATALOG_PASSWORD", "pg-s3cret")
+    monkeypatch.setenv("S3_SECRET", "s3-s3cret")
+    return path
+
+
+def test_one_setting_chooses_the_profile(monkeypatch, tmp_path, profiles):
+    local = Settings.from_env()
+    assert (local.profile, local.spark_master, local.catalog.kind) == ("local", "local[2]", "sqlite")
+    assert local.warehouse == (tmp_path / "home" / "warehouse").as_uri()
+
+    monkeypatch.setenv("LAKEHOUSE_PROFILE", "cluster")
+    cluster = Settings.from_env()
+    assert (cluster.profile, cluster.spark_master) == ("cluster", "spark://127.0.0.1:7077")
+    assert (cluster.catalog.kind, cluster.catalog.password) == ("postgresql", "pg-s3cret")
+    assert (cluster.warehouse, cluster.s3_secret_key) == ("s3://lake/warehouse", "s3-s3cret")
+
+    # ${VAR} comes from the environment; a variable set in the environment wins over the profile.
+    monkeypatch.setenv("MASTER_URL", "spark://master:7078")
+    assert Settings.from_env().spark_master == "spark://master:7078"
+    monkeypatch.setenv("LAKEHOUSE_SPARK_MASTER", "local[1]")
+    assert Settings.from_env().spark_master == "local[1]"
+
+
+def test_settings_output_names_the_profile_and_never_shows_a_secret(monkeypatch, capsys, profiles):
+    from lakehouse_assets.cli import main
+
+    monkeypatch.setenv("LAKEHOUSE_PROFILE", "cluster")
+    monkeypatch.setenv("LAKEHOUSE_PII_KEY", "pii-s3cret")
+    assert main(["settings", "--json"]) == 0
+    out = capsys.readouterr().out
+    shown = json.loads(out)
+    assert shown["profile"] == "cluster" and shown["catalog"] == "postgresql://lake@db:5432/catalog (password (set))"
+    assert shown["s3_secret_key"] == shown["pii_key"] == "(set)"
+    assert not any(secret in out for secret in ("pg-s3cret", "s3-s3cret", "pii-s3cret"))
+
+
+@pytest.mark.parametrize("text, profile, error", [
+    (PROFILES, "staging", "'staging' is not a profile of .*known: cluster, local"),
+    ("profiles:\n  cluster:\n    LAKEHOUSE_SPARK_MASTR: x\n", "cluster", "unknown setting 'LAKEHOUSE_SPARK_MASTR'"),
+    ("profiles:\n  cluster:\n    LAKEHOUSE_WAREHOUSE: s3://${BUCKET}/w\n", "cluster", r"refers to \$\{BUCKET\}"),
+    ("profiles: [cluster]\n", "cluster", "expected a mapping"),
+    ("profiles:\n  cluster: {LAKEHOUSE_WAREHOUSE: [a, b]}\n", "cluster", "must be a single value"),
+    ("profiles: {cluster: {\n", "cluster", "not valid YAML"),
+])
+def test_a_bad_profile_is_refused_with_the_reason(monkeypatch, profiles, text, profile, error):
+    monkeypatch.delenv("BUCKET", raising=False)
+    profiles.write_text(text)
+    monkeypatch.setenv("LAKEHOUSE_PROFILE", profile)
+    with pytest.raises(ValueError, match=error):
+        Settings.from_env()
+
+
+def test_without_a_profiles_file_local_is_the_defaults_and_others_are_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAKEHOUSE_PROFILES", str(tmp_path / "none.yaml"))
+    monkeypatch.delenv("LAKEHOUSE_SPARK_MASTER", raising=False)
+    assert Settings.from_env(home=tmp_path).spark_master == "local[*]"
+    monkeypatch.setenv("LAKEHOUSE_PROFILE", "cluster")
+    with pytest.raises(ValueError, match="no such file"):
+        Settings.from_env(home=tmp_path)
+
+
+def test_the_shipped_cluster_profile_resolves(monkeypatch, tmp_path):
+    from .shop import ROOT
+
+    monkeypatch.setenv("LAKEHOUSE_PROFILES", str(ROOT / "examples/cluster/profiles.yaml"))
+    monkeypatch.setenv("LAKEHOUSE_PROFILE", "cluster")
+    for name in ("LAKEHOUSE_SPARK_MASTER", "LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "LAKEHOUSE_LANDING",
+                 "LAKEHOUSE_S3_ENDPOINT", "LAKEHOUSE_SPARK_CONF", "SPARK_MASTER_URL", "PGPORT", "PGHOST", "PGUSER",
+                 "PGPASSWORD", "SPARK_EXTRA_CONF", "S3_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("S3_ACCESS_KEY", "lake")
+    monkeypatch.setenv("S3_SECRET_KEY", "secret")
+    s = Settings.from_env(home=tmp_path)
+    assert s.spark_master == "spark://127.0.0.1:7077" and s.catalog.port == 5432 and s.uses_s3
+    assert dict(s.spark_conf) == {"spark.executor.memory": "1g"}
+    assert (s.warehouse, s.landing, s.s3_endpoint) == ("s3://lake/warehouse", "s3://raw/landing",
+                                                       "http://127.0.0.1:8333")

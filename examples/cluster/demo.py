@@ -40,23 +40,26 @@ def run(command: list[str], env: dict[str, str]) -> str:
     return done.stdout
 
 
-def pipeline(env: dict[str, str], start: dt.date, days: int, events_per_day: int) -> dict[str, int]:
-    """Generate the days into the profile's landing zone, materialise every asset, return rows per table."""
+def pipeline(env: dict[str, str], start: dt.date, days: int, events_per_day: int) -> tuple[dict, dict]:
+    """Generate the days into the profile's landing zone, materialise every asset; rows per table, and the
+    settings the profile gave."""
     end = start + dt.timedelta(days=days - 1)
+    settings = json.loads(run([str(BIN / "lakehouse"), "settings", "--json"], env))
+    print("\n".join(f"  {k:15s} {v}" for k, v in settings.items()), flush=True)
     run([str(BIN / "lakehouse"), "generate", "--start", start.isoformat(), "--days", str(days),
          "--events-per-day", str(events_per_day), "--seed", "7"], env)
     run([str(BIN / "dagster"), "asset", "materialize", "-m", "lakehouse_assets.definitions", "--select", "*",
          "--partition-range", f"{start}...{end}"], env)
     run([str(BIN / "lakehouse"), "reconcile"], env)
     tables = json.loads(run([str(BIN / "lakehouse"), "tables", "--json"], env))
-    return {t["table"]: t["rows"] for t in tables}
+    return {t["table"]: t["rows"] for t in tables}, settings
 
 
 def base_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_"))}
     dagster = home / "dagster"
     (dagster / "storage").mkdir(parents=True, exist_ok=True)
-    return {**env, "LAKEHOUSE_HOME": str(home / "lake"),
+    return {**env, "LAKEHOUSE_HOME": str(home / "lake"), "LAKEHOUSE_PROFILES": str(HERE / "profiles.yaml"),
             "LAKEHOUSE_PROJECT": os.environ.get("LAKEHOUSE_PROJECT", str(ROOT / "examples/shop/lakehouse.yaml")),
             "LAKEHOUSE_PII_KEY": os.environ.get("LAKEHOUSE_PII_KEY", "cluster-demo-key"),
             "DAGSTER_HOME": str(dagster), "LAKEHOUSE_DAGSTER_STORAGE": str(dagster / "storage"),
@@ -85,8 +88,8 @@ def tasks_by_worker(event_logs: Path, master: dict) -> dict[str, int]:
     return tasks
 
 
-def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int, workers: int) -> tuple[dict, dict]:
-    """The pipeline on the cluster profile: its row counts, and the tasks each worker ran."""
+def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int, workers: int) -> tuple[dict, dict, dict]:
+    """The pipeline on the cluster profile: its row counts, its settings, and the tasks each worker ran."""
     with SeaweedS3.with_free_ports(home / "s3", buckets=("raw", "lake")) as s3, \
             ThrowawayPostgres(home / "pg", database="lakehouse") as pg, \
             SparkCluster(home / "spark", workers=workers, cores=1, memory="2g") as cluster:
@@ -95,27 +98,26 @@ def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int, work
         shutil.copy(HERE / "dagster.yaml", Path(env["DAGSTER_HOME"]) / "dagster.yaml")
         event_logs = home / "spark" / "events"
         event_logs.mkdir(parents=True)
+        # One setting chooses the profile (examples/cluster/profiles.yaml); the servers' free ports
+        # and keys reach it through the variables it refers to.
         env.update({
-            "LAKEHOUSE_SPARK_CONF": f"spark.eventLog.enabled=true,spark.eventLog.dir={event_logs.as_uri()},"
-                                    "spark.executor.memory=1g",
-            "LAKEHOUSE_SPARK_MASTER": cluster.master_url, "LAKEHOUSE_DRIVER_MEMORY": "1g",
-            "LAKEHOUSE_CATALOG_URI": f"postgresql://postgres@127.0.0.1:{pg.port}/lakehouse",
-            "LAKEHOUSE_WAREHOUSE": "s3://lake/warehouse", "LAKEHOUSE_LANDING": "s3://raw/landing",
-            "LAKEHOUSE_S3_ENDPOINT": s3.endpoint_url, "LAKEHOUSE_S3_ACCESS_KEY": s3.access_key,
-            "LAKEHOUSE_S3_SECRET_KEY": DEFAULT_SECRET_KEY,
+            "LAKEHOUSE_PROFILE": "cluster", "SPARK_MASTER_URL": cluster.master_url,
+            "SPARK_EXTRA_CONF": f",spark.eventLog.enabled=true,spark.eventLog.dir={event_logs.as_uri()}",
+            "PGHOST": "127.0.0.1", "PGPORT": str(pg.port), "PGUSER": "postgres",
+            "S3_ENDPOINT": s3.endpoint_url, "S3_ACCESS_KEY": s3.access_key, "S3_SECRET_KEY": DEFAULT_SECRET_KEY,
             "LAKEHOUSE_DAGSTER_PG_URL": f"postgresql+psycopg2://postgres@127.0.0.1:{pg.port}/dagster",
         })
         print(f"Spark {cluster.master_url} ({workers} workers), S3 {s3.endpoint_url}, PostgreSQL port {pg.port}",
               flush=True)
-        rows = pipeline(env, start, days, events_per_day)
-        return rows, tasks_by_worker(event_logs, master_json(cluster.master_ui))
+        rows, settings = pipeline(env, start, days, events_per_day)
+        return rows, settings, tasks_by_worker(event_logs, master_json(cluster.master_ui))
 
 
-def local_run(home: Path, start: dt.date, days: int, events_per_day: int) -> dict[str, int]:
+def local_run(home: Path, start: dt.date, days: int, events_per_day: int) -> tuple[dict, dict]:
     """The same days through the local profile (the repository's dagster.yaml: SQLite)."""
     env = base_env(home)
     shutil.copy(ROOT / "dagster.yaml", Path(env["DAGSTER_HOME"]) / "dagster.yaml")
-    env["LAKEHOUSE_SPARK_MASTER"] = "local[2]"
+    env["LAKEHOUSE_PROFILE"] = "local"
     return pipeline(env, start, days, events_per_day)
 
 
@@ -131,12 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(args.home).resolve()
     shutil.rmtree(home, ignore_errors=True)  # a demo of its own: fresh servers, catalog and lake each time
     start = dt.date.fromisoformat(args.start)
-    on_cluster, tasks = cluster_run(home / "cluster", start, args.days, args.events_per_day, args.workers)
-    local = local_run(home / "local", start, args.days, args.events_per_day)
+    on_cluster, cluster_settings, tasks = cluster_run(home / "cluster", start, args.days, args.events_per_day,
+                                                      args.workers)
+    local, local_settings = local_run(home / "local", start, args.days, args.events_per_day)
     tables = sorted(set(on_cluster) | set(local))
     same = all(on_cluster.get(t) == local.get(t) for t in tables)
     if args.json:
-        print(json.dumps({"cluster": on_cluster, "local": local, "same": same, "tasks_by_worker": tasks}))
+        print(json.dumps({"cluster": on_cluster, "local": local, "same": same, "tasks_by_worker": tasks,
+                          "settings": {"cluster": cluster_settings, "local": local_settings}}))
     else:
         print(f"\n{'table':40s} {'cluster':>10s} {'local':>10s}")
         for t in tables:

@@ -20,6 +20,14 @@ def test_the_cluster_profile_gives_the_local_rows_and_runs_on_both_workers(tmp_p
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-5000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
 
+    # One setting chose everything: the two runs differ only in LAKEHOUSE_PROFILE.
+    on = outcome["settings"]
+    assert (on["cluster"]["profile"], on["local"]["profile"]) == ("cluster", "local")
+    assert on["cluster"]["spark_master"].startswith("spark://127.0.0.1:") and on["local"]["spark_master"] == "local[2]"
+    assert on["cluster"]["catalog"].startswith("postgresql://") and on["local"]["catalog"].startswith("sqlite:///")
+    assert on["cluster"]["warehouse"] == "s3://lake/warehouse" and on["local"]["warehouse"].startswith("file://")
+    assert on["cluster"]["landing"] == "s3://raw/landing" and on["cluster"]["s3_secret_key"] == "(set)"
+
     local, cluster = outcome["local"], outcome["cluster"]
     assert {"lake.bronze_events", "lake.silver_events", "lake.gold_daily_activity", "lake.silver_orders_history",
             "lake.ml_training_set"} <= local.keys()
