@@ -53,35 +53,45 @@ def _latest_summary(spark: SparkSession, table_id: str) -> dict:
     return spark.sql(f"SELECT summary FROM {table_id}.snapshots ORDER BY committed_at DESC LIMIT 1").first().summary
 
 
+def merge_once(spark: SparkSession, table_id: str, mode: str, rows: int, changes: int) -> dict:
+    """Load M rows into a fresh table, apply K changes in one MERGE, read back; seconds and bytes written."""
+    spark.sql(f"DROP TABLE IF EXISTS {table_id} PURGE")
+    ensure_table(spark, table_id, spec(table_id.rsplit(".", 1)[1], mode))
+    started = time.perf_counter()
+    _load(spark, table_id, rows)
+    load_s = time.perf_counter() - started
+    _changes(spark, rows, changes).createOrReplaceTempView("bench_changes")
+    started = time.perf_counter()
+    spark.sql(f"""
+        MERGE INTO {table_id} t USING bench_changes s ON t.id = s.id
+        WHEN MATCHED AND s.op = 'd' THEN DELETE
+        WHEN MATCHED AND s.change_position > t.change_position THEN
+            UPDATE SET status = s.status, amount = s.amount, change_position = s.change_position
+        WHEN NOT MATCHED AND s.op != 'd' THEN
+            INSERT (id, status, amount, change_position) VALUES (s.id, s.status, s.amount, s.change_position)""")
+    merge_s = time.perf_counter() - started
+    written = int(_latest_summary(spark, table_id).get("added-files-size", 0))
+    started = time.perf_counter()
+    spark.table(table_id).count()
+    count_s = time.perf_counter() - started
+    started = time.perf_counter()
+    spark.table(table_id).groupBy("status").agg(F.sum("amount")).collect()
+    scan_s = time.perf_counter() - started
+    spark.sql(f"DROP TABLE IF EXISTS {table_id} PURGE")
+    return {"load_s": load_s, "merge_s": merge_s, "count_s": count_s, "scan_s": scan_s, "bytes_written": written}
+
+
 def run(spark: SparkSession, catalog: str, namespace: str, rows: int, changes: int, repeats: int = 3) -> dict:
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{namespace}")
     results = {}
     for mode in (COPY_ON_WRITE, MERGE_ON_READ):
         merge_s, read_s, count_s, written = [], [], [], []
         for rep in range(repeats):
-            table_id = f"{catalog}.{namespace}.merge_{mode.replace('-', '_')}_{rep}"
-            spark.sql(f"DROP TABLE IF EXISTS {table_id} PURGE")
-            ensure_table(spark, table_id, spec(table_id.rsplit(".", 1)[1], mode))
-            _load(spark, table_id, rows)
-            _changes(spark, rows, changes).createOrReplaceTempView("bench_changes")
-            started = time.perf_counter()
-            spark.sql(f"""
-                MERGE INTO {table_id} t USING bench_changes s ON t.id = s.id
-                WHEN MATCHED AND s.op = 'd' THEN DELETE
-                WHEN MATCHED AND s.change_position > t.change_position THEN
-                    UPDATE SET status = s.status, amount = s.amount, change_position = s.change_position
-                WHEN NOT MATCHED AND s.op != 'd' THEN
-                    INSERT (id, status, amount, change_position) VALUES (s.id, s.status, s.amount, s.change_position)""")
-            merge_s.append(time.perf_counter() - started)
-            summary = _latest_summary(spark, table_id)
-            written.append(int(summary.get("added-files-size", 0)))
-            started = time.perf_counter()
-            spark.table(table_id).count()
-            count_s.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            spark.table(table_id).groupBy("status").agg(F.sum("amount")).collect()
-            read_s.append(time.perf_counter() - started)
-            spark.sql(f"DROP TABLE IF EXISTS {table_id} PURGE")
+            one = merge_once(spark, f"{catalog}.{namespace}.merge_{mode.replace('-', '_')}_{rep}", mode, rows, changes)
+            merge_s.append(one["merge_s"])
+            written.append(one["bytes_written"])
+            count_s.append(one["count_s"])
+            read_s.append(one["scan_s"])
         results[mode] = {
             "merge_s": statistics.median(merge_s), "count_s": statistics.median(count_s),
             "scan_s": statistics.median(read_s), "bytes_written": int(statistics.median(written)),

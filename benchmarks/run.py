@@ -27,6 +27,7 @@ from lakehouse_assets.settings import Settings
 from . import (
     backfill,
     cdc_capture,
+    cluster,
     compaction,
     freshness,
     growth,
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             ("backfill", backfill, lambda: backfill.run(spark, settings, days=10,
                                                         events_per_day=max(200, int(2_000 * scale)))),
             ("cdc_capture", cdc_capture, lambda: cdc_capture.run(spark, settings, changes=max(100_000, int(100_000 * scale)))),
+            # Child processes of their own: local[2], then a two-worker standalone cluster.
+            ("cluster", cluster, lambda: cluster.run(rows=int(MERGE_ROWS * scale), changes=int(MERGE_CHANGES * scale))),
             # Its own stream process: events land at 1,000/s (times the scale) for five minutes.
             ("freshness", freshness, lambda: freshness.run(rate=int(1_000 * max(1.0, scale)), duration=300)),
         ]
