@@ -24,6 +24,14 @@ def validate_identifier(name: str, what: str = "identifier") -> str:
     return name
 
 
+def _redacted(uri: str) -> str:
+    """A URI fit for an error message: its password replaced by `***`."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    return uri.replace(f":{parts.password}@", ":***@", 1)
+
+
 @dataclass(frozen=True)
 class CatalogUri:
     """A catalog database location, spoken in both engines' dialects.
@@ -56,7 +64,7 @@ class CatalogUri:
             database = parts.path.lstrip("/")
             if not parts.hostname or not database:
                 raise ValueError(
-                    f"catalog URI {uri!r}: expected postgresql://user:password@host:port/database"
+                    f"catalog URI {_redacted(uri)!r}: expected postgresql://user:password@host:port/database"
                 )
             return cls(
                 kind="postgresql",
@@ -67,7 +75,7 @@ class CatalogUri:
                 password=unquote(parts.password or ""),
             )
         raise ValueError(
-            f"unsupported catalog URI {uri!r}: use sqlite:////abs/path.db or postgresql://..."
+            f"unsupported catalog URI {_redacted(uri)!r}: use sqlite:////abs/path.db or postgresql://..."
         )
 
     @property
@@ -190,7 +198,7 @@ class Settings:
     driver_memory: str = "4g"
     shuffle_partitions: int = 4
     catalog_name: str = "lakehouse"
-    catalog_uri: str = ""
+    catalog_uri: str = field(default="", repr=False)  # may hold a password
     warehouse: str = ""
     landing: str = ""
     namespace: str = "lake"
