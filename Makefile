@@ -14,7 +14,7 @@ DEMO_START ?= 2025-01-01
 DEMO_END ?= 2025-01-03
 DEMO_DAYS ?= 3
 
-.PHONY: setup demo demo-cdc cluster-demo dev stream test test-fast e2e lint bench clean
+.PHONY: setup demo demo-cdc cluster-demo dev stream test test-fast e2e soak lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -69,6 +69,15 @@ test: setup
 e2e: setup
 	@command -v chromium >/dev/null 2>&1 || scripts/system-deps.sh chromium
 	$(BIN)/pytest -m e2e
+
+# The reliability suite at a larger size (SOAK_SCALE, default 20); its figures go to benchmarks/RELIABILITY.md.
+soak: setup
+	@rm -f $(LAKEHOUSE_HOME)/reliability-figures.jsonl; mkdir -p $(LAKEHOUSE_HOME)
+	LAKEHOUSE_SOAK_SCALE=$(or $(SOAK_SCALE),20) LAKEHOUSE_RELIABILITY_FIGURES=$(LAKEHOUSE_HOME)/reliability-figures.jsonl \
+		$(BIN)/pytest lakehouse_assets_tests/reliability -m "" -p no:randomly; status=$$?; \
+	$(BIN)/python -m lakehouse_assets_tests.reliability.report $(LAKEHOUSE_HOME)/reliability-figures.jsonl \
+		--outcome "$$( [ $$status = 0 ] && echo 'every test passed' || echo "pytest exit $$status: see its output" )"; \
+	exit $$status
 
 # The cluster profile on this machine, compared with the local profile on the same input.
 cluster-demo: setup

@@ -293,15 +293,16 @@ def _count_lines(data: bytes, name: str) -> int:
 
 def reconcile(settings: Settings, project: Project, source: str | None = None) -> list[dict]:
     """Per landing source and day: lines in the landing files vs rows kept in bronze + rows quarantined."""
-    from .sources.zones import landing_zone
+    from .sources.zones import escapes, landing_zone, source_root
 
     if source is None:
         return [row for s in project.landing_sources for row in reconcile(settings, project, s.landing)]
     declared = project.landing_source(source)
     zone = landing_zone(settings)
     lines_in: Counter = Counter()
+    root = source_root(settings, source)
     for f in zone.list(source):
-        if f.day is not None:
+        if f.day is not None and not escapes(f.uri, root):  # a refused file is never read, here neither
             lines_in[f.day.isoformat()] += _count_lines(zone.read(f.uri), f.uri)
     catalog = catalog_for(settings)
 

@@ -62,7 +62,7 @@ from .runtime.freshness import freshness_check_result, freshness_state
 from .runtime.resource import LakehouseResource
 from .silver.events import StreamedEvents, rejected_spec, silver_spec, take_new_events
 from .sources.landing import of_files
-from .sources.zones import landing_day
+from .sources.zones import landing_day, source_root
 from .tables.handle import TableHandle
 
 QUERY_ID = "lakehouse.stream.query-id"
@@ -195,7 +195,8 @@ class EventStream:
         props = {QUERY_ID: query_id, BATCH_ID: str(batch_id)}
         run_id = f"stream-{query_id[:8]}-{batch_id}"
         label = f"stream batch {batch_id}"
-        refused = {p: why for p in paths if (why := refusal(landing_day(p), self.partitions))}
+        root = source_root(lakehouse.settings, self.landing.name)
+        refused = {p: why for p in paths if (why := refusal(p, root, self.partitions))}
         files = [p for p in paths if p not in refused]
         report = BatchReport(batch_id, len(files), refused=len(refused))
         if refused:

@@ -21,7 +21,8 @@ from lakehouse_assets.runtime.spark import get_spark
 from lakehouse_assets.settings import CatalogUri, Settings
 
 # Tests choose their own settings; a developer's LAKEHOUSE_* variables must not leak in.
-for _var in [v for v in os.environ if v.startswith("LAKEHOUSE_") and v != "LAKEHOUSE_TEST_PG_DSN"]:
+_TEST_SETTINGS = ("LAKEHOUSE_TEST_PG_DSN", "LAKEHOUSE_SOAK_SCALE", "LAKEHOUSE_RELIABILITY_FIGURES")
+for _var in [v for v in os.environ if v.startswith("LAKEHOUSE_") and v not in _TEST_SETTINGS]:
     del os.environ[_var]
 
 PG_ADMIN_DSN = os.environ.get("LAKEHOUSE_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")

@@ -10,7 +10,6 @@ While `lakehouse stream` runs for the source (its heartbeat is fresh), the senso
 stands aside: the stream takes the files, and the sensor resumes when it stops.
 """
 
-import datetime as dt
 import hashlib
 import json
 from collections import defaultdict
@@ -34,7 +33,7 @@ from pyiceberg.expressions.literals import literal
 
 from ..bronze.ingest import INGEST_LOG, LandingSource
 from ..runtime.resource import LakehouseResource
-from ..sources.zones import landing_zone
+from ..sources.zones import escapes, landing_day, landing_zone, source_root
 
 # Files modified this long before the watermark are still compared by name: clocks
 # and uploads are not perfectly ordered.
@@ -50,8 +49,13 @@ def ingested_files(lakehouse: LakehouseResource, source: str) -> set[str]:
     return set(log.to_arrow().column("source_file").to_pylist())
 
 
-def refusal(day: dt.date | None, partitions: DailyPartitionsDefinition) -> str | None:
-    """Why a landed file cannot be placed in a bronze partition (None when it can)."""
+def refusal(uri: str, root: str, partitions: DailyPartitionsDefinition) -> str | None:
+    """Why a landed file of the source folder `root` is not taken (None when it is): its path leads out
+    of the folder, or it cannot be placed in a bronze partition."""
+    escaped = escapes(uri, root)
+    if escaped:
+        return escaped
+    day = landing_day(uri)
     if day is None:
         return "not in a date=YYYY-MM-DD folder"
     first = partitions.start.date()
@@ -84,7 +88,8 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
         watermark, recent = state["watermark"], set(state["recent"])
         files = landing_zone(lakehouse.settings).list(source.name)
         reported = set(state.get("refused", []))
-        refused = {f.uri: why for f in files if (why := refusal(f.day, partitions))}
+        root = source_root(lakehouse.settings, source.name)
+        refused = {f.uri: why for f in files if (why := refusal(f.uri, root, partitions))}
         events = []
         if set(refused) - reported:
             newly = {uri: why for uri, why in refused.items() if uri not in reported}

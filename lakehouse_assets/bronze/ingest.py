@@ -36,6 +36,7 @@ from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_r
 from ..runtime.files import modification_times
 from ..runtime.resource import LakehouseResource
 from ..sources.landing import day_folders, landing_date_of, list_landing_files, of_files, read_landing
+from ..sources.zones import source_root
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
 
@@ -278,9 +279,11 @@ def landing_asset(source: LandingSource, partitions: PartitionsDefinition,
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
         start, end = context.partition_time_window
         window = Window.of_days("landing_date", start, end, as_date=True)
-        files = list_landing_files(
-            lakehouse.spark, day_folders(lakehouse.settings.landing, source.name, window.start, window.end)
-        )
+        files, refused = list_landing_files(
+            lakehouse.spark, day_folders(lakehouse.settings.landing, source.name, window.start, window.end),
+            source_root(lakehouse.settings, source.name))
+        for path, why in refused.items():
+            context.log.warning(f"{source.name}: not ingested: {path}: {why}")
         report = ingest(lakehouse, source, files, context.run_id, window.label, log=context.log.info)
         yield MaterializeResult(asset_key=bronze, metadata=report.metadata(report.kept))
         yield MaterializeResult(asset_key=quarantine, metadata=report.metadata(report.quarantined))

@@ -14,8 +14,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..runtime.files import glob_files
+from .zones import escapes
 
 MAX_RECORD_BYTES = 64 * 1024
+BOM = "\ufeff"
 LINEAGE_COLUMNS = ["source_file", "source_line", "landing_date", "payload"]
 
 
@@ -25,11 +27,14 @@ def day_folders(landing: str, source: str, start: dt.date, end: dt.date) -> list
     return [f"{landing.rstrip('/')}/{source}/date={d.isoformat()}" for d in days]
 
 
-def list_landing_files(spark: SparkSession, folders: list[str]) -> list[str]:
+def list_landing_files(spark: SparkSession, folders: list[str], root: str) -> tuple[list[str], dict[str, str]]:
+    """The landing files of the day folders under the source folder `root`, and those refused with the
+    reason: a path that leads out of `root` (a symbolic link, a `..` key) is never read."""
     files: list[str] = []
     for folder in folders:
         files += glob_files(spark, f"{folder}/*.jsonl") + glob_files(spark, f"{folder}/*.jsonl.gz")
-    return files
+    refused = {f: why for f in files if (why := escapes(f, root))}
+    return [f for f in files if f not in refused], refused
 
 
 def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
@@ -66,14 +71,16 @@ def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, int]:
         return spark.createDataFrame([], schema), 0
     offsets = spark.createDataFrame(
         starts, "source_file string, _split long, _first long, _before long, landing_date date")
-    payload = F.col("payload")
+    payload, line = F.col("payload"), (F.col("_id") - F.col("_first") + F.col("_before") + 1).cast("int")
+    # A CRLF line's CR (one, as a line reader drops it); a suffix test, not a pattern, on every line.
+    payload = F.when(payload.endswith("\r"), F.expr("substring(payload, 1, length(payload) - 1)")).otherwise(payload)
     lines = raw.join(F.broadcast(offsets), ["source_file", "_split"]).select(
         "source_file",
-        (F.col("_id") - F.col("_first") + F.col("_before") + 1).cast("int").alias("source_line"),
+        line.alias("source_line"),
         "landing_date",
-        # A CRLF line's CR (one, as a line reader drops it); a suffix test, not a pattern, on every line.
-        F.when(payload.endswith("\r"), F.expr("substring(payload, 1, length(payload) - 1)"))
-        .otherwise(payload).alias("payload"),
+        # A UTF-8 byte order mark opens some exporters' files: it is not part of the first record.
+        F.when((line == 1) & payload.startswith(BOM), payload.substr(F.lit(2), F.length(payload))).otherwise(payload)
+        .alias("payload"),
     )
     return lines, sum(before.values())
 

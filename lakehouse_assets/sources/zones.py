@@ -8,10 +8,11 @@ custom endpoint (SeaweedFS, MinIO) works the same as AWS.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from dagster_aws.s3 import S3Resource
 
@@ -39,6 +40,33 @@ def landing_day(uri: str) -> dt.date | None:
         return dt.date.fromisoformat(m.group(1)) if m else None
     except ValueError:  # date=2025-13-45: not a day
         return None
+
+
+def escapes(uri: str, root: str) -> str | None:
+    """Why a landed file is not safely inside its source's folder `root` (None when it is).
+
+    A local file is judged by where it really is: a symbolic link (of the file or of a day folder)
+    that leads out of the folder is refused, whatever it points at. An object key is a name, not a
+    path, but readers resolve `..` and `.` in it as a path: a key with such a segment, or an empty
+    one, is refused, so no file is read from outside the folder it was listed in.
+    """
+    file, folder = urlsplit(uri), urlsplit(root)
+    path, base = unquote(file.path), unquote(folder.path).rstrip("/")
+    if file.scheme in ("", "file"):
+        real, real_base = os.path.realpath(path), os.path.realpath(base)
+        if os.path.commonpath([real, real_base]) != real_base or real == real_base:
+            return f"refused: the path leads out of the landing zone (to {real})"
+        return None
+    if file.netloc != folder.netloc or not path.startswith(base + "/"):
+        return f"refused: not under the source's folder {root}"
+    if any(part in ("", ".", "..") for part in path[len(base) + 1:].split("/")):
+        return "refused: the key has a '..', '.' or empty path segment, which readers resolve out of its folder"
+    return None
+
+
+def source_root(settings: Settings, source: str) -> str:
+    """The folder (or prefix) of one source in the landing zone."""
+    return f"{settings.landing.rstrip('/')}/{source}"
 
 
 class LocalZone:

@@ -52,8 +52,9 @@ def landed(tmp_path):
 
 def test_each_bad_line_is_quarantined_with_its_reason_and_good_lines_are_typed(spark, landed):
     root, lines = landed
-    files = list_landing_files(spark, day_folders(root.as_uri(), "events", dt.date(2025, 1, 1), dt.date(2025, 1, 2)))
-    assert len(files) == 1
+    files, refused = list_landing_files(spark, day_folders(root.as_uri(), "events", dt.date(2025, 1, 1),
+                                                           dt.date(2025, 1, 2)), f"{root.as_uri()}/events")
+    assert len(files) == 1 and refused == {}
     read = read_lines(spark, files)
     checked = parse_events(SOURCE, read)
     events, rejects = checked.where("reason IS NULL"), checked.where("reason IS NOT NULL")
@@ -78,7 +79,7 @@ def test_each_bad_line_is_quarantined_with_its_reason_and_good_lines_are_typed(s
 
 def test_no_files_gives_empty_frames_not_an_error(spark, tmp_path):
     folders = day_folders(tmp_path.as_uri(), "events", dt.date(2025, 1, 1), dt.date(2025, 1, 3))
-    assert list_landing_files(spark, folders) == []
+    assert list_landing_files(spark, folders, f"{tmp_path.as_uri()}/events") == ([], {})
     assert parse_events(SOURCE, read_lines(spark, [])).count() == 0
 
 
@@ -91,7 +92,7 @@ def test_a_file_read_in_many_splits_keeps_every_line_with_its_number(spark, tmp_
     (folder / "big.jsonl").write_text("\r\n".join(lines) + "\r\n")  # CRLF, as some exporters write
     (folder / "small.jsonl").write_text('{"n": 1}\n{"n": 2}')  # no final newline
     (folder / "empty.jsonl").write_text("")
-    files = list_landing_files(spark, [f"file:{folder}"])
+    files, _ = list_landing_files(spark, [f"file:{folder}"], f"file:{folder.parent}")
     assert len(files) == 3
     previous = spark.conf.get("spark.sql.files.maxPartitionBytes")
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 * 1024))  # about 20 splits of big.jsonl

@@ -1,0 +1,88 @@
+"""The README's promises about what is quarantined or rejected, and why, each with a case that breaks it.
+
+Every Debezium quarantine reason of a PostgreSQL change stream, and every silver event rule of the shop's
+declaration (with the first rule broken deciding), judged on the parsers the assets use.
+"""
+
+import datetime as dt
+import json
+
+from lakehouse_assets.silver.events import first_broken_rule
+from lakehouse_assets.sources.cdc import parse_cdc
+
+from ..shop import SHOP
+
+CUSTOMERS = SHOP.cdc["customers"]
+SOURCE = {"lsn": 23456, "ts_ms": 1735725600000, "connector": "postgresql", "db": "shop", "schema": "public",
+          "table": "customers", "txId": 7, "sequence": '["23400","23456"]', "snapshot": "false"}
+ROW = {"customer_id": 41, "email": "a@example.com", "full_name": "A", "country": "NL",
+       "created_at": 1735725600000000, "updated_at": 1735725600000000}
+
+
+def _change(**changes) -> str:
+    change = {"op": "u", "before": ROW, "after": {**ROW, "country": "BE"}, "source": SOURCE, "ts_ms": 1735725601000}
+    change.update(changes)
+    return json.dumps({k: v for k, v in change.items() if v is not ...})
+
+
+CDC_LINES = {
+    _change(): None,
+    "null": None,  # a tombstone: kept as op t
+    "": "blank line",
+    "[1, 2]": "not a JSON object",
+    '{"op": "u", ': "malformed JSON",
+    json.dumps({"schema": {}, "payload": [1]}): "payload is not a JSON object",
+    json.dumps({"schema": {}, "payload": "text"}): "payload is not a JSON object",
+    _change(op=...): "missing op",
+    _change(op="x"): "unknown op: x",
+    _change(source=...): "missing source",
+    _change(source={**SOURCE, "lsn": None}): "missing source position (lsn)",
+    _change(source={**SOURCE, "lsn": "0/16B3748"}): "lsn is not a number: 0/16B3748",
+    _change(source={**SOURCE, "ts_ms": "yesterday"}): "source.ts_ms is not a number",
+    _change(op="c", before=None, after=...): "missing after image",
+    _change(op="d", before=..., after=None): "missing before image",
+    _change(after=[1, 2]): "after is not a JSON object",
+    _change(before="customer 41"): "before is not a JSON object",
+    _change(after={**ROW, "customer_id": "forty-one"}): "after.customer_id is not a bigint: forty-one",
+    _change(before={**ROW, "created_at": "soon"}): "before.created_at is not a timestamp: soon",
+    _change(after={k: v for k, v in ROW.items() if k != "customer_id"}): "missing primary key field customer_id",
+}
+
+
+def test_each_debezium_quarantine_reason_is_given_for_its_breakage(spark):
+    lines = spark.createDataFrame(
+        [("file:/landing/cdc/customers/date=2025-01-01/x.jsonl", n, dt.date(2025, 1, 1), payload)
+         for n, payload in enumerate(CDC_LINES, start=1)],
+        "source_file string, source_line int, landing_date date, payload string")
+    got = {r.source_line: (r.op, r.reason) for r in parse_cdc(CUSTOMERS, lines).collect()}
+    assert {n: reason for n, (_, reason) in got.items()} == dict(enumerate(CDC_LINES.values(), start=1))
+    assert got[1][0] == "u" and got[2][0] == "t"
+
+
+INGESTED = dt.datetime(2025, 1, 1, 12, 0)
+EVENTS = {  # (event_type, price, event_ts, user agent) -> the first rule broken, None when kept
+    ("page_view", None, INGESTED, "Mozilla/5.0"): None,
+    ("purchase", "19.99", INGESTED, "Mozilla/5.0"): None,
+    ("refund", None, INGESTED, "Mozilla/5.0"): "unknown_event_type",
+    (None, None, INGESTED, "Mozilla/5.0"): "unknown_event_type",
+    ("page_view", None, INGESTED, "Googlebot/2.1"): "bot_user_agent",
+    ("purchase", None, INGESTED, "Mozilla/5.0"): "purchase_without_price",
+    ("add_to_cart", "-1.00", INGESTED, "Mozilla/5.0"): "negative_price",
+    ("page_view", None, INGESTED + dt.timedelta(minutes=59), "Mozilla/5.0"): None,
+    ("page_view", None, INGESTED + dt.timedelta(hours=2), "Mozilla/5.0"): "event_after_ingestion",
+    # Two rules broken: the first declared decides.
+    ("refund", "-1.00", INGESTED, "crawler"): "unknown_event_type",
+    ("purchase", "-5.00", INGESTED + dt.timedelta(days=1), "HeadlessChrome"): "bot_user_agent",
+    ("purchase", None, INGESTED + dt.timedelta(days=1), "Mozilla/5.0"): "purchase_without_price",
+}
+
+
+def test_each_silver_rule_rejects_what_it_names_and_the_first_broken_rule_decides(spark):
+    events = spark.createDataFrame(
+        [(n, event_type, price, event_ts, {"user_agent": agent}, INGESTED)
+         for n, (event_type, price, event_ts, agent) in enumerate(EVENTS)],
+        "n int, event_type string, price string, event_ts timestamp, properties map<string,string>, "
+        "ingested_at timestamp",
+    ).selectExpr("n", "event_type", "cast(price as decimal(12,2)) price", "event_ts", "properties", "ingested_at")
+    got = {r.n: r.rule for r in events.select("n", first_broken_rule(SHOP.events["events"]).alias("rule")).collect()}
+    assert got == dict(enumerate(EVENTS.values()))
