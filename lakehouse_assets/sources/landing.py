@@ -17,7 +17,6 @@ from ..runtime.files import glob_files
 from .zones import escapes
 
 MAX_RECORD_BYTES = 64 * 1024
-BOM = "\ufeff"
 LINEAGE_COLUMNS = ["source_file", "source_line", "landing_date", "payload"]
 
 
@@ -71,16 +70,15 @@ def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, int]:
         return spark.createDataFrame([], schema), 0
     offsets = spark.createDataFrame(
         starts, "source_file string, _split long, _first long, _before long, landing_date date")
-    payload, line = F.col("payload"), (F.col("_id") - F.col("_first") + F.col("_before") + 1).cast("int")
-    # A CRLF line's CR (one, as a line reader drops it); a suffix test, not a pattern, on every line.
-    payload = F.when(payload.endswith("\r"), F.expr("substring(payload, 1, length(payload) - 1)")).otherwise(payload)
+    payload = F.col("payload")
+    # (A UTF-8 byte order mark opening a file never reaches here: Hadoop's line reader skips it.)
     lines = raw.join(F.broadcast(offsets), ["source_file", "_split"]).select(
         "source_file",
-        line.alias("source_line"),
+        (F.col("_id") - F.col("_first") + F.col("_before") + 1).cast("int").alias("source_line"),
         "landing_date",
-        # A UTF-8 byte order mark opens some exporters' files: it is not part of the first record.
-        F.when((line == 1) & payload.startswith(BOM), payload.substr(F.lit(2), F.length(payload))).otherwise(payload)
-        .alias("payload"),
+        # A CRLF line's CR (one, as a line reader drops it); a suffix test, not a pattern, on every line.
+        F.when(payload.endswith("\r"), F.expr("substring(payload, 1, length(payload) - 1)"))
+        .otherwise(payload).alias("payload"),
     )
     return lines, sum(before.values())
 

@@ -61,6 +61,8 @@ def test_a_day_of_hostile_files_is_taken_whole_without_a_crash_or_a_lost_record(
     # A byte order mark and CRLF lines (a spreadsheet's export): the first record is a record like the others.
     good["bom-crlf.jsonl"] = [_event(f"bom-{i}") for i in range(5)]
     files["bom-crlf.jsonl"] = b"\xef\xbb\xbf" + b"".join(json.dumps(e).encode() + b"\r\n" for e in good["bom-crlf.jsonl"])
+    good["bom.jsonl.gz"] = [_event(f"bom-gz-{i}") for i in range(3)]
+    files["bom.jsonl.gz"] = gzip.compress(b"\xef\xbb\xbf" + _jsonl(good["bom.jsonl.gz"]))
     good["whole.jsonl.gz"] = [_event(f"gz-{i}") for i in range(10)]
     files["whole.jsonl.gz"] = gzip.compress(_jsonl(good["whole.jsonl.gz"]))
     good["no-eol.jsonl"] = [_event("eol-1"), _event("eol-2")]
