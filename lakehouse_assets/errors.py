@@ -66,3 +66,7 @@ class SnapshotError(LakehouseError, LookupError):
 
 class SparkClusterError(LakehouseError, RuntimeError):
     """The local Spark standalone cluster did not start or stop as asked."""
+
+
+class CatalogUnreachableError(LakehouseError, RuntimeError):
+    """The catalog's database could not be reached or refused the connection (named without its password)."""

@@ -32,7 +32,7 @@ PINNED = "pinned_snapshots"
 
 def pin_snapshots(lakehouse: LakehouseResource, run_id: str, asset: str, snapshots: dict[str, int]) -> dict:
     """Tag each snapshot `pin_<asset>_<run>` (kept until the tag is dropped); returns what to record."""
-    tag = f"pin_{validate_identifier(asset)}_{run_id.replace('-', '')[:12]}"
+    tag = validate_identifier(f"pin_{asset}_{run_id.replace('-', '')[:12]}", "pin tag")
     for table_id, snapshot_id in snapshots.items():
         lakehouse.spark.sql(f"ALTER TABLE {table_id} CREATE OR REPLACE TAG `{tag}` AS OF VERSION {int(snapshot_id)}")
     return {table_id: {"snapshot_id": snapshot_id, "tag": tag} for table_id, snapshot_id in snapshots.items()}

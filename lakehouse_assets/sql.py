@@ -89,9 +89,8 @@ def query(settings: Settings, sql: str, as_of: str | None = None, tables: list[s
 
 def run(settings: Settings, sql: str, as_of: str | None = None, tables: list[str] | None = None) -> SqlResult:
     """`query`, with what was read from each table (DuckDB's profile of the statement)."""
-    con, views, names = _prepare(settings, sql, as_of, tables)
+    con, views, names = _prepare(settings, sql, as_of, tables, profile=True)
     try:
-        con.execute("PRAGMA enable_profiling = 'no_output'")
         result = _execute(con, sql, settings.namespace, names)
         profile = json.loads(con.get_profiling_information(format="json") or "{}")
         return SqlResult(result, _scan_infos(settings.namespace, views, list(_iceberg_scans(profile))))
@@ -99,16 +98,25 @@ def run(settings: Settings, sql: str, as_of: str | None = None, tables: list[str
         con.close()
 
 
-def connect(settings: Settings) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB session in UTC with the Iceberg reader loaded (and S3 access when the lake is on S3)."""
+def connect(settings: Settings, profile: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB session in UTC with the Iceberg reader loaded (and S3 access when the lake is on S3),
+    allowed to read the warehouse only."""
     con = duckdb.connect(":memory:")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
     for name in EXTENSIONS:
         con.execute(f"LOAD '{_sql_string(str(_extension_file(name)))}'")
     con.execute("SET TimeZone = 'UTC'")
+    if profile:  # what each scan read, for `run`
+        con.execute("PRAGMA enable_profiling = 'no_output'")
     if settings.uses_s3:
         con.execute(_s3_secret(settings))
+    # The statement reads the lake and nothing else: no other file (the key that pseudonymises personal data
+    # lives beside the warehouse), no COPY out, no ATTACH, no extension installed; and it cannot undo this.
+    warehouse = _duckdb_path(settings.warehouse).rstrip("/") + "/"
+    con.execute(f"SET allowed_directories = ['{_sql_string(warehouse)}']")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
     return con
 
 
@@ -177,8 +185,8 @@ class _View:
     snapshot: Snapshot | None
 
 
-def _prepare(settings: Settings, sql: str, as_of: str | None,
-             tables: list[str] | None) -> tuple[duckdb.DuckDBPyConnection, list[_View], dict[str, str]]:
+def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] | None,
+             profile: bool = False) -> tuple[duckdb.DuckDBPyConnection, list[_View], dict[str, str]]:
     """A session with a view per table the statement names, each at its snapshot."""
     if not isinstance(sql, str) or not sql.strip():
         raise ValueError("empty SQL statement")
@@ -197,7 +205,7 @@ def _prepare(settings: Settings, sql: str, as_of: str | None,
         dict(_snapshots_as_of(as_of, loaded, settings, names)) if as_of
         else {name: table.current_snapshot() for name, table in loaded.items()})
     views = [_View(name, table, snapshots[name]) for name, table in loaded.items()]
-    con = connect(settings)
+    con = connect(settings, profile)
     try:
         qualified = settings.namespace.lower() not in ("main", "temp", "memory", "system", "information_schema",
                                                        "pg_catalog")

@@ -7,7 +7,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from pyiceberg.catalog.sql import SqlCatalog
+from sqlalchemy.exc import DBAPIError
 
+from ..errors import CatalogUnreachableError
 from ..settings import CatalogUri, Settings
 
 
@@ -19,7 +21,11 @@ def open_catalog(name: str, uri: CatalogUri, warehouse: str, **properties: str) 
     """
     if uri.kind == "sqlite":
         Path(uri.path).parent.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog(name, uri=uri.sqlalchemy_url, warehouse=warehouse, **properties)
+    try:
+        return SqlCatalog(name, uri=uri.sqlalchemy_url, warehouse=warehouse, **properties)
+    except DBAPIError as exc:  # the driver's own words, not SQLAlchemy's wrapper (nor the URL it was given)
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+        raise CatalogUnreachableError(f"catalog {uri.display}: {reason}") from None
 
 
 def s3_properties(settings: Settings) -> dict[str, str]:
