@@ -75,7 +75,8 @@ def test_no_secret_reaches_logs_records_snapshots_errors_or_output(spark, lake_s
                             ("LAKEHOUSE_LANDING", landing), ("LAKEHOUSE_S3_SECRET_KEY", s3_server.secret_key),
                             ("LAKEHOUSE_PROJECT", str(SHOP_FILE))):
         monkeypatch.setenv(variable, value)
-    capfd.readouterr()
+    run_output = capfd.readouterr()  # what the run printed: Dagster's and Spark's logs
+    texts["run output"] = run_output.out + run_output.err
     for command in (["settings"], ["tables", "--json"], ["health", "--json"], ["snapshots", "silver_events"],
                     ["reconcile", "--json"], ["sql", "SELECT count(*) FROM silver_events"]):
         assert main(command) in (0, 1), command
@@ -92,7 +93,7 @@ def test_no_secret_reaches_logs_records_snapshots_errors_or_output(spark, lake_s
     texts["settings repr"] = repr(Settings(home=tmp_path, catalog_uri=f"postgresql://lake:{password}@db:5432/x",
                                            s3_secret_key=s3_server.secret_key, pii_key=pii))
 
-    assert len(texts) > 10
+    assert len(texts) > 10 and "bronze_events" in texts["run output"]
     assert _leaks(secrets, texts) == []
 
 
