@@ -70,3 +70,7 @@ class SparkClusterError(LakehouseError, RuntimeError):
 
 class CatalogUnreachableError(LakehouseError, RuntimeError):
     """The catalog's database could not be reached or refused the connection (named without its password)."""
+
+
+class PublishedError(LakehouseError, RuntimeError):
+    """A write reached main and something after it failed: never to be retried (it would be written twice)."""

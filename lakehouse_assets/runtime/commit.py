@@ -34,7 +34,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..errors import ConcurrentCommitError
+from ..errors import ConcurrentCommitError, PublishedError
 from ..tables.handle import CURRENT, TableHandle
 from .failpoints import failpoint
 from .freshness import derived_watermarks, watermark_properties
@@ -209,12 +209,23 @@ class StagedWrite:
                     "nothing was published"
                 ) from exc
             raise
-        result = self.result()
-        self.discard()
-        return result
+        # Published: nothing from here on may send the caller to write again (it would write twice).
+        try:
+            return self.result()
+        except Exception as exc:
+            raise PublishedError(f"{self.table_id}: published as snapshot of branch {self.branch}, but its "
+                                 f"figures could not be read: {exc}") from exc
+        finally:
+            self.discard(quietly=True)
 
-    def discard(self) -> None:
-        self.spark.sql(f"ALTER TABLE {self.table_id} DROP BRANCH IF EXISTS `{self.branch}`")
+    def discard(self, quietly: bool = False) -> None:
+        """Drop the write's branch. `quietly`: after a publish, a branch that cannot be dropped now (another
+        writer moved the table meanwhile) is left for maintenance, which drops stale write branches."""
+        try:
+            self.spark.sql(f"ALTER TABLE {self.table_id} DROP BRANCH IF EXISTS `{self.branch}`")
+        except Exception:
+            if not quietly:
+                raise
 
     def result(self) -> CommitResult:
         """Figures of everything written on the branch since its base (head totals, summed changes)."""
@@ -270,6 +281,8 @@ def with_commit_retries(attempt: Callable[[], T], what: str, log: Callable[[str]
     for n in range(attempts):
         try:
             return attempt(), n
+        except PublishedError:
+            raise  # it is on main: writing again would write it twice
         except Exception as exc:
             if not isinstance(exc, ConcurrentCommitError) and not lost_commit_race(exc):
                 raise

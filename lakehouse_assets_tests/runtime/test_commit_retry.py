@@ -74,3 +74,31 @@ def test_a_write_that_keeps_losing_fails_after_its_attempts_with_nothing_of_it_p
     rows = sorted((r.writer, r.value) for r in table.read().collect())
     assert rows == [("winner", 11), ("winner", 12), ("winner", 13)]
     assert not [r for r in table.iceberg().refs() if r.startswith("stage_")]
+
+
+def test_a_write_already_published_is_never_written_again_when_dropping_its_branch_loses_a_race(lakehouse,
+                                                                                              monkeypatch):
+    """Under contention the branch drop after a publish can be refused like any commit; the write is on main by
+    then, and retrying it would append it twice."""
+    table = lakehouse.table(SPEC).create()
+    spark, real_sql = table.spark, table.spark.sql
+    refused = []
+
+    def sql(statement, *args, **kwargs):
+        if "DROP BRANCH" in statement and not refused:
+            refused.append(statement)
+            raise RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata")
+        return real_sql(statement, *args, **kwargs)
+
+    monkeypatch.setattr(spark, "sql", sql)
+    attempts = []
+
+    def attempt():
+        attempts.append(1)
+        rows = spark.createDataFrame([(D[0], "once", 1)], SPEC.schema)
+        return table.stage("run-once", SPEC.name, D[0].isoformat()).append(rows).publish()
+
+    result, retries = with_commit_retries(attempt, SPEC.name, log=lambda _: None)
+    assert (len(attempts), retries, len(refused)) == (1, 0, 1)
+    assert [(r.writer, r.value) for r in table.read().collect()] == [("once", 1)]
+    assert result.snapshot_id == table.iceberg().current_snapshot().snapshot_id
