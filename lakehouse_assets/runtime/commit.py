@@ -210,6 +210,7 @@ class StagedWrite:
                 ) from exc
             raise
         # Published: nothing from here on may send the caller to write again (it would write twice).
+        failpoint(f"{self.table.name}:after-publish")
         try:
             return self.result()
         except Exception as exc:

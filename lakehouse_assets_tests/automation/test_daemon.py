@@ -27,7 +27,7 @@ from lakehouse_assets.streaming import heartbeat_file
 
 from ..shop import temporary_instance
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # whole processes: the daemon, the stream
 
 DEADLINE_S = 600
 
