@@ -86,3 +86,27 @@ def test_each_silver_rule_rejects_what_it_names_and_the_first_broken_rule_decide
     ).selectExpr("n", "event_type", "cast(price as decimal(12,2)) price", "event_ts", "properties", "ingested_at")
     got = {r.n: r.rule for r in events.select("n", first_broken_rule(SHOP.events["events"]).alias("rule")).collect()}
     assert got == dict(enumerate(EVENTS.values()))
+
+
+def test_the_same_landed_files_always_ask_for_the_same_run_key_so_the_daemon_launches_them_once(tmp_path):
+    """The landing sensor's run key names the day and the files: a tick that sees the same files again (a lost
+    cursor, a sensor reset) asks with the same key, which the daemon launches once; a new file is a new key."""
+    from dagster import DagsterInstance
+
+    from lakehouse_assets.runtime.resource import LakehouseResource
+
+    from ..automation.test_landing_sensors import evaluate
+
+    lakehouse = LakehouseResource(home=str(tmp_path / "lake"), landing=str(tmp_path / "landing"), namespace="keys")
+    folder = tmp_path / "landing" / "events" / "date=2025-01-01"
+    folder.mkdir(parents=True)
+    (folder / "a.jsonl").write_text('{"event_id": "a"}\n')
+    instance = DagsterInstance.ephemeral()
+    first = evaluate(lakehouse, instance)
+    again = evaluate(lakehouse, instance)  # no cursor: as after a reset
+    assert [r.run_key for r in first.run_requests] == [r.run_key for r in again.run_requests]
+    assert len(first.run_requests) == 1 and first.run_requests[0].run_key.startswith("events:2025-01-01:")
+    (folder / "b.jsonl").write_text('{"event_id": "b"}\n')
+    third = evaluate(lakehouse, instance)
+    assert [r.partition_key for r in third.run_requests] == ["2025-01-01"]
+    assert third.run_requests[0].run_key != first.run_requests[0].run_key
