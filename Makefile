@@ -72,10 +72,11 @@ e2e: setup
 
 # The reliability suite at a larger size (SOAK_SCALE, default 20); its figures go to benchmarks/RELIABILITY.md.
 soak: setup
-	@rm -f $(LAKEHOUSE_HOME)/reliability-figures.jsonl; mkdir -p $(LAKEHOUSE_HOME)
+	@rm -f $(LAKEHOUSE_HOME)/reliability-figures.jsonl $(LAKEHOUSE_HOME)/reliability-junit.xml; mkdir -p $(LAKEHOUSE_HOME)
 	LAKEHOUSE_SOAK_SCALE=$(or $(SOAK_SCALE),20) LAKEHOUSE_RELIABILITY_FIGURES=$(LAKEHOUSE_HOME)/reliability-figures.jsonl \
-		$(BIN)/pytest lakehouse_assets_tests/reliability -m "" -p no:randomly; status=$$?; \
+		$(BIN)/pytest lakehouse_assets_tests/reliability --junitxml=$(LAKEHOUSE_HOME)/reliability-junit.xml; status=$$?; \
 	$(BIN)/python -m lakehouse_assets_tests.reliability.report $(LAKEHOUSE_HOME)/reliability-figures.jsonl \
+		--junit $(LAKEHOUSE_HOME)/reliability-junit.xml \
 		--outcome "$$( [ $$status = 0 ] && echo 'every test passed' || echo "pytest exit $$status: see its output" )"; \
 	exit $$status
 

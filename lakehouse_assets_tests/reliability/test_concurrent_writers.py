@@ -7,6 +7,7 @@ appended row once, the overwritten day as its last batch left it, the upserted r
 """
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -41,10 +42,13 @@ def test_writers_in_several_processes_all_commit_exactly_once_on_a_linear_histor
             [sys.executable, "-m", "lakehouse_assets_tests.reliability.writer", writer, "--name", f"w{n}",
              "--day", day, "--batches", str(batches), "--home", str(tmp_path), "--catalog-uri", catalog_uri,
              "--namespace", namespace], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [p.communicate(timeout=900) for p in processes]
-    for p, (_, err) in zip(processes, outputs):
-        assert p.returncode == 0, err[-4000:]
+    outputs = [p.communicate(timeout=1800) for p in processes]
     commits = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
+    failed = {f"w{n} ({WRITERS[n][0]})": _reason(err) for n, (p, (_, err)) in enumerate(zip(processes, outputs))
+              if p.returncode != 0}
+    record(f"concurrent_writers ({kind})", writers=len(WRITERS), batches_each=batches, commits=len(commits),
+           retries=sum(c["retries"] for c in commits), writers_that_failed=len(failed), **failed)
+    assert not failed, failed
     assert Counter(c["writer"] for c in commits) == {f"w{n}": batches for n in range(len(WRITERS))}
 
     table = catalog.load_table((namespace, "contended"))
@@ -68,6 +72,11 @@ def test_writers_in_several_processes_all_commit_exactly_once_on_a_linear_histor
             [final] = [c for c in commits if c["writer"] == f"w{n}" and c["batch"] == last]
             expected.update((f"w{n}", i, last) for i in final["ids"])
     assert got == expected  # every committed row once, nothing else
-    retries = sum(c["retries"] for c in commits)
-    record(f"concurrent_writers ({kind})", writers=len(WRITERS), processes=len(processes), commits=len(commits),
-           retries=retries, snapshots_on_main=len(line), rows=len(rows))
+    record(f"concurrent_writers ({kind}): the table after", snapshots_on_main=len(line), rows=len(rows))
+
+
+def _reason(stderr: str) -> str:
+    """The exception a writer died of: the last line of its output that names one."""
+    named = [line.strip() for line in stderr.splitlines()
+             if re.match(r"^[\w.]+(Error|Exception): ", line.strip())]
+    return (named[-1] if named else stderr.strip().splitlines()[-1] if stderr.strip() else "no output")[:400]
