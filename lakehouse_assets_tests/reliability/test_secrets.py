@@ -53,7 +53,7 @@ def test_no_secret_reaches_logs_records_snapshots_errors_or_output(spark, lake_s
         zone.put(path, "events", DAY, path.name)
 
     (tmp_path / "dagster").mkdir()
-    instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    instance = DagsterInstance.local_temp(str(tmp_path / "dagster"), overrides={"telemetry": {"enabled": False}})
     result = materialize(assets("bronze_events", "silver_events"), resources={"lakehouse": lakehouse},
                          instance=instance, partition_key=DAY.isoformat())
     assert result.success
