@@ -104,14 +104,28 @@ def _env(name: str, default: str) -> str:
     return value or default
 
 
-# The settings a profile may set: every LAKEHOUSE_* variable that `Settings.from_env` reads.
-PROFILE_KEYS = frozenset({
-    "LAKEHOUSE_HOME", "LAKEHOUSE_SPARK_MASTER", "LAKEHOUSE_DRIVER_MEMORY", "LAKEHOUSE_SHUFFLE_PARTITIONS",
-    "LAKEHOUSE_CATALOG_NAME", "LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "LAKEHOUSE_LANDING",
-    "LAKEHOUSE_NAMESPACE", "LAKEHOUSE_SPARK_PACKAGES", "LAKEHOUSE_SPARK_JARS", "LAKEHOUSE_SPARK_CONF",
-    "LAKEHOUSE_START_DATE", "LAKEHOUSE_S3_ENDPOINT", "LAKEHOUSE_S3_ACCESS_KEY", "LAKEHOUSE_S3_SECRET_KEY",
-    "LAKEHOUSE_S3_REGION", "LAKEHOUSE_PII_KEY",
-})
+# The settings the environment or a profile gives: field -> (variable, default).
+ENV_SETTINGS = {
+    "home": ("LAKEHOUSE_HOME", ".lakehouse"),
+    "spark_master": ("LAKEHOUSE_SPARK_MASTER", "local[*]"),
+    "driver_memory": ("LAKEHOUSE_DRIVER_MEMORY", "4g"),
+    "shuffle_partitions": ("LAKEHOUSE_SHUFFLE_PARTITIONS", "4"),
+    "catalog_name": ("LAKEHOUSE_CATALOG_NAME", "lakehouse"),
+    "catalog_uri": ("LAKEHOUSE_CATALOG_URI", ""),
+    "warehouse": ("LAKEHOUSE_WAREHOUSE", ""),
+    "landing": ("LAKEHOUSE_LANDING", ""),
+    "namespace": ("LAKEHOUSE_NAMESPACE", "lake"),
+    "spark_packages": ("LAKEHOUSE_SPARK_PACKAGES", ""),
+    "extra_jars": ("LAKEHOUSE_SPARK_JARS", ""),
+    "spark_conf": ("LAKEHOUSE_SPARK_CONF", ""),
+    "start_date": ("LAKEHOUSE_START_DATE", ""),
+    "s3_endpoint": ("LAKEHOUSE_S3_ENDPOINT", ""),
+    "s3_access_key": ("LAKEHOUSE_S3_ACCESS_KEY", ""),
+    "s3_secret_key": ("LAKEHOUSE_S3_SECRET_KEY", ""),
+    "s3_region": ("LAKEHOUSE_S3_REGION", "us-east-1"),
+    "pii_key": ("LAKEHOUSE_PII_KEY", ""),
+}
+PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -238,31 +252,18 @@ class Settings:
         profile_name = _env("LAKEHOUSE_PROFILE", "local")
         profile = load_profile(profile_name)
 
-        def setting(name: str, default: str) -> str:  # the environment, else the profile, else the default
-            return _env(name, "") or profile.get(name) or default
-
-        jars = setting("LAKEHOUSE_SPARK_JARS", "")
-        values: dict[str, Any] = dict(
-            home=Path(setting("LAKEHOUSE_HOME", ".lakehouse")),
-            spark_master=setting("LAKEHOUSE_SPARK_MASTER", "local[*]"),
-            driver_memory=setting("LAKEHOUSE_DRIVER_MEMORY", "4g"),
-            shuffle_partitions=int(setting("LAKEHOUSE_SHUFFLE_PARTITIONS", "4")),
-            catalog_name=setting("LAKEHOUSE_CATALOG_NAME", "lakehouse"),
-            catalog_uri=setting("LAKEHOUSE_CATALOG_URI", ""),
-            warehouse=setting("LAKEHOUSE_WAREHOUSE", ""),
-            landing=setting("LAKEHOUSE_LANDING", ""),
-            namespace=setting("LAKEHOUSE_NAMESPACE", "lake"),
-            spark_packages=setting("LAKEHOUSE_SPARK_PACKAGES", ""),
-            extra_jars=tuple(j for j in jars.split(",") if j.strip()),
-            spark_conf=parse_spark_conf(setting("LAKEHOUSE_SPARK_CONF", "")),
-            start_date=setting("LAKEHOUSE_START_DATE", ""),
-            project=_env("LAKEHOUSE_PROJECT", "lakehouse.yaml"),
-            s3_endpoint=setting("LAKEHOUSE_S3_ENDPOINT", ""),
-            s3_access_key=setting("LAKEHOUSE_S3_ACCESS_KEY", os.environ.get("AWS_ACCESS_KEY_ID", "")),
-            s3_secret_key=setting("LAKEHOUSE_S3_SECRET_KEY", os.environ.get("AWS_SECRET_ACCESS_KEY", "")),
-            s3_region=setting("LAKEHOUSE_S3_REGION", "us-east-1"),
-            pii_key=setting("LAKEHOUSE_PII_KEY", ""),
-        )
+        raw = {field: _env(variable, "") or profile.get(variable) or default
+               for field, (variable, default) in ENV_SETTINGS.items()}
+        values: dict[str, Any] = {
+            **raw,
+            "home": Path(raw["home"]),
+            "shuffle_partitions": int(raw["shuffle_partitions"]),
+            "extra_jars": tuple(j for j in raw["extra_jars"].split(",") if j.strip()),
+            "spark_conf": parse_spark_conf(raw["spark_conf"]),
+            "project": _env("LAKEHOUSE_PROJECT", "lakehouse.yaml"),
+            "s3_access_key": raw["s3_access_key"] or os.environ.get("AWS_ACCESS_KEY_ID", ""),
+            "s3_secret_key": raw["s3_secret_key"] or os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+        }
         values.update(overrides)
         return cls(profile=profile_name, **values)
 
