@@ -1,7 +1,8 @@
 """Pandera (pyspark) checks that gate a write-audit-publish.
 
 A silver write is staged on a branch; its Pandera models run against what the
-branch holds; only when every one passes is `main` fast-forwarded. Each model is a
+branch holds; only when every one passes are the run's tables published, all
+together in one catalog transaction. Each model is a
 blocking Dagster asset check of the asset, so a failure stops everything
 downstream, and its result lists the failed checks with their columns.
 
@@ -14,7 +15,7 @@ from typing import Any
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, Failure, MetadataValue
 from pyspark.sql import DataFrame
 
-from ..runtime.commit import CommitResult, StagedWrite
+from ..runtime.commit import CommitResult, StagedWrite, publish_all
 
 
 def pandera_failures(errors: dict) -> list[dict[str, str]]:
@@ -53,7 +54,7 @@ class Audit:
 
 
 def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[AssetCheckResult]]:
-    """Run every check on every staged branch; publish all of them only if all pass.
+    """Run every check on every staged branch; publish all of them, together, only if all pass.
 
     On failure, nothing is published, the branches stay for inspection and a
     `Failure` names them (after the caller yields the returned check results:
@@ -81,15 +82,7 @@ def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[Ass
             ))
     if not all(r.passed for r in results):
         return [], results
-    published = []
-    try:
-        for audit in audits:
-            published.append(audit.staged.publish())
-    except Exception:
-        for audit in audits[len(published) + 1:]:
-            audit.staged.discard()  # the caller re-stages everything on the new main
-        raise
-    return published, results
+    return publish_all([audit.staged for audit in audits]), results
 
 
 def raise_if_failed(results: list[AssetCheckResult]) -> None:

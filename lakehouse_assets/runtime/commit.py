@@ -1,17 +1,18 @@
 """Writing to Iceberg tables: staged on a branch, checked, published in one swap.
 
 A write goes to a branch cut from `main` (`stage`); what it wrote can be read and
-audited there (`StagedWrite.read`); `publish` fast-forwards `main` to it in one
-catalog commit, which fails if `main` moved meanwhile, so concurrent writers can
-never both publish what each decided against the same snapshot. A write that is
-not published leaves `main` exactly as it was and the branch inspectable.
+audited there (`StagedWrite.read`); `publish` (or `publish_all` for the several
+tables of one run) moves `main` to it in one catalog transaction (runtime/publish.py).
+When another writer moved `main` meanwhile, the write is replayed on the new `main`
+under Iceberg's conflict validation within its `scope` (what it was decided against:
+the whole table by default, its partition window, or nothing for a blind append),
+so writers of different partitions (a backfill and the stream) both publish at once.
+A write that is not published leaves `main` exactly as it was.
 
-When another writer published first, `with_commit_retries` runs the whole write
-again on the new `main`: it re-reads its inputs, re-stages, re-validates what it
-decided against (files already taken, keys already held) and publishes. Writers
-of different partitions (a backfill and the stream) therefore both succeed; a
-write that keeps losing the race fails after `COMMIT_ATTEMPTS` with nothing
-published.
+On a true conflict, `with_commit_retries` runs the whole write again on the new
+`main`: it re-reads its inputs, re-stages, re-validates what it decided against
+(files already taken, keys already held) and publishes; a write that keeps losing
+fails after `COMMIT_ATTEMPTS` with nothing published.
 
 Every published head carries the Dagster run id, asset and partition range in its
 snapshot summary; the figures of all snapshots written on the branch come back
@@ -38,6 +39,7 @@ from ..errors import ConcurrentCommitError, PublishedError
 from ..tables.handle import CURRENT, TableHandle
 from .failpoints import failpoint
 from .freshness import derived_watermarks, watermark_properties
+from .publish import EVERYTHING, NOTHING, publish_together  # noqa: F401 - NOTHING is the writers' to pass
 from .schema import conform
 
 T = TypeVar("T")
@@ -77,6 +79,7 @@ class CommitResult:
     snapshot_id: int | None
     operation: str
     summary: dict[str, str]
+    rebases: int = 0  # times the write was replayed on a main another writer had moved
 
     def _int(self, key: str) -> int:
         return int(self.summary.get(key, 0) or 0)
@@ -128,6 +131,16 @@ class StagedWrite:
     evolve: bool = False
     stamped: bool = True
     properties: dict[str, str] = field(default_factory=dict)  # more snapshot summary properties
+    scope: Any = EVERYTHING  # what the write was decided against (runtime/publish.py): EVERYTHING, NOTHING, a Window
+    on: int | None = None  # the snapshot of main the branch builds on (the base, until replayed on a newer main)
+    spent: list[str] = field(default_factory=list)  # branches replaced by a replay, dropped when published
+    changes: Any = None  # the branch's net file changes, once a replay needed them
+    rebases: int = 0  # times the write was replayed on a main that another writer moved
+    head: int | None = None  # the snapshot published
+    published: bool = False
+
+    def __post_init__(self) -> None:
+        self.on = self.base_snapshot_id
 
     @property
     def table_id(self) -> str:
@@ -157,11 +170,14 @@ class StagedWrite:
         landed = [m[1] for m in marks if m[1] is not None]
         return self.with_watermarks(max(events, default=None), max(landed, default=None))
 
+    def stamp(self) -> dict[str, str]:
+        """The snapshot summary properties of this write's commits."""
+        return {WRITE_ID: self.write_id, RUN_ID: self.run_id, ASSET: self.asset, PARTITIONS: self.label,
+                **self.properties}
+
     def _writer(self, df: DataFrame):
         writer = conform(self.spark, self.table_id, df, evolve=self.evolve).writeTo(self.target)
-        props = {WRITE_ID: self.write_id, RUN_ID: self.run_id, ASSET: self.asset, PARTITIONS: self.label,
-                 **self.properties}
-        for key, value in props.items():
+        for key, value in self.stamp().items():
             writer = writer.option(f"snapshot-property.{key}", value)
         self.stamped = True
         return writer
@@ -193,50 +209,28 @@ class StagedWrite:
         return self
 
     def publish(self) -> CommitResult:
-        spark = self.spark
-        if not self.stamped:
-            # An empty stamped commit on top: the published head says which run wrote it.
-            self.append(spark.createDataFrame([], spark.table(self.table_id).schema))
-        failpoint(f"{self.table.name}:before-publish")
-        catalog, name = self.table_id.split(".", 1)
-        try:
-            spark.sql(f"CALL {catalog}.system.fast_forward('{name}', 'main', '{self.branch}')")
-        except Exception as exc:
-            self.discard()
-            if "not an ancestor" in str(exc):
-                raise ConcurrentCommitError(
-                    f"{self.table_id}: main moved while this write was staged (another writer committed); "
-                    "nothing was published"
-                ) from exc
-            raise
-        # Published: nothing from here on may send the caller to write again (it would write twice).
-        failpoint(f"{self.table.name}:after-publish")
-        try:
-            return self.result()
-        except Exception as exc:
-            raise PublishedError(f"{self.table_id}: published as snapshot of branch {self.branch}, but its "
-                                 f"figures could not be read: {exc}") from exc
-        finally:
-            self.discard(quietly=True)
+        """Move main to what this write staged (replayed on a newer main if another writer moved it)."""
+        return publish_all([self])[0]
 
     def discard(self, quietly: bool = False) -> None:
-        """Drop the write's branch. `quietly`: after a publish, a branch that cannot be dropped now (another
-        writer moved the table meanwhile) is left for maintenance, which drops stale write branches."""
-        try:
-            self.spark.sql(f"ALTER TABLE {self.table_id} DROP BRANCH IF EXISTS `{self.branch}`")
-        except Exception:
-            if not quietly:
-                raise
+        """Drop the write's branches. `quietly`: a branch that cannot be dropped now (another writer moved the
+        table meanwhile) is left for maintenance, which drops stale write branches."""
+        for branch in [self.branch, *self.spent]:
+            try:
+                self.spark.sql(f"ALTER TABLE {self.table_id} DROP BRANCH IF EXISTS `{branch}`")
+            except Exception:
+                if not quietly:
+                    raise
 
     def result(self) -> CommitResult:
-        """Figures of everything written on the branch since its base (head totals, summed changes)."""
+        """Figures of everything this write committed on top of main (head totals, summed changes)."""
         table = self.table.iceberg()
-        head = table.snapshot_by_name(self.branch) or table.current_snapshot()
+        head = table.snapshot_by_id(self.head) if self.head is not None else table.snapshot_by_name(self.branch)
         assert head is not None and head.summary is not None  # the branch holds at least the stamped commit
         summary = dict(head.summary.additional_properties)
         totals = {k: 0 for k in _SUMMED}
         snapshot: Snapshot | None = head
-        while snapshot is not None and snapshot.snapshot_id != self.base_snapshot_id:
+        while snapshot is not None and snapshot.snapshot_id != self.on:
             assert snapshot.summary is not None  # Iceberg's writers (Spark's too) always record one
             props = snapshot.summary.additional_properties
             for key in _SUMMED:
@@ -244,12 +238,36 @@ class StagedWrite:
             snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
         summary.update({k: str(v) for k, v in totals.items()})
         operation = head.summary.operation.value if head.summary.operation else ""
-        return CommitResult(self.table_id, head.snapshot_id, operation, summary)
+        return CommitResult(self.table_id, head.snapshot_id, operation, summary, self.rebases)
+
+
+def publish_all(writes: list[StagedWrite]) -> list[CommitResult]:
+    """Publish staged writes of several tables all together, or none of them (runtime/publish.py)."""
+    for write in writes:
+        if not write.stamped:
+            # An empty stamped commit on top: the published head says which run wrote it.
+            write.append(write.spark.createDataFrame([], write.spark.table(write.table_id).schema))
+    for write in writes:
+        failpoint(f"{write.table.name}:before-publish")
+    try:
+        publish_together(writes)
+    except Exception:
+        for write in writes:
+            write.discard(quietly=True)  # nothing was published; what the branches held is gone with them
+        raise
+    # Published: nothing from here on may send the caller to write again (it would write twice).
+    for write in writes:
+        failpoint(f"{write.table.name}:after-publish")
+    try:
+        return [write.result() for write in writes]
+    except Exception as exc:
+        raise PublishedError(f"{', '.join(w.table_id for w in writes)}: published, but the figures could not "
+                             f"be read: {exc}") from exc
 
 
 def stage(
     table: TableHandle, run_id: str, asset: str, label: str,
-    base_snapshot_id: Any = CURRENT, prefix: str = "stage", evolve: bool = False,
+    base_snapshot_id: Any = CURRENT, prefix: str = "stage", evolve: bool = False, scope: Any = EVERYTHING,
 ) -> StagedWrite:
     """A branch `<prefix>_<epoch seconds>_<id>` of `table` cut at `base_snapshot_id` (main's current snapshot by default)."""
     table.create()
@@ -260,7 +278,7 @@ def stage(
     branch = f"{prefix}_{int(time.time())}_{write_id[:12]}"
     as_of = f" AS OF VERSION {int(base_snapshot_id)}" if base_snapshot_id is not None else ""
     table.spark.sql(f"ALTER TABLE {table.id} CREATE BRANCH `{branch}`{as_of}")
-    return StagedWrite(table, branch, base_snapshot_id, run_id, asset, label, write_id, evolve)
+    return StagedWrite(table, branch, base_snapshot_id, run_id, asset, label, write_id, evolve, scope=scope)
 
 
 def current_state(table: TableHandle) -> CommitResult:

@@ -93,15 +93,17 @@ class TableHandle:
         add_columns(self.spark, self.create().id, columns)
 
     def stage(self, run_id: str, asset: str, label: str, base_snapshot_id: Any = CURRENT, prefix: str = "stage",
-              evolve: bool = False) -> StagedWrite:
+              evolve: bool = False, scope: Any = None) -> StagedWrite:
         """A private branch cut at `base_snapshot_id` (main now by default; None: the empty table).
 
         `evolve` lets the write add columns the table lacks (bronze's schema drift);
-        anywhere else a column the declaration does not have is an error.
+        anywhere else a column the declaration does not have is an error. `scope` is what the
+        write was decided against (runtime/publish.py): the whole table unless it says less.
         """
-        from ..runtime.commit import stage
+        from ..runtime.commit import EVERYTHING, stage
 
-        return stage(self, run_id, asset, label, base_snapshot_id, prefix=prefix, evolve=evolve)
+        return stage(self, run_id, asset, label, base_snapshot_id, prefix=prefix, evolve=evolve,
+                     scope=EVERYTHING if scope is None else scope)
 
     def current_state(self) -> CommitResult:
         from ..runtime.commit import current_state

@@ -3,10 +3,12 @@
     python -m lakehouse_assets_tests.reliability.writer KIND --name N --day YYYY-MM-DD --batches B
         --home H --catalog-uri URI --namespace NS
 
-KIND is how it writes to the shared table `contended`: `spark-append`, `spark-overwrite` (its own day,
-replaced each batch), `spark-merge` (upserts into its own day), all through the platform's staged
-commits and their retries, or `pyiceberg-append` (pyiceberg's own commit, retried on a refused commit).
-Each committed batch is printed as one JSON line: what it wrote and how many retries it took.
+KIND is how it writes to the shared table `contended`: `spark-append` (a blind append), `spark-overwrite`
+(its own day, replaced each batch), `spark-merge` (upserts into its own day), all through the platform's
+staged commits (replayed on a moved main within the scope each declares, re-staged on a true conflict), or
+`pyiceberg-append` (pyiceberg's own commit, retried on a refused commit). Each batch is printed as one JSON
+line: what it wrote, how often it was replayed and how many re-stagings it took, or (`conflict`) why it
+gave up on a true conflict with nothing published.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def _rows(name: str, day: dt.date, batch: int, size: int, same_ids: bool = False
 
 
 def spark_writer(kind: str, args: argparse.Namespace) -> None:
-    from lakehouse_assets.runtime.commit import Window, with_commit_retries
+    from lakehouse_assets.errors import ConcurrentCommitError
+    from lakehouse_assets.runtime.commit import NOTHING, Window, with_commit_retries
     from lakehouse_assets.runtime.resource import LakehouseResource
 
     lakehouse = LakehouseResource(home=args.home, catalog_uri=args.catalog_uri, namespace=args.namespace,
@@ -49,7 +52,8 @@ def spark_writer(kind: str, args: argparse.Namespace) -> None:
         def attempt(ids=ids, batch=batch):
             table.create()
             df = lakehouse.spark.createDataFrame(ids, SPEC.schema)
-            staged = table.stage(f"{args.name}-{batch}", SPEC.name, args.day)
+            scope = NOTHING if kind == "spark-append" else window  # the upserts' ON holds them to their day
+            staged = table.stage(f"{args.name}-{batch}", SPEC.name, args.day, scope=scope)
             if kind == "spark-append":
                 staged.append(df)
             elif kind == "spark-overwrite":
@@ -61,9 +65,15 @@ def spark_writer(kind: str, args: argparse.Namespace) -> None:
                            "WHEN MATCHED THEN UPDATE SET value = s.value WHEN NOT MATCHED THEN INSERT *")
             return staged.publish()
 
-        result, retries = with_commit_retries(attempt, args.name, log=lambda m: print(m, file=sys.stderr))
+        try:
+            result, retries = with_commit_retries(attempt, args.name, log=lambda m: print(m, file=sys.stderr))
+        except ConcurrentCommitError as exc:  # a true conflict, every attempt: the batch is not published
+            print(json.dumps({"writer": args.name, "kind": kind, "batch": batch, "conflict": str(exc)[:300]}),
+                  flush=True)
+            continue
         print(json.dumps({"writer": args.name, "kind": kind, "batch": batch, "ids": [r[2] for r in ids],
-                          "snapshot_id": result.snapshot_id, "retries": retries}), flush=True)
+                          "snapshot_id": result.snapshot_id, "retries": retries,
+                          "replays": result.rebases}), flush=True)
 
 
 def pyiceberg_writer(args: argparse.Namespace) -> None:
@@ -94,7 +104,12 @@ def pyiceberg_writer(args: argparse.Namespace) -> None:
             try:
                 table.append(data, snapshot_properties={"dagster.run-id": f"{args.name}-{batch}"})
                 break
-            except CommitFailedException as exc:  # another writer moved main: reload and append again
+            except (CommitFailedException, ValueError) as exc:  # another writer moved the table: reload, append again
+                # pyiceberg checks only that main did not move; a commit to another branch (a staged write) that
+                # took the next sequence number meanwhile makes it refuse the snapshot with this ValueError
+                # (the same gap as apache/iceberg#15001), which, like a refused commit, calls for a reload.
+                if isinstance(exc, ValueError) and "sequence number" not in str(exc):
+                    raise
                 retries += 1
                 print(f"{args.name}: {exc}; retrying", file=sys.stderr)
                 assert retries < 50, "gave up"
@@ -102,7 +117,7 @@ def pyiceberg_writer(args: argparse.Namespace) -> None:
                 table = catalog.load_table((args.namespace, SPEC.name))
         print(json.dumps({"writer": args.name, "kind": "pyiceberg-append", "batch": batch,
                           "ids": [r[2] for r in rows], "snapshot_id": table.current_snapshot().snapshot_id,
-                          "retries": retries}), flush=True)
+                          "retries": retries, "replays": 0}), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,29 +76,31 @@ def test_a_write_that_keeps_losing_fails_after_its_attempts_with_nothing_of_it_p
     assert not [r for r in table.iceberg().refs() if r.startswith("stage_")]
 
 
-def test_a_write_already_published_is_never_written_again_when_dropping_its_branch_loses_a_race(lakehouse,
-                                                                                              monkeypatch):
-    """Under contention the branch drop after a publish can be refused like any commit; the write is on main by
-    then, and retrying it would append it twice."""
+def test_a_write_already_published_is_never_written_again_when_reading_its_figures_fails(lakehouse, monkeypatch):
+    """Once the catalog swapped main, the write is published: a failure after that (here: reading its figures)
+    is a PublishedError, which is never retried, since retrying would append the rows twice."""
+    from lakehouse_assets.errors import PublishedError
+    from lakehouse_assets.runtime.commit import StagedWrite
+
     table = lakehouse.table(SPEC).create()
-    spark, real_sql = table.spark, table.spark.sql
-    refused = []
+    real_result, failed = StagedWrite.result, []
 
-    def sql(statement, *args, **kwargs):
-        if "DROP BRANCH" in statement and not refused:
-            refused.append(statement)
-            raise RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata")
-        return real_sql(statement, *args, **kwargs)
+    def result(self):
+        if self.published and not failed:
+            failed.append(1)
+            raise RuntimeError("the catalog went away")
+        return real_result(self)
 
-    monkeypatch.setattr(spark, "sql", sql)
+    monkeypatch.setattr(StagedWrite, "result", result)
     attempts = []
 
     def attempt():
         attempts.append(1)
-        rows = spark.createDataFrame([(D[0], "once", 1)], SPEC.schema)
+        rows = table.spark.createDataFrame([(D[0], "once", 1)], SPEC.schema)
         return table.stage("run-once", SPEC.name, D[0].isoformat()).append(rows).publish()
 
-    result, retries = with_commit_retries(attempt, SPEC.name, log=lambda _: None)
-    assert (len(attempts), retries, len(refused)) == (1, 0, 1)
+    with pytest.raises(PublishedError, match="published, but the figures could not be read"):
+        with_commit_retries(attempt, SPEC.name, log=lambda _: None)
+    assert len(attempts) == 1
     assert [(r.writer, r.value) for r in table.read().collect()] == [("once", 1)]
-    assert result.snapshot_id == table.iceberg().current_snapshot().snapshot_id
+    assert not [r for r in table.iceberg().refs() if r.startswith("stage_")]

@@ -1,0 +1,251 @@
+"""Publishing staged writes: every table of a run at once, on whatever `main` has become.
+
+A staged write (runtime/commit.py) is a branch of its table. Publishing moves each
+table's `main` to its branch's head, and does it for all the tables of one run in
+one transaction of the catalog's database: the new metadata files are written
+first, then one transaction swaps every table's metadata pointer, each only if it
+still is what this publish read. Either every table moves or none does, also when
+the process dies halfway (a crash leaves metadata files nobody points at, which
+orphan removal deletes).
+
+When another writer moved `main` after the branch was cut, the write is replayed
+on top of the new `main` (a row delta on a fresh branch with the same data and
+delete files) under Iceberg's own conflict validation from the snapshot the write
+was decided against: within the write's `scope` (the rows it read, e.g. its
+partition window) no concurrent commit may have added or deleted rows; files it
+removes or deletes rows from must still be there. Writers of different partitions
+therefore all publish; a true conflict raises `ConcurrentCommitError`, nothing
+published, and the caller decides again on the new `main`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+
+from ..errors import ConcurrentCommitError
+from .failpoints import failpoint
+from .freshness import NEWEST_EVENT, NEWEST_LANDED
+
+if TYPE_CHECKING:
+    from .commit import StagedWrite
+
+EVERYTHING = "everything"  # the write depends on the whole table: any concurrent row change conflicts
+NOTHING = "nothing"  # a blind append: only the files it touches can conflict
+SWAP_ATTEMPTS = 20
+_VERSION = re.compile(r"(\d+)-[^/]*\.metadata\.json(?:\.gz)?$")
+
+
+class _LostSwap(Exception):
+    """Some table's metadata moved between reading it and swapping: read, replay and try again."""
+
+
+def _java(iterable: Any) -> Iterator[Any]:
+    iterator = iterable.iterator()
+    while iterator.hasNext():
+        yield iterator.next()
+
+
+def _literal(value: Any) -> Any:
+    """A Python bound as Iceberg's expressions take it: ISO text for dates and times (bound to the column's type)."""
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    return value
+
+
+def conflict_filter(jvm: Any, scope: Any) -> Any:
+    """The Iceberg expression of a write's scope: EVERYTHING, or a Window's [start, end) on its column."""
+    expressions = jvm.org.apache.iceberg.expressions.Expressions
+    if scope == EVERYTHING:
+        return expressions.alwaysTrue()
+    low = expressions.greaterThanOrEqual(scope.column, _literal(scope.start))
+    high = expressions.lessThan(scope.column, _literal(scope.end))
+    return getattr(expressions, "and")(low, high)
+
+
+class _Changes:
+    """The net data and delete files a branch added and removed since its base."""
+
+    def __init__(self, jtable: Any, head: int, base: int | None):
+        io = jtable.io()
+        chain = []
+        snapshot = jtable.snapshot(head)
+        while snapshot is not None and snapshot.snapshotId() != base:
+            chain.append(snapshot)
+            parent = snapshot.parentId()
+            snapshot = jtable.snapshot(parent) if parent is not None else None
+        self.added_data: dict[str, Any] = {}
+        self.removed_data: dict[str, Any] = {}
+        self.added_deletes: dict[str, Any] = {}
+        self.removed_deletes: dict[str, Any] = {}
+        for snapshot in reversed(chain):  # oldest first: a file added then removed on the branch nets out
+            self._net(self.added_data, self.removed_data,
+                      _java(snapshot.addedDataFiles(io)), _java(snapshot.removedDataFiles(io)))
+            self._net(self.added_deletes, self.removed_deletes,
+                      _java(snapshot.addedDeleteFiles(io)), _java(snapshot.removedDeleteFiles(io)))
+
+    @staticmethod
+    def _net(added: dict[str, Any], removed: dict[str, Any], adds: Iterable[Any], removes: Iterable[Any]) -> None:
+        for f in adds:
+            added[f.location()] = f
+        for f in removes:
+            if added.pop(f.location(), None) is None:
+                removed[f.location()] = f
+
+
+def _rebase(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
+    """Replay the write's changes on a fresh branch cut at `main_now`, validated from its decision snapshot."""
+    jvm = write.spark._jvm
+    if write.changes is None:
+        write.changes = _Changes(jtable, jtable.refs().get(write.branch).snapshotId(), write.base_snapshot_id)
+    changes: _Changes = write.changes
+    prefix = write.branch.split("_", 1)[0]
+    branch = f"{prefix}_{int(time.time())}_{uuid.uuid4().hex[:12]}"
+    manage = jtable.manageSnapshots()
+    if main_now is None:  # main has no snapshot (it was emptied by a rollback): nothing to replay on
+        raise ConcurrentCommitError(f"{write.table_id}: main lost its history while this write was staged")
+    manage.createBranch(branch, main_now).commit()
+    write.spent.append(write.branch)
+    write.branch, write.on = branch, main_now
+
+    delta = jtable.newRowDelta().toBranch(branch)
+    for f in changes.added_data.values():
+        delta.addRows(f)
+    for f in changes.added_deletes.values():
+        delta.addDeletes(f)
+    for f in changes.removed_data.values():
+        delta.removeRows(f)
+    for f in changes.removed_deletes.values():
+        delta.removeDeletes(f)
+    if write.base_snapshot_id is not None:
+        delta.validateFromSnapshot(write.base_snapshot_id)
+    delta.validateDeletedFiles()
+    util = jvm.org.apache.iceberg.util.ContentFileUtil
+    referenced = [util.referencedDataFileLocation(f) for f in changes.added_deletes.values()]
+    if None in referenced:  # a delete file for several data files: none of the table's files may have gone
+        referenced = [f.location() for f in _java(jtable.newScan().useRef(branch).planFiles())]
+    if referenced:
+        delta.validateDataFilesExist(jvm.java.util.ArrayList(referenced))
+    if write.scope != NOTHING:
+        delta.conflictDetectionFilter(conflict_filter(jvm, write.scope))
+        delta.validateNoConflictingDataFiles()
+        delta.validateNoConflictingDeleteFiles()
+    for key, value in _stamp(write, jtable.snapshot(main_now)).items():
+        delta.set(key, value)
+    try:
+        delta.commit()
+    except Exception as exc:
+        if "ValidationException" in str(exc):
+            raise ConcurrentCommitError(
+                f"{write.table_id}: a concurrent commit changed what this write was decided against "
+                f"({_first_line(exc)}); nothing was published") from exc
+        raise
+    write.rebases += 1
+
+
+def _stamp(write: StagedWrite, main_head: Any) -> dict[str, str]:
+    """The write's snapshot properties; its watermarks no older than those `main` already carries."""
+    props = {**write.stamp()}
+    summary = main_head.summary() if main_head is not None else None
+    for key in (NEWEST_EVENT, NEWEST_LANDED):
+        theirs = summary.get(key) if summary is not None else None
+        if theirs and (key not in props or dt.datetime.fromisoformat(theirs) > dt.datetime.fromisoformat(props[key])):
+            props[key] = theirs
+    return props
+
+
+def _first_line(exc: BaseException) -> str:
+    message = str(exc)
+    found = re.search(r"ValidationException: ([^\n]+)", message)
+    return (found.group(1) if found else message.splitlines()[0]).strip()
+
+
+def _load(write: StagedWrite) -> Any:
+    jvm = write.spark._jvm
+    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(write.spark._jsparkSession, write.table_id)
+
+
+def _main(jtable: Any) -> int | None:
+    ref = jtable.refs().get("main")
+    return ref.snapshotId() if ref is not None else None
+
+
+def _new_metadata(write: StagedWrite, jtable: Any) -> tuple[str, str, str]:
+    """Write the metadata with `main` at the write's head and its branches gone: (table, old file, new file)."""
+    jvm = write.spark._jvm
+    ops = jtable.operations()
+    base = ops.current()
+    head = base.ref(write.branch).snapshotId()
+    builder = jvm.org.apache.iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(head, "main")
+    for branch in [write.branch, *write.spent]:
+        if base.ref(branch) is not None:
+            builder = builder.removeRef(branch)
+    old = base.metadataFileLocation()
+    found = _VERSION.search(old)
+    version = int(found.group(1)) + 1 if found else 1
+    new = ops.metadataFileLocation(f"{version:05d}-{uuid.uuid4()}.metadata.json")
+    jvm.org.apache.iceberg.TableMetadataParser.write(builder.build(), ops.io().newOutputFile(new))
+    write.head = int(head)
+    return write.table.name, old, new
+
+
+def _swap(writes: list[StagedWrite], pointers: list[tuple[str, str, str]]) -> None:
+    """One transaction of the catalog's database: every table's pointer moves, or (_LostSwap) none does."""
+    lakehouse = writes[0].table.lakehouse
+    catalog, namespace = lakehouse.catalog, lakehouse.settings.namespace
+    statement = text("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old "
+                     "WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name "
+                     "AND metadata_location = :old")
+    with catalog.engine.begin() as connection:
+        for name, old, new in pointers:
+            moved = connection.execute(statement, {"new": new, "old": old, "catalog": catalog.name,
+                                                   "namespace": namespace, "name": name}).rowcount
+            if moved != 1:
+                raise _LostSwap(name)  # leaving the block rolls every update back
+
+
+def _drop_files(write: StagedWrite, locations: list[str]) -> None:
+    io = _load(write).io()
+    for location in locations:
+        try:
+            io.deleteFile(location)
+        except Exception:  # noqa: S110 - an unreferenced metadata file is also found by orphan removal
+            pass
+
+
+def publish_together(writes: list[StagedWrite]) -> None:
+    """Move `main` of every write's table to what it staged, all in one catalog transaction.
+
+    ConcurrentCommitError (nothing published) when a concurrent commit conflicts with a write, or the
+    tables keep moving for SWAP_ATTEMPTS tries. Afterwards each write's `head` is its published snapshot.
+    """
+    for n in range(SWAP_ATTEMPTS):
+        tables = [_load(w) for w in writes]
+        for write, jtable in zip(writes, tables):
+            main_now = _main(jtable)
+            if main_now != write.on:
+                _rebase(write, jtable, main_now)
+        tables = [_load(w) for w in writes]
+        if any(_main(t) != w.on for w, t in zip(writes, tables)):
+            continue  # moved again while replaying: replay once more
+        pointers = [_new_metadata(w, t) for w, t in zip(writes, tables)]
+        failpoint("publish:before-swap")
+        try:
+            _swap(writes, pointers)
+        except _LostSwap:
+            _drop_files(writes[0], [new for _, _, new in pointers])
+            time.sleep(0.05 * (n + 1))
+            continue
+        for write in writes:
+            write.published = True
+        failpoint("publish:after-swap")
+        return
+    raise ConcurrentCommitError(
+        f"{', '.join(w.table_id for w in writes)}: the tables kept moving; gave up after {SWAP_ATTEMPTS} "
+        "replays on the newest main; nothing was published")

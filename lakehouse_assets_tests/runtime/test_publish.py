@@ -1,0 +1,151 @@
+"""Publishing on a main another writer moved: replayed when the writes do not conflict, refused when they do,
+and several tables published all together or not at all.
+
+Each test makes the other writer commit between this write's staging and its publish, so the race is
+there for certain rather than by luck.
+"""
+
+import datetime as dt
+
+import pytest
+from pyspark.sql import types as T
+
+from lakehouse_assets.errors import ConcurrentCommitError
+from lakehouse_assets.runtime.commit import NOTHING, Window, publish_all
+from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col
+
+SCHEMA = T.StructType([col("day", T.DateType(), False), col("id", T.StringType(), False),
+                       col("value", T.LongType(), False)])
+SPEC = TableSpec(name="published", layer="silver", description="several writers", schema=SCHEMA,
+                 partitioned_by=("day",), write_mode=MERGE_ON_READ)
+OTHER = TableSpec(name="published_beside", layer="silver", description="moves with `published`", schema=SCHEMA,
+                  partitioned_by=("day",))
+D = [dt.date(2025, 3, 1) + dt.timedelta(days=n) for n in range(4)]
+
+
+def _day(day: dt.date) -> Window:
+    return Window("day", day, day + dt.timedelta(days=1), day.isoformat())
+
+
+def _rows(table, day, *pairs):
+    return table.spark.createDataFrame([(day, i, v) for i, v in pairs], SCHEMA)
+
+
+def _overwrite(table, run, day, *pairs, scope=None):
+    staged = table.stage(run, table.name, day.isoformat(), scope=scope or _day(day))
+    return staged.overwrite(_rows(table, day, *pairs), _day(day))
+
+
+def _contents(table):
+    return sorted((r.day, r.id, r.value) for r in table.read().collect())
+
+
+def _linear(table) -> list[str]:
+    """The run ids along main's history, newest first (the table's creation carries none)."""
+    iceberg = table.iceberg()
+    runs, snapshot = [], iceberg.current_snapshot()
+    while snapshot is not None:
+        runs.append(snapshot.summary.additional_properties.get("dagster.run-id"))
+        snapshot = iceberg.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return [r for r in runs if r]
+
+
+def _branches(table) -> list[str]:
+    return [r for r in table.iceberg().refs() if r != "main"]
+
+
+def test_writes_of_different_partitions_are_replayed_on_the_moved_main_and_both_publish(lakehouse):
+    table = lakehouse.table(SPEC).create()
+    _overwrite(table, "seed", D[0], ("a", 1)).publish()
+    mine = _overwrite(table, "mine", D[1], ("b", 2))
+    _overwrite(table, "other", D[2], ("c", 3)).publish()  # main moves while `mine` is staged
+
+    result = mine.publish()
+
+    assert result.rebases == 1
+    assert _contents(table) == [(D[0], "a", 1), (D[1], "b", 2), (D[2], "c", 3)]
+    assert _linear(table) == ["mine", "other", "seed"]
+    assert result.snapshot_id == table.snapshot_id() and result.added_records == 1
+    assert _branches(table) == []
+
+
+def test_a_write_whose_window_another_writer_changed_is_refused_with_nothing_published(lakehouse):
+    table = lakehouse.table(SPEC).create()
+    _overwrite(table, "seed", D[0], ("a", 1)).publish()
+    mine = _overwrite(table, "mine", D[0], ("a", 2))
+    _overwrite(table, "other", D[0], ("a", 3)).publish()
+
+    with pytest.raises(ConcurrentCommitError, match="changed what this write was decided against"):
+        mine.publish()
+
+    assert _contents(table) == [(D[0], "a", 3)]
+    assert _linear(table) == ["other", "seed"]
+    assert _branches(table) == []
+
+
+def test_a_write_decided_against_the_whole_table_is_refused_beside_any_other_write(lakehouse):
+    table = lakehouse.table(SPEC).create()
+    mine = table.stage("mine", SPEC.name, "all").append(_rows(table, D[0], ("a", 1)))  # scope: everything
+    _overwrite(table, "other", D[3], ("z", 9)).publish()
+
+    with pytest.raises(ConcurrentCommitError):
+        mine.publish()
+    assert _contents(table) == [(D[3], "z", 9)]
+
+
+def test_a_merge_replayed_over_another_days_write_keeps_its_updates_and_deletes(lakehouse):
+    table = lakehouse.table(SPEC).create()
+    _overwrite(table, "seed", D[0], ("a", 1), ("b", 1), ("c", 1)).publish()
+    _rows(table, D[0], ("a", 10), ("d", 10)).createOrReplaceTempView("changes")
+    mine = table.stage("mine", SPEC.name, D[0].isoformat(), scope=_day(D[0])).sql(
+        "MERGE INTO {target} t USING changes s ON t.id = s.id AND t.day = s.day "
+        "WHEN MATCHED AND s.id = 'a' THEN UPDATE SET value = s.value "
+        "WHEN NOT MATCHED THEN INSERT *")
+    table.spark.sql(f"DELETE FROM {table.id}.branch_{mine.branch} WHERE id = 'b'")
+    assert table.iceberg().snapshot_by_name(mine.branch).summary["added-position-delete-files"]  # row-level
+    _overwrite(table, "other", D[1], ("x", 5)).publish()
+
+    result = mine.publish()
+
+    assert result.rebases == 1
+    assert _contents(table) == [(D[0], "a", 10), (D[0], "c", 1), (D[0], "d", 10), (D[1], "x", 5)]
+    assert _linear(table)[:2] == ["mine", "other"]
+
+
+def test_deletes_whose_data_file_compaction_rewrote_meanwhile_are_refused_not_lost(lakehouse):
+    table = lakehouse.table(SPEC).create()
+    for n in range(3):  # three small files of one day, for compaction to rewrite into one
+        rows = _rows(table, D[0], (f"k{n}", n), (f"j{n}", n)).coalesce(1)
+        table.stage(f"seed{n}", SPEC.name, "seed", scope=NOTHING).append(rows).publish()
+    mine = table.stage("mine", SPEC.name, D[0].isoformat(), scope=NOTHING)
+    table.spark.sql(f"DELETE FROM {table.id}.branch_{mine.branch} WHERE id = 'k1'")
+    assert table.iceberg().snapshot_by_name(mine.branch).summary["added-position-deletes"] == "1"
+    mine.stamped = False
+    catalog, name = table.id.split(".", 1)
+    table.spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{name}', "
+                    "options => map('min-input-files', '2'))")
+
+    with pytest.raises(ConcurrentCommitError, match="missing data files"):
+        mine.publish()
+    assert sorted(r.id for r in table.read().collect()) == ["j0", "j1", "j2", "k0", "k1", "k2"]
+
+
+def test_two_tables_publish_together_or_not_at_all(lakehouse):
+    first, second = lakehouse.table(SPEC).create(), lakehouse.table(OTHER).create()
+    _overwrite(second, "seed", D[0], ("s", 0)).publish()
+    staged_first = _overwrite(first, "pair", D[0], ("p", 1))
+    staged_second = _overwrite(second, "pair", D[0], ("p", 1))
+    _overwrite(second, "other", D[0], ("o", 2)).publish()  # a true conflict on the second table only
+    before = first.snapshot_id()
+
+    with pytest.raises(ConcurrentCommitError):
+        publish_all([staged_first, staged_second])
+
+    assert first.snapshot_id() == before and _contents(first) == []
+    assert _contents(second) == [(D[0], "o", 2)]
+    assert _branches(first) == [] and _branches(second) == []
+
+    # Without the conflict both move, in one transaction of the catalog.
+    results = publish_all([_overwrite(first, "pair2", D[1], ("p", 1)), _overwrite(second, "pair2", D[1], ("p", 1))])
+    assert [r.snapshot_id for r in results] == [first.snapshot_id(), second.snapshot_id()]
+    assert _linear(first) == ["pair2"] and _linear(second)[:2] == ["pair2", "other"]
