@@ -169,7 +169,7 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
         def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
             def attempt() -> MaterializeResult:
                 df, window = build(lakehouse, *context.partition_time_window)
-                staged = lakehouse.table(spec).stage(context.run_id, spec.name, window.label)
+                staged = lakehouse.table(spec).stage(context.run_id, spec.name, window.label, scope=window)
                 result = staged.derived_from(lakehouse.table(silver), window_end=window.end).overwrite(df, window).publish()
                 state = freshness_state(lakehouse.table(spec).iceberg(), spec.name, gold.freshness[spec.name])
                 return MaterializeResult(metadata={**result.metadata(), **state.metadata()},

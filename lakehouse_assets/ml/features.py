@@ -155,7 +155,7 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
             features = features_as_of(lookback, points.select("user_id", "as_of_ts")).join(
                 ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
             table = lakehouse.table(ML_USER_FEATURES)
-            result = table.stage(context.run_id, table.name, window.label).overwrite(features, window).publish()
+            result = table.stage(context.run_id, table.name, window.label, scope=window).overwrite(features, window).publish()
             pins = pin_snapshots(lakehouse, context.run_id, table.name, {**read, table.id: result.snapshot_id})
             return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
 
@@ -197,7 +197,7 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
                                      ["session_id", "user_id"], "left")
             training = training.select(*ML_TRAINING_SET.column_names)
             table = lakehouse.table(ML_TRAINING_SET)
-            result = table.stage(context.run_id, table.name, window.label).overwrite(training, window).publish()
+            result = table.stage(context.run_id, table.name, window.label, scope=window).overwrite(training, window).publish()
             pins = pin_snapshots(lakehouse, context.run_id, table.name, {
                 **read_events_ids, feature_table.id: features_snapshot, table.id: result.snapshot_id,
             })

@@ -110,6 +110,7 @@ class CommitResult:
             "data_files_removed": MetadataValue.int(self._int("deleted-data-files")),
             "bytes_added": MetadataValue.int(self._int("added-files-size")),
             "table_data_files": MetadataValue.int(self._int("total-data-files")),
+            "commit_replays": MetadataValue.int(self.rebases),
         }
 
 

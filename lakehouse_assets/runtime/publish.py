@@ -53,9 +53,13 @@ def _java(iterable: Any) -> Iterator[Any]:
 
 
 def _literal(value: Any) -> Any:
-    """A Python bound as Iceberg's expressions take it: ISO text for dates and times (bound to the column's type)."""
-    if isinstance(value, (dt.date, dt.datetime)):
-        return value.isoformat()
+    """A Python bound as Iceberg's expressions take it: microseconds since the epoch for a time (naive: UTC),
+    days since the epoch for a date."""
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
+        return (aware - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+    if isinstance(value, dt.date):
+        return (value - dt.date(1970, 1, 1)).days
     return value
 
 

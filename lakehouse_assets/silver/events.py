@@ -147,14 +147,19 @@ def silver_model(source: EventSource, spec: TableSpec, reconciled: Any = None) -
     return pa.DataFrameSchema(columns, name=spec.name, checks=checks)
 
 
-def near(source: EventSource, start: dt.datetime, end: dt.datetime) -> Column:
+def near_window(source: EventSource, start: dt.datetime, end: dt.datetime) -> Window:
     """Event times within the source's `late_days` of [start, end): where another delivery of a key is looked for.
 
     Redeliveries repeat their event time or land within the late days the source declares, so
-    deduplication reads these days of silver (partition-pruned), not the whole table.
+    deduplication reads these days of silver (partition-pruned), not the whole table; a write decided
+    on them conflicts only with writes to these days (its publish scope).
     """
     slack = dt.timedelta(days=source.late_days)
-    return Window(source.timestamp, start - slack, end + slack, "").condition
+    return Window(source.timestamp, start - slack, end + slack, "")
+
+
+def near(source: EventSource, start: dt.datetime, end: dt.datetime) -> Column:
+    return near_window(source, start, end).condition
 
 
 def first_delivery(delivered: DataFrame, key: str) -> DataFrame:
@@ -201,9 +206,10 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
     # Where silver and rejected may hold these keys already: the batch's event days, within the late days.
     bounds = delivered.agg(F.min(F.to_date(source.timestamp)), F.max(F.to_date(source.timestamp))).first()
     first_day, last_day = (bounds[0], bounds[1]) if bounds is not None else (None, None)
-    days = F.lit(False) if first_day is None or last_day is None else near(
+    scope = None if first_day is None or last_day is None else near_window(
         source, dt.datetime.combine(first_day, dt.time(), dt.timezone.utc),
         dt.datetime.combine(last_day + dt.timedelta(days=1), dt.time(), dt.timezone.utc))
+    days = F.lit(False) if scope is None else scope.condition
 
     def attempt() -> StreamedEvents:
         held = silver.read().where(days).select(key).unionByName(rejected.read().where(days).select(key))
@@ -212,11 +218,11 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
         try:
             clean, rejects = split(lakehouse, source, judged)
             newest = clean.agg(F.max(source.timestamp)).first()[0]  # type: ignore[index]
-            staged = silver.stage(run_id, spec.name, label, prefix="audit").with_watermarks(
+            staged = silver.stage(run_id, spec.name, label, prefix="audit", scope=scope).with_watermarks(
                 newest, derived_watermarks(bronze.iceberg())[1])
             staged.properties.update(properties)
             staged.append(clean)
-            staged_rejects = rejected.stage(run_id, spec.name, label)
+            staged_rejects = rejected.stage(run_id, spec.name, label, scope=scope)
             staged_rejects.properties.update(properties)
             staged_rejects.append(rejects)
 
@@ -277,9 +283,11 @@ def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: Part
             try:
                 clean, rejects = split(lakehouse, source, judged)
 
-                staged = (silver.stage(context.run_id, spec.name, window.label, prefix="audit")
+                scope = near_window(source, window.start, window.end)  # what deduplication read
+                staged = (silver.stage(context.run_id, spec.name, window.label, prefix="audit", scope=scope)
                           .derived_from(bronze_table, window_end=window.end).overwrite(clean, window))
-                staged_rejects = rejected_handle.stage(context.run_id, spec.name, window.label).overwrite(rejects, window)
+                staged_rejects = rejected_handle.stage(context.run_id, spec.name, window.label,
+                                                       scope=scope).overwrite(rejects, window)
 
                 def bronze_keys() -> int:
                     return bronze_window.select(key).distinct().count()

@@ -149,3 +149,30 @@ def test_two_tables_publish_together_or_not_at_all(lakehouse):
     results = publish_all([_overwrite(first, "pair2", D[1], ("p", 1)), _overwrite(second, "pair2", D[1], ("p", 1))])
     assert [r.snapshot_id for r in results] == [first.snapshot_id(), second.snapshot_id()]
     assert _linear(first) == ["pair2"] and _linear(second)[:2] == ["pair2", "other"]
+
+
+TIMED = TableSpec(name="published_timed", layer="silver", description="a time-partitioned table",
+                  schema=T.StructType([col("ts", T.TimestampType(), False), col("id", T.StringType(), False)]),
+                  partitioned_by=("days(ts)",))
+
+
+@pytest.mark.parametrize("other_hour, conflicts", [(30, False), (5, True)])
+def test_a_time_window_scope_conflicts_only_with_writes_inside_it(lakehouse, other_hour, conflicts):
+    """Silver's windows are on event time (aware datetimes, here of 1 March 00:00 to 2 March 00:00 UTC)."""
+    table = lakehouse.table(TIMED).create()
+    start = dt.datetime(2025, 3, 1, tzinfo=dt.timezone.utc)
+    window = Window("ts", start, start + dt.timedelta(days=1), "2025-03-01")
+
+    def write(run, hour, scope=None):
+        rows = table.spark.createDataFrame([(start + dt.timedelta(hours=hour), run)], TIMED.schema)
+        return table.stage(run, TIMED.name, "w", scope=scope).append(rows)
+
+    mine = write("mine", 1, scope=window)
+    write("other", other_hour, scope=NOTHING).publish()
+    if conflicts:
+        with pytest.raises(ConcurrentCommitError):
+            mine.publish()
+        assert sorted(r.id for r in table.read().collect()) == ["other"]
+    else:
+        assert mine.publish().rebases == 1
+        assert sorted(r.id for r in table.read().collect()) == ["mine", "other"]
