@@ -32,10 +32,10 @@ from pyspark.sql import types as T
 from ..errors import BalanceError
 from ..partitions import SINGLE_RUN
 from ..project.model import INGEST_LOG as INGEST_LOG_NAME
-from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
+from ..runtime.commit import EVERYTHING, CommitResult, StagedWrite, Window, publish_all, retry_metadata, with_commit_retries
 from ..runtime.files import modification_times
 from ..runtime.resource import LakehouseResource
-from ..sources.landing import day_folders, landing_date_of, list_landing_files, of_files, read_landing
+from ..sources.landing import day_folders, landing_date_of, landing_date_value, list_landing_files, of_files, read_landing
 from ..sources.zones import source_root
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
@@ -111,30 +111,25 @@ class IngestReport:
         return {**(commit.metadata() if commit else {}), **counts}
 
 
-def append_new_files(table: TableHandle, df: DataFrame, files: list[str], run_id: str, asset: str,
-                     label: str, log: Callable[[str], None] = print, properties: dict[str, str] | None = None,
-                     watermarks: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
-                     ) -> tuple[CommitResult, int]:
-    """Append the rows of `df` whose source_file the table's main branch does not hold yet
-    (decided again on the new main when another writer published first); (the commit, its retries).
-    `watermarks`: the newest event time and landing time of these rows (runtime/freshness.py)."""
-
-    def attempt() -> CommitResult:
-        base = table.create().snapshot_id()
-        rows = df
-        if base is not None:
-            taken = [
-                r.source_file for r in table.read(snapshot_id=base)
-                .where(of_files(files)).select("source_file").distinct().collect()
-            ]
-            if taken:
-                rows = df.where(~F.col("source_file").isin(taken))
-        # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
-        staged = table.stage(run_id, asset, label, base, evolve=True).with_watermarks(*watermarks)
-        staged.properties.update(properties or {})
-        return staged.append(rows).publish()
-
-    return with_commit_retries(attempt, table.name, log)
+def stage_new_files(table: TableHandle, df: DataFrame, files: list[str], run_id: str, asset: str, label: str,
+                    scope: Window, properties: dict[str, str] | None = None,
+                    watermarks: tuple[dt.datetime | None, dt.datetime | None] = (None, None)) -> StagedWrite:
+    """Stage the rows of `df` whose source_file the table's main branch does not hold yet. `scope`: the landing
+    days of `files`, the only rows that decision read. `watermarks`: the newest event time and landing time of
+    these rows (runtime/freshness.py)."""
+    base = table.create().snapshot_id()
+    rows = df
+    if base is not None:
+        taken = [
+            r.source_file for r in table.read(snapshot_id=base)
+            .where(of_files(files)).select("source_file").distinct().collect()
+        ]
+        if taken:
+            rows = df.where(~F.col("source_file").isin(taken))
+    # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
+    staged = table.stage(run_id, asset, label, base, evolve=True, scope=scope).with_watermarks(*watermarks)
+    staged.properties.update(properties or {})
+    return staged.append(rows)
 
 
 def _conform(df: DataFrame, schema: T.StructType) -> DataFrame:
@@ -195,41 +190,59 @@ def ingest(
             landed = max(modification_times(spark, todo).values())
             report.newest_landed_at = dt.datetime.fromtimestamp(landed, dt.timezone.utc)
             newest_event = good.agg(F.max(source.event_time)).first()[0] if source.event_time else None  # type: ignore[index]
-        with timed("bronze append"):
-            report.kept, kept_retries = append_new_files(bronze, _conform(good, bronze_schema), todo, run_id,
-                                                         source.bronze.name, label, log, properties,
-                                                         (newest_event, report.newest_landed_at))
-        with timed("quarantine append"):
-            report.quarantined, quarantined_retries = append_new_files(
-                quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
-                todo, run_id, source.quarantine.name, label, log, properties, (None, report.newest_landed_at),
-            )
-        with timed("ingest log"):
-            per_file = checked.groupBy("source_file", "landing_date").agg(
-                F.count(F.lit(1)).alias("records"),
-                F.count(F.when(F.col("reason").isNull(), True)).alias("kept"),
-                F.count(F.when(F.col("reason").isNotNull(), True)).alias("quarantined"),
-                F.max("ingested_at").alias("ingested_at"),
-            ).withColumns({"source": F.lit(source.name), "run_id": F.lit(run_id)})
-            _, log_retries = append_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id,
-                                              INGEST_LOG.name, label, log, properties)
-        report.retries = kept_retries + quarantined_retries + log_retries
-        report.records_in = lines_read + len(unreadable)
+        per_file = checked.groupBy("source_file", "landing_date").agg(
+            F.count(F.lit(1)).alias("records"),
+            F.count(F.when(F.col("reason").isNull(), True)).alias("kept"),
+            F.count(F.when(F.col("reason").isNotNull(), True)).alias("quarantined"),
+            F.max("ingested_at").alias("ingested_at"),
+        ).withColumns({"source": F.lit(source.name), "run_id": F.lit(run_id)})
+        records_in = lines_read + len(unreadable)
+        # Whether a file was taken is decided on the rows of its landing day: writes of other days never conflict.
+        days = [landing_date_value(f) for f in todo]
+        scope: Any = EVERYTHING if None in days else Window(
+            "landing_date", min(days), max(days) + dt.timedelta(days=1), label)  # type: ignore[type-var,operator]
+
+        def attempt() -> list[CommitResult]:
+            # Each table takes what its main does not hold yet; the three publish together or not at all,
+            # and only once records in = kept + quarantined on what was staged.
+            staged: list[StagedWrite] = []
+            try:
+                with timed("stage"):
+                    staged.append(stage_new_files(
+                        bronze, _conform(good, bronze_schema), todo, run_id, source.bronze.name, label, scope,
+                        properties, (newest_event, report.newest_landed_at)))
+                    staged.append(stage_new_files(
+                        quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
+                        todo, run_id, source.quarantine.name, label, scope, properties,
+                        (None, report.newest_landed_at)))
+                    staged.append(stage_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id,
+                                                  INGEST_LOG.name, label, scope, properties))
+                with timed("records in = kept + quarantined"):
+                    _verify_balance(source, staged[:2], todo, records_in)
+            except Exception:
+                for write in staged:
+                    write.discard(quietly=True)
+                raise
+            with timed("publish"):
+                return publish_all(staged)
+
+        published, report.retries = with_commit_retries(attempt, source.bronze.name, log)
+        report.kept, report.quarantined = published[0], published[1]
+        report.records_in = records_in
     finally:
         if checked is not None:
             checked.unpersist()
-    with timed("records in = kept + quarantined"):
-        _verify_balance(source, (bronze, quarantine), todo, report.records_in)
     return report
 
 
-def _verify_balance(source: LandingSource, tables: tuple[TableHandle, ...], files: list[str], records_in: int) -> None:
-    """Records in = rows kept + rows quarantined, for the files of this run, as the tables now hold them."""
-    held = sum(table.read().where(of_files(files)).count() for table in tables)
+def _verify_balance(source: LandingSource, staged: list[StagedWrite], files: list[str], records_in: int) -> None:
+    """Records in = rows kept + rows quarantined, for the files of this run, as the staged branches hold them."""
+    held = sum(write.read().where(of_files(files)).count() for write in staged)
     if held != records_in:
         raise BalanceError(
             f"{source.bronze.name}: the {len(files)} files read had {records_in} records but bronze and "
-            f"quarantine hold {held} rows for them; records would be lost or duplicated"
+            f"quarantine would hold {held} rows for them; records would be lost or duplicated, so nothing "
+            "was published"
         )
 
 

@@ -195,6 +195,11 @@ def _check_rule_field(c: _Checker, path: tuple[Any, ...], name: str, fields: dic
 def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcTable]:
     tables = []
     c.identifier(("cdc", source_name), source_name, "CDC source name")
+    # The server names the replication slot and the capture's state; the schema goes into Debezium's table filter.
+    if decl.server is not None:
+        c.identifier(("cdc", source_name, "server"), decl.server, "CDC server name")
+    if decl.schema_ is not None:
+        c.identifier(("cdc", source_name, "schema"), decl.schema_, "CDC schema name")
     for name, t in decl.tables.items():
         path = ("cdc", source_name, "tables", name)
         c.identifier(path, name, "CDC table name")

@@ -39,7 +39,7 @@ from ..errors import ConcurrentCommitError, PublishedError
 from ..tables.handle import CURRENT, TableHandle
 from .failpoints import failpoint
 from .freshness import derived_watermarks, watermark_properties
-from .publish import EVERYTHING, NOTHING, publish_together  # noqa: F401 - NOTHING is the writers' to pass
+from .publish import EVERYTHING, NOTHING, publish_together
 from .schema import conform
 
 T = TypeVar("T")
@@ -197,10 +197,13 @@ class StagedWrite:
     def overwrite(self, df: DataFrame, window: Window) -> StagedWrite:
         """Replace exactly the rows of `window` (rows of df outside it are dropped: Iceberg
         would append them without replacing anything, and a re-run would duplicate them)."""
+        if self.scope == NOTHING:
+            self.scope = window  # what it replaces it decided against: a write into the window conflicts
         return self._write(lambda: self._writer(df.where(window.condition)).overwrite(window.condition))
 
     def replace_all(self, df: DataFrame) -> StagedWrite:
         """Replace every row of the table with `df` (a table recomputed whole)."""
+        self.scope = EVERYTHING
         return self._write(lambda: self._writer(df).overwrite(F.lit(True)))
 
     def sql(self, statement: str) -> StagedWrite:

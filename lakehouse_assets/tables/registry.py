@@ -20,7 +20,8 @@ MERGE_ON_READ = "merge-on-read"
 _TRANSFORM = re.compile(
     r"^(?:(?P<col>[A-Za-z_]\w*)"
     r"|(?:years|months|days|hours)\((?P<tcol>[A-Za-z_]\w*)\)"
-    r"|(?:bucket|truncate)\(\d+,\s*(?P<ncol>[A-Za-z_]\w*)\))$"
+    r"|(?:bucket|truncate)\(\d+,\s*(?P<ncol>[A-Za-z_]\w*)\))$",
+    re.ASCII,
 )
 
 

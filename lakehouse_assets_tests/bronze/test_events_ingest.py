@@ -95,8 +95,8 @@ def test_a_new_field_becomes_a_column_and_older_rows_read_null(lakehouse):
         set(table.scan(snapshot_id=first).to_arrow().column("channel").to_pylist()) == {None}
 
 
-def _crash_run(lakehouse, failpoint):
-    """Materialise bronze_events for DAY in a separate process that SIGKILLs itself at `failpoint`."""
+def _crash_run(lakehouse, failpoint, select="bronze_events,bronze_events_quarantine"):
+    """Materialise `select` (bronze_events) for DAY in a separate process that SIGKILLs itself at `failpoint`."""
     s = lakehouse.settings
     env = {**os.environ, "LAKEHOUSE_HOME": str(s.home), "LAKEHOUSE_NAMESPACE": s.namespace,
            "LAKEHOUSE_LANDING": s.landing, "LAKEHOUSE_SPARK_MASTER": "local[1]",
@@ -106,7 +106,7 @@ def _crash_run(lakehouse, failpoint):
     dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
     return subprocess.run(
         [dagster, "asset", "materialize", "-m", "lakehouse_assets.definitions",
-         "--select", "bronze_events,bronze_events_quarantine", "--partition", DAY],
+         "--select", select, "--partition", DAY],
         env=env, capture_output=True, text=True, timeout=300,
         cwd=s.home,  # away from the project's dagster.yaml: an ephemeral instance
     )

@@ -1,8 +1,10 @@
-"""A materialisation killed (SIGKILL, no cleanup) at each step of bronze: after its data files are written and
-before the commit, between its tables' publishes, and after the last one but before Dagster records anything.
-Each table is then at its old or its new state, and a re-run takes every landed record exactly once (records
-in = kept + quarantined, each line once)."""
+"""A materialisation killed (SIGKILL, no cleanup) at each step of publishing: after its data files are written
+on the write branches, after the new metadata files are written but before the catalog's transaction swaps
+them in, and right after that transaction but before Dagster records anything. The tables of the run (bronze,
+its quarantine and the ingest log; silver and its rejects) are then all at their old state or all at their
+new one, and a re-run takes every landed record exactly once (records in = kept + quarantined, each line once)."""
 
+import datetime as dt
 import json
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from ..bronze.test_events_ingest import _crash_run, _event, held, ingest, land
 from .figures import record
 
-POINTS = ["bronze_events:before-publish", "bronze_events_quarantine:before-publish", "bronze_ingest_log:after-publish"]
+POINTS = ["bronze_events:before-publish", "publish:before-swap", "publish:after-swap"]
 
 
 @pytest.mark.parametrize("failpoint", POINTS)
@@ -23,8 +25,8 @@ def test_a_run_killed_at_any_step_leaves_each_table_whole_and_the_rerun_takes_ea
     published = {name: lakehouse.iceberg_table(name).scan().count() if lakehouse.catalog.table_exists(
         (lakehouse.settings.namespace, name)) else 0
         for name in ("bronze_events", "bronze_events_quarantine", "bronze_ingest_log")}
-    assert published["bronze_events"] in (0, 25) and published["bronze_events_quarantine"] in (0, 2)
-    assert published["bronze_ingest_log"] in (0, 1)
+    # All three or none: the crash before the swap left every table old, the one after it every table new.
+    assert list(published.values()) == ([25, 2, 1] if failpoint == "publish:after-swap" else [0, 0, 0])
     if failpoint == "bronze_events:before-publish":  # written, not published: on the write's branch only
         bronze = lakehouse.iceberg_table("bronze_events")
         [staged] = [name for name in bronze.metadata.refs if name.startswith("stage_")]
@@ -38,3 +40,49 @@ def test_a_run_killed_at_any_step_leaves_each_table_whole_and_the_rerun_takes_ea
     assert again["records_in"].value == 0 and held(lakehouse) == (25, 2, records)
     record(f"crash at {failpoint}", tables_published_before_rerun=published,
            records_in_at_rerun=meta["records_in"].value)
+
+
+@pytest.mark.parametrize("failpoint", ["publish:before-swap", "publish:after-swap"])
+def test_a_silver_run_killed_while_publishing_moves_both_its_tables_or_neither(lakehouse, failpoint):
+    """silver_events and its rejected table move together: killed once both new metadata files are written but
+    before the catalog's transaction, neither moved (and orphan removal finds the files); killed right after
+    it, both did. The re-run leaves every bronze key in exactly one of the two."""
+    from lakehouse_assets.maintenance.procedures import TableMaintenance
+    from lakehouse_assets.project.model import TablePolicy
+
+    from ..shop import SHOP
+
+    source = SHOP.events["events"]
+    land(lakehouse, "a.jsonl", [json.dumps(_event(n)) for n in range(12)]
+         + [json.dumps(_event(n, event_type="teleport")) for n in range(12, 15)])
+    ingest(lakehouse)
+    crashed = _crash_run(lakehouse, failpoint, select="silver_events")
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+
+    def counts():
+        return tuple(lakehouse.iceberg_table(name).scan().count() if lakehouse.catalog.table_exists(
+            (lakehouse.settings.namespace, name)) else 0 for name in ("silver_events", source.rejected))
+
+    assert counts() == ((0, 0) if failpoint == "publish:before-swap" else (12, 3))
+    if failpoint == "publish:before-swap":  # the metadata files written for the swap that never happened
+        maintenance = TableMaintenance(lakehouse, "silver_events", TablePolicy(), log=lambda _: None)
+        removed = maintenance.remove_orphans(now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30))
+        assert any(f.endswith(".metadata.json") for f in removed.figures["removed_files"]), removed.figures
+        assert lakehouse.iceberg_table("silver_events").scan().count() == 0  # still readable, still old
+
+    rerun = _run_silver(lakehouse)
+    assert rerun.success and counts() == (12, 3)
+    keys = [r.event_id for name in ("silver_events", source.rejected)
+            for r in lakehouse.spark.table(lakehouse.table_id(name)).select("event_id").collect()]
+    assert sorted(keys) == [f"e-{n:04d}" for n in range(15)]
+    record(f"crash at {failpoint} (silver pair)", tables_after_crash=dict(zip(("silver", "rejected"), counts())))
+
+
+def _run_silver(lakehouse):
+    from dagster import DagsterInstance, materialize
+
+    from ..bronze.test_events_ingest import DAY
+    from ..shop import asset
+
+    return materialize([asset("silver_events")], resources={"lakehouse": lakehouse}, partition_key=DAY,
+                       instance=DagsterInstance.ephemeral())
