@@ -232,7 +232,7 @@ def _generator(project: Project):
 
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     project = load_project(settings.project)
-    start = dt.date.fromisoformat(args.start)
+    start = _date(args.start, "--start")
     days = [start + dt.timedelta(days=n) for n in range(args.days)]
     if settings.landing.startswith("file:"):
         landing = settings.local_path(settings.landing)
@@ -262,6 +262,13 @@ def _generate(project, landing: Path, days: list[dt.date], args: argparse.Namesp
         print(line)
 
 
+def _date(text: str, option: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"{option} {text!r} is not a day ({exc}): use YYYY-MM-DD") from None
+
+
 def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
     """New files into the landing zone (local or S3), as a producer would: the sensors take it from there."""
     import tempfile
@@ -270,7 +277,7 @@ def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
     from .sources.zones import landing_zone
 
     project = load_project(settings.project)
-    day = dt.date.fromisoformat(args.day)
+    day = _date(args.day, "--day")
     zone = landing_zone(settings)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     with tempfile.TemporaryDirectory() as tmp:

@@ -108,3 +108,100 @@ def test_health_snapshots_tag_and_rollback_from_the_command_line(lake_settings, 
     assert refused.returncode == 2 and "has no snapshot 123" in refused.stderr
     refused = lakehouse_cli("tag", "ops_probe", "x'; DROP TABLE t; --", home=lake_settings.home, namespace=namespace)
     assert refused.returncode == 2 and "invalid tag name" in refused.stderr
+
+
+def test_drop_writes_a_new_file_each_time_and_refuses_a_bad_day(tmp_path):
+    landing = tmp_path / "landing"
+    env_home = dict(home=tmp_path)
+    first = lakehouse_cli("drop", "--day", "2025-02-03", "--events", "40", **env_home)
+    assert first.returncode == 0, first.stderr
+    folder = landing / "events" / "date=2025-02-03"
+    [dropped] = list(folder.iterdir())
+    lines = dropped.read_text().splitlines()
+    assert first.stdout.startswith(f"dropped {len(lines)} lines: ") and dropped.name in first.stdout
+    # The generator's stream as a client sends it: 40 events, some delivered twice, some lines malformed.
+    events = [json.loads(line) for line in lines if line.startswith("{") and line.endswith("}")]
+    ids = {e["event_id"] for e in events if "event_id" in e}
+    assert 36 <= len(ids) <= 40 and len(lines) >= 40
+    again = lakehouse_cli("drop", "--day", "2025-02-03", "--events", "5", **env_home)
+    assert again.returncode == 0 and len(list(folder.iterdir())) == 2  # a new file, the first one untouched
+    assert dropped.read_text().splitlines() == lines
+
+    bad = lakehouse_cli("drop", "--day", "2025-02-30", **env_home)
+    assert bad.returncode != 0 and "2025-02-30" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_s3_start_status_a_drop_into_it_and_stop(tmp_path):
+    import boto3
+    from botocore.config import Config
+
+    from lakehouse_assets.dev.s3server import DEFAULT_SECRET_KEY
+
+    started = lakehouse_cli("s3", "start", home=tmp_path)
+    try:
+        assert started.returncode == 0, started.stderr
+        status = lakehouse_cli("s3", "status", home=tmp_path)
+        assert status.stdout.startswith("running, pid "), status.stdout
+        endpoint = status.stdout.split(", ")[-1].strip()
+        exports = dict(pair.split("=", 1) for pair in started.stdout.split("export ", 1)[1].split())
+        assert exports["LAKEHOUSE_S3_ENDPOINT"] == endpoint and exports["LAKEHOUSE_S3_SECRET_KEY"] == DEFAULT_SECRET_KEY
+
+        env = {**os.environ, **exports, "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_PROJECT": str(SHOP_FILE)}
+        drop = subprocess.run([LAKEHOUSE, "drop", "--day", "2025-02-03", "--events", "25"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert drop.returncode == 0, drop.stderr
+        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=exports["LAKEHOUSE_S3_ACCESS_KEY"],
+                              aws_secret_access_key=DEFAULT_SECRET_KEY, region_name="us-east-1",
+                              config=Config(s3={"addressing_style": "path"}))
+        [obj] = client.list_objects_v2(Bucket="raw", Prefix="landing/events/date=2025-02-03/")["Contents"]
+        body = client.get_object(Bucket="raw", Key=obj["Key"])["Body"].read().decode()
+        assert drop.stdout.startswith(f"dropped {len(body.splitlines())} lines: ")
+        assert f"s3://raw/{obj['Key']}" in drop.stdout
+    finally:
+        stopped = lakehouse_cli("s3", "stop", home=tmp_path)
+    assert stopped.stdout.strip() == "stopped"
+    assert lakehouse_cli("s3", "status", home=tmp_path).stdout.strip() == "not running"
+    assert lakehouse_cli("s3", "stop", home=tmp_path).stdout.strip() == "no S3 server was running"
+
+
+def test_pin_reads_back_exactly_what_a_materialisation_pinned_after_the_table_moved_on(tmp_path):
+    """`lakehouse pin` finds the newest materialisation's pins in the Dagster instance and reads that snapshot
+    with pyiceberg (no Spark): later appends change nothing it prints or writes."""
+    import pyarrow.parquet as pq
+    from dagster import AssetMaterialization, DagsterInstance, MetadataValue
+
+    from lakehouse_assets.settings import Settings
+
+    namespace = "pinned"
+    catalog = catalog_for(Settings(home=tmp_path, namespace=namespace))
+    catalog.create_namespace(namespace)
+    table = catalog.create_table((namespace, "ml_training_set"), schema=SCHEMA)
+    ts = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    table.append(pa.Table.from_pylist([{"id": n, "ts": ts} for n in range(5)], schema=SCHEMA))
+    snapshot_id = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(snapshot_id, "pin_ml_training_set_run1").commit()
+    table.append(pa.Table.from_pylist([{"id": 99, "ts": ts}], schema=SCHEMA))  # after the pin
+
+    home = tmp_path / "dagster"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    table_id = f"lakehouse.{namespace}.ml_training_set"
+    with DagsterInstance.from_config(str(home)) as instance:
+        instance.report_runless_asset_event(AssetMaterialization("ml_training_set", metadata={
+            "table": MetadataValue.text(table_id),
+            "pinned_snapshots": MetadataValue.json(
+                {table_id: {"snapshot_id": snapshot_id, "tag": "pin_ml_training_set_run1"}})}))
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_NAMESPACE": namespace,
+           "LAKEHOUSE_PROJECT": str(SHOP_FILE), "DAGSTER_HOME": str(home)}
+    out = tmp_path / "pinned.parquet"
+    done = subprocess.run([LAKEHOUSE, "pin", "ml_training_set", "--out", str(out)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert info["rows"] == 5 and info["snapshots"][table_id]["snapshot_id"] == snapshot_id
+    assert sorted(r["id"] for r in pq.read_table(out).to_pylist()) == [0, 1, 2, 3, 4]
+
+    missing = subprocess.run([LAKEHOUSE, "pin", "ml_user_features"], env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode != 0 and "no materialisation of ml_user_features" in missing.stderr
+    assert "Traceback" not in missing.stderr

@@ -113,3 +113,34 @@ def test_the_chain_refreshes_itself_and_a_late_file_reruns_the_event_days_it_can
     materialized(instance, "bronze_cdc_orders", "2025-01-05")
     third = evaluate_automation_conditions(defs, instance, CHAIN, cursor=second.cursor)
     assert chain_requested(third) == {"silver_orders": days, "silver_orders_history": days}
+
+
+def test_nothing_is_requested_while_a_day_it_reads_is_being_written_or_it_runs_itself_and_nothing_is_lost():
+    """A run in progress holds back every partition that reads what it writes, and an asset already running
+    is not requested again; once they end, what was held back is requested (the update is not forgotten)."""
+    from dagster._core.storage.dagster_run import DagsterRunStatus
+
+    instance = DagsterInstance.ephemeral()
+    job = defs.resolve_implicit_global_asset_job_def()
+
+    def running(day, *assets):
+        return instance.create_run_for_job(job, asset_selection=frozenset(map(AssetKey, assets)),
+                                           tags={"dagster/partition": day}, status=DagsterRunStatus.STARTED)
+
+    first = evaluate_automation_conditions(defs, instance, CHAIN)
+    bronze_run = running("2025-01-06", "bronze_events", "bronze_events_quarantine")
+    silver_run = running("2025-01-03", "silver_events")
+    materialized(instance, "bronze_events", "2025-01-05")
+    second = evaluate_automation_conditions(defs, instance, CHAIN, cursor=first.cursor)
+    held = chain_requested(second).get("silver_events", set())
+    # Landing day 05 feeds event days 03..05; 04 and 05 also read landing day 06, being written; 03 runs already.
+    assert held == set(), chain_requested(second)
+
+    instance.report_run_failed(silver_run)
+    third = evaluate_automation_conditions(defs, instance, CHAIN, cursor=second.cursor)
+    assert chain_requested(third).get("silver_events") == {"2025-01-03"}  # its own run over: now it may
+
+    materialized(instance, "bronze_events", "2025-01-06")
+    instance.report_run_failed(bronze_run)  # over (how it ended is bronze's business): nothing is in progress
+    fourth = evaluate_automation_conditions(defs, instance, CHAIN, cursor=third.cursor)
+    assert chain_requested(fourth)["silver_events"] == {"2025-01-04", "2025-01-05", "2025-01-06"}
