@@ -133,7 +133,7 @@ def _rebase(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
     util = jvm.org.apache.iceberg.util.ContentFileUtil
     referenced = [util.referencedDataFileLocation(f) for f in changes.added_deletes.values()]
     if None in referenced:  # a delete file for several data files: none of the table's files may have gone
-        referenced = [f.location() for f in _java(jtable.newScan().useRef(branch).planFiles())]
+        referenced = [task.file().location() for task in _java(jtable.newScan().useRef(branch).planFiles())]
     if referenced:
         delta.validateDataFilesExist(jvm.java.util.ArrayList(referenced))
     if write.scope != NOTHING:

@@ -6,11 +6,16 @@ new one, and a re-run takes every landed record exactly once (records in = kept 
 
 import datetime as dt
 import json
+import os
+from urllib.parse import urlparse
 
 import pytest
 
+from lakehouse_assets.maintenance.procedures import TableMaintenance
+from lakehouse_assets.project.model import TablePolicy
+
 from ..bronze.test_events_ingest import _crash_run, _event, held, ingest, land
-from .figures import record
+from .figures import age_table_files, record
 
 POINTS = ["bronze_events:before-publish", "publish:before-swap", "publish:after-swap"]
 
@@ -31,6 +36,15 @@ def test_a_run_killed_at_any_step_leaves_each_table_whole_and_the_rerun_takes_ea
         bronze = lakehouse.iceberg_table("bronze_events")
         [staged] = [name for name in bronze.metadata.refs if name.startswith("stage_")]
         assert bronze.current_snapshot() is None and bronze.scan().use_ref(staged).count() == 25
+        # Maintenance finds what the dead write left: its branch once stale, then the files only it held.
+        left = [urlparse(t.file.file_path).path for t in bronze.scan().use_ref(staged).plan_files()]
+        assert left and all(os.path.exists(p) for p in left)
+        maintenance = TableMaintenance(lakehouse, "bronze_events", TablePolicy(), log=lambda _: None)
+        later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30)  # past branch and snapshot retention
+        assert maintenance.expire(later).figures["dropped_branches"] == [staged]
+        age_table_files(lakehouse.iceberg_table("bronze_events"))  # and past orphan removal's safety window
+        maintenance.remove_orphans()
+        assert not [p for p in left if os.path.exists(p)]
 
     meta = ingest(lakehouse)
     assert held(lakehouse) == (25, 2, records)
@@ -47,9 +61,6 @@ def test_a_silver_run_killed_while_publishing_moves_both_its_tables_or_neither(l
     """silver_events and its rejected table move together: killed once both new metadata files are written but
     before the catalog's transaction, neither moved (and orphan removal finds the files); killed right after
     it, both did. The re-run leaves every bronze key in exactly one of the two."""
-    from lakehouse_assets.maintenance.procedures import TableMaintenance
-    from lakehouse_assets.project.model import TablePolicy
-
     from ..shop import SHOP
 
     source = SHOP.events["events"]
@@ -66,7 +77,8 @@ def test_a_silver_run_killed_while_publishing_moves_both_its_tables_or_neither(l
     assert counts() == ((0, 0) if failpoint == "publish:before-swap" else (12, 3))
     if failpoint == "publish:before-swap":  # the metadata files written for the swap that never happened
         maintenance = TableMaintenance(lakehouse, "silver_events", TablePolicy(), log=lambda _: None)
-        removed = maintenance.remove_orphans(now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30))
+        age_table_files(lakehouse.iceberg_table("silver_events"))
+        removed = maintenance.remove_orphans()
         assert any(f.endswith(".metadata.json") for f in removed.figures["removed_files"]), removed.figures
         assert lakehouse.iceberg_table("silver_events").scan().count() == 0  # still readable, still old
 

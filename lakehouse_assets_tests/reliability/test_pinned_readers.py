@@ -17,7 +17,7 @@ from lakehouse_assets.project.model import TablePolicy
 from lakehouse_assets.runtime.commit import NOTHING, Window
 from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col
 
-from .figures import SCALE, record
+from .figures import SCALE, age_table_files, record
 
 SPEC = TableSpec(
     name="pinned_read", layer="silver", description="read at a pin while it changes",
@@ -71,7 +71,8 @@ def test_a_pinned_snapshot_reads_the_same_through_writes_compaction_expiry_and_o
             spark.sql(f"DELETE FROM {table.id} WHERE day = DATE '{other.isoformat()}' AND value = 3")
             steps.append(maintenance.compact().figures["rewritten_data_files"])
             maintenance.expire(dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30))
-            maintenance.remove_orphans(dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=30))
+            age_table_files(table.iceberg())  # every file old enough for orphan removal to judge it
+            maintenance.remove_orphans()
             spark_reads.append(_answer(r.asDict() for r in table.read(snapshot_id=pinned_id).collect()))
     finally:
         stop.set()

@@ -112,8 +112,12 @@ def test_a_merge_replayed_over_another_days_write_keeps_its_updates_and_deletes(
     assert _linear(table)[:2] == ["mine", "other"]
 
 
-def test_deletes_whose_data_file_compaction_rewrote_meanwhile_are_refused_not_lost(lakehouse):
+@pytest.mark.parametrize("granularity", ["file", "partition"])
+def test_deletes_whose_data_file_compaction_rewrote_meanwhile_are_refused_not_lost(lakehouse, granularity):
+    """File-scoped delete files name their data file; partition-scoped ones do not, and then every file the
+    branch reads must still be there."""
     table = lakehouse.table(SPEC).create()
+    table.spark.sql(f"ALTER TABLE {table.id} SET TBLPROPERTIES ('write.delete.granularity' = '{granularity}')")
     for n in range(3):  # three small files of one day, for compaction to rewrite into one
         rows = _rows(table, D[0], (f"k{n}", n), (f"j{n}", n)).coalesce(1)
         table.stage(f"seed{n}", SPEC.name, "seed", scope=NOTHING).append(rows).publish()
