@@ -79,7 +79,7 @@ class CommitResult:
     snapshot_id: int | None
     operation: str
     summary: dict[str, str]
-    rebases: int = 0  # times the write was replayed on a main another writer had moved
+    replays: int = 0  # times the write was replayed on a main another writer had moved
 
     def _int(self, key: str) -> int:
         return int(self.summary.get(key, 0) or 0)
@@ -110,7 +110,7 @@ class CommitResult:
             "data_files_removed": MetadataValue.int(self._int("deleted-data-files")),
             "bytes_added": MetadataValue.int(self._int("added-files-size")),
             "table_data_files": MetadataValue.int(self._int("total-data-files")),
-            "commit_replays": MetadataValue.int(self.rebases),
+            "commit_replays": MetadataValue.int(self.replays),
         }
 
 
@@ -136,7 +136,7 @@ class StagedWrite:
     on: int | None = None  # the snapshot of main the branch builds on (the base, until replayed on a newer main)
     spent: list[str] = field(default_factory=list)  # branches replaced by a replay, dropped when published
     changes: Any = None  # the branch's net file changes, once a replay needed them
-    rebases: int = 0  # times the write was replayed on a main that another writer moved
+    replays: int = 0  # times the write was replayed on a main that another writer moved
     head: int | None = None  # the snapshot published
     published: bool = False
 
@@ -242,7 +242,7 @@ class StagedWrite:
             snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
         summary.update({k: str(v) for k, v in totals.items()})
         operation = head.summary.operation.value if head.summary.operation else ""
-        return CommitResult(self.table_id, head.snapshot_id, operation, summary, self.rebases)
+        return CommitResult(self.table_id, head.snapshot_id, operation, summary, self.replays)
 
 
 def publish_all(writes: list[StagedWrite]) -> list[CommitResult]:

@@ -103,7 +103,7 @@ class _Changes:
                 removed[f.location()] = f
 
 
-def _rebase(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
+def _replay(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
     """Replay the write's changes on a fresh branch cut at `main_now`, validated from its decision snapshot."""
     jvm = write.spark._jvm
     if write.changes is None:
@@ -150,7 +150,7 @@ def _rebase(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
                 f"{write.table_id}: a concurrent commit changed what this write was decided against "
                 f"({_first_line(exc)}); nothing was published") from exc
         raise
-    write.rebases += 1
+    write.replays += 1
 
 
 def _stamp(write: StagedWrite, main_head: Any) -> dict[str, str]:
@@ -234,7 +234,7 @@ def publish_together(writes: list[StagedWrite]) -> None:
         for write, jtable in zip(writes, tables):
             main_now = _main(jtable)
             if main_now != write.on:
-                _rebase(write, jtable, main_now)
+                _replay(write, jtable, main_now)
         tables = [_load(w) for w in writes]
         if any(_main(t) != w.on for w, t in zip(writes, tables)):
             continue  # moved again while replaying: replay once more

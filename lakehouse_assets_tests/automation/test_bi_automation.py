@@ -144,3 +144,19 @@ def test_nothing_is_requested_while_a_day_it_reads_is_being_written_or_it_runs_i
     instance.report_run_failed(bronze_run)  # over (how it ended is bronze's business): nothing is in progress
     fourth = evaluate_automation_conditions(defs, instance, CHAIN, cursor=third.cursor)
     assert chain_requested(fourth)["silver_events"] == {"2025-01-04", "2025-01-05", "2025-01-06"}
+
+
+def test_a_bi_day_waits_while_the_upstream_day_it_reads_is_missing():
+    """A failed freshness window asks for the latest day, but not while silver has nothing for it."""
+    instance = DagsterInstance.ephemeral()
+    selection = AssetSelection.assets("gold_minute_activity")
+    latest = defs.resolve_asset_graph().get(AssetKey("gold_minute_activity")).partitions_def.get_last_partition_key()
+    first = evaluate_automation_conditions(defs, instance, selection)
+    instance.report_runless_asset_event(FreshnessStateChange(
+        key=AssetKey("gold_minute_activity"), new_state=FreshnessState.FAIL, previous_state=FreshnessState.PASS,
+        state_change_timestamp=dt.datetime.now(dt.timezone.utc).timestamp()))
+    stale = evaluate_automation_conditions(defs, instance, selection, cursor=first.cursor)
+    assert stale.total_requested == 0, "silver_events has no such day yet"
+    materialized(instance, "silver_events", latest)
+    arrived = evaluate_automation_conditions(defs, instance, selection, cursor=stale.cursor)
+    assert requested(arrived) == {"gold_minute_activity": {latest}}

@@ -73,7 +73,7 @@ def spark_writer(kind: str, args: argparse.Namespace) -> None:
             continue
         print(json.dumps({"writer": args.name, "kind": kind, "batch": batch, "ids": [r[2] for r in ids],
                           "snapshot_id": result.snapshot_id, "retries": retries,
-                          "replays": result.rebases}), flush=True)
+                          "replays": result.replays}), flush=True)
 
 
 def pyiceberg_writer(args: argparse.Namespace) -> None:

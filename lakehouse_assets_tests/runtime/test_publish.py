@@ -62,7 +62,7 @@ def test_writes_of_different_partitions_are_replayed_on_the_moved_main_and_both_
 
     result = mine.publish()
 
-    assert result.rebases == 1
+    assert result.replays == 1
     assert _contents(table) == [(D[0], "a", 1), (D[1], "b", 2), (D[2], "c", 3)]
     assert _linear(table) == ["mine", "other", "seed"]
     assert result.snapshot_id == table.snapshot_id() and result.added_records == 1
@@ -107,7 +107,7 @@ def test_a_merge_replayed_over_another_days_write_keeps_its_updates_and_deletes(
 
     result = mine.publish()
 
-    assert result.rebases == 1
+    assert result.replays == 1
     assert _contents(table) == [(D[0], "a", 10), (D[0], "c", 1), (D[0], "d", 10), (D[1], "x", 5)]
     assert _linear(table)[:2] == ["mine", "other"]
 
@@ -178,5 +178,28 @@ def test_a_time_window_scope_conflicts_only_with_writes_inside_it(lakehouse, oth
             mine.publish()
         assert sorted(r.id for r in table.read().collect()) == ["other"]
     else:
-        assert mine.publish().rebases == 1
+        assert mine.publish().replays == 1
         assert sorted(r.id for r in table.read().collect()) == ["mine", "other"]
+
+
+def test_a_merge_published_on_an_unmoved_main_is_topped_by_an_empty_commit_that_says_which_run_wrote_it(lakehouse):
+    """Spark's MERGE cannot carry snapshot properties: publishing adds an empty commit that does, so main's
+    head always names its run, asset and partitions."""
+    table = lakehouse.table(SPEC).create()
+    _overwrite(table, "seed", D[0], ("a", 1)).publish()
+    _rows(table, D[0], ("a", 2)).createOrReplaceTempView("changes")
+    result = table.stage("run-merge", "my_asset", D[0].isoformat(), scope=_day(D[0])).sql(
+        "MERGE INTO {target} t USING changes s ON t.id = s.id WHEN MATCHED THEN UPDATE SET value = s.value"
+    ).publish()
+
+    iceberg = table.iceberg()
+    head = iceberg.current_snapshot()
+    merge = iceberg.snapshot_by_id(head.parent_snapshot_id)
+    props = head.summary.additional_properties
+    assert (props["dagster.run-id"], props["dagster.asset"], props["dagster.partitions"]) == (
+        "run-merge", "my_asset", D[0].isoformat())
+    assert head.summary.additional_properties.get("added-records", "0") == "0"
+    assert merge.summary.operation.value == "overwrite"
+    assert "dagster.run-id" not in merge.summary.additional_properties
+    assert result.replays == 0 and result.snapshot_id == head.snapshot_id
+    assert result.added_records == 1 and _contents(table) == [(D[0], "a", 2)]
