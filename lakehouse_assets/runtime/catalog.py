@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import CatalogUnreachableError
@@ -50,3 +55,26 @@ def catalog_for(settings: Settings) -> SqlCatalog:
 
 def ensure_namespace(catalog: SqlCatalog, namespace: str) -> None:
     catalog.create_namespace_if_not_exists(namespace)
+
+
+def append_retrying(catalog: SqlCatalog, identifier: tuple[str, str], data: Any, properties: dict[str, str] | None = None,
+                    attempts: int = 50, log: Callable[[str], None] = print) -> tuple[Table, int]:
+    """pyiceberg's append beside the platform's writers: (the table after it, the retries it took).
+
+    A refused commit (another writer moved main) is retried on the reloaded table. So is pyiceberg's
+    ValueError "Cannot add snapshot with sequence number N older than last sequence number N": a commit to
+    another branch (a staged write) took that number after the table was loaded, a requirement pyiceberg's
+    commit does not state (the gap apache/iceberg#15001 closed for REST catalogs).
+    """
+    table = catalog.load_table(identifier)
+    for retries in range(attempts):
+        try:
+            table.append(data, snapshot_properties=properties or {})
+            return table, retries
+        except (CommitFailedException, ValueError) as exc:
+            if isinstance(exc, ValueError) and "sequence number" not in str(exc):
+                raise
+            log(f"{'.'.join(identifier)}: {exc}; reloading and appending again")
+            time.sleep(0.05 * (retries + 1))
+            table = catalog.load_table(identifier)
+    raise CommitFailedException(f"{'.'.join(identifier)}: the append was refused {attempts} times")

@@ -54,7 +54,7 @@ def test_writers_in_several_processes_all_commit_exactly_once_on_a_linear_histor
               if p.returncode != 0}
     record(f"concurrent_writers ({kind})", writers=len(WRITERS), batches_each=batches, commits=len(commits),
            replays_on_a_moved_main=sum(c["replays"] for c in commits),
-           restaged_after_a_conflict=sum(c["retries"] for c in commits), given_up_on_a_conflict=len(conflicts),
+           retried_after_a_conflict=sum(c["retries"] for c in commits), given_up_on_a_conflict=len(conflicts),
            writers_that_failed=len(failed), **failed)
     assert not failed, failed
     assert Counter(r["writer"] for r in reports) == {f"w{n}": batches for n in range(len(WRITERS))}

@@ -6,7 +6,7 @@
 KIND is how it writes to the shared table `contended`: `spark-append` (a blind append), `spark-overwrite`
 (its own day, replaced each batch), `spark-merge` (upserts into its own day), all through the platform's
 staged commits (replayed on a moved main within the scope each declares, re-staged on a true conflict), or
-`pyiceberg-append` (pyiceberg's own commit, retried on a refused commit). Each batch is printed as one JSON
+`pyiceberg-append` (pyiceberg's own commit, through `append_retrying`). Each batch is printed as one JSON
 line: what it wrote, how often it was replayed and how many re-stagings it took, or (`conflict`) why it
 gave up on a true conflict with nothing published.
 """
@@ -78,9 +78,9 @@ def spark_writer(kind: str, args: argparse.Namespace) -> None:
 
 def pyiceberg_writer(args: argparse.Namespace) -> None:
     import pyarrow as pa
-    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+    from pyiceberg.exceptions import NoSuchTableError
 
-    from lakehouse_assets.runtime.catalog import catalog_for
+    from lakehouse_assets.runtime.catalog import append_retrying, catalog_for
     from lakehouse_assets.settings import Settings
 
     settings = Settings(home=args.home, catalog_uri=args.catalog_uri, namespace=args.namespace)
@@ -99,22 +99,9 @@ def pyiceberg_writer(args: argparse.Namespace) -> None:
     for batch in range(args.batches):
         rows = _rows(args.name, day, batch, args.rows)
         data = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
-        retries = 0
-        while True:
-            try:
-                table.append(data, snapshot_properties={"dagster.run-id": f"{args.name}-{batch}"})
-                break
-            except (CommitFailedException, ValueError) as exc:  # another writer moved the table: reload, append again
-                # pyiceberg checks only that main did not move; a commit to another branch (a staged write) that
-                # took the next sequence number meanwhile makes it refuse the snapshot with this ValueError
-                # (the same gap as apache/iceberg#15001), which, like a refused commit, calls for a reload.
-                if isinstance(exc, ValueError) and "sequence number" not in str(exc):
-                    raise
-                retries += 1
-                print(f"{args.name}: {exc}; retrying", file=sys.stderr)
-                assert retries < 50, "gave up"
-                time.sleep(0.05 * retries)
-                table = catalog.load_table((args.namespace, SPEC.name))
+        table, retries = append_retrying(catalog, (args.namespace, SPEC.name), data,
+                                         {"dagster.run-id": f"{args.name}-{batch}"},
+                                         log=lambda m: print(m, file=sys.stderr))
         print(json.dumps({"writer": args.name, "kind": "pyiceberg-append", "batch": batch,
                           "ids": [r[2] for r in rows], "snapshot_id": table.current_snapshot().snapshot_id,
                           "retries": retries, "replays": 0}), flush=True)
