@@ -1,8 +1,8 @@
 """A materialisation killed (SIGKILL, no cleanup) at each step of publishing: after its data files are written
 on the write branches, after the new metadata files are written but before the catalog's transaction swaps
 them in, and right after that transaction but before Dagster records anything. The tables of the run (bronze,
-its quarantine and the ingest log; silver and its rejects) are then all at their old state or all at their
-new one, and a re-run takes every landed record exactly once (records in = kept + quarantined, each line once)."""
+its quarantine and the ingest log; silver and its rejects; a CDC table's current state and its history) are
+then all at their old state or all at their new one, and a re-run takes every landed record exactly once (records in = kept + quarantined, each line once)."""
 
 import datetime as dt
 import json
@@ -83,7 +83,7 @@ def test_a_silver_run_killed_while_publishing_moves_both_its_tables_or_neither(l
         assert any(f.endswith(".metadata.json") for f in removed.figures["removed_files"]), removed.figures
         assert lakehouse.iceberg_table("silver_events").scan().count() == 0  # still readable, still old
 
-    rerun = _run_silver(lakehouse)
+    rerun = _run(lakehouse, "silver_events")
     assert rerun.success and counts() == (12, 3)
     keys = [r.event_id for name in ("silver_events", source.rejected)
             for r in lakehouse.spark.table(lakehouse.table_id(name)).select("event_id").collect()]
@@ -92,11 +92,49 @@ def test_a_silver_run_killed_while_publishing_moves_both_its_tables_or_neither(l
            tables_after_rerun=dict(zip(("silver", "rejected"), counts())))
 
 
-def _run_silver(lakehouse):
+@pytest.mark.parametrize("failpoint", ["publish:before-swap", "publish:after-swap"])
+def test_a_cdc_silver_run_killed_while_publishing_moves_current_state_and_history_together(lakehouse, failpoint):
+    """The current state and the SCD2 history of a CDC table are one MERGE each and one swap together: killed
+    before it, neither moved; right after it, both did. Re-run (twice), current state is exactly the current
+    versions of the history, every change applied once."""
+    from examples.shop.cdc_generator import generate_cdc
+
+    from ..bronze.test_events_ingest import DAY
+
+    landing = lakehouse.settings.local_path(lakehouse.settings.landing)
+    generate_cdc(landing, [dt.date.fromisoformat(DAY)], changes_per_day=40, customers=30, initial_orders=10)
+    result = _run(lakehouse, "bronze_cdc_customers")
+    assert result.success
+    crashed = _crash_run(lakehouse, failpoint, select="silver_customers,silver_customers_history")
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+
+    def counts():
+        return tuple(lakehouse.iceberg_table(name).scan().count() if lakehouse.catalog.table_exists(
+            (lakehouse.settings.namespace, name)) else 0 for name in ("silver_customers", "silver_customers_history"))
+
+    after_crash = counts()
+    if failpoint == "publish:before-swap":
+        assert after_crash == (0, 0)
+    else:
+        assert after_crash[0] > 0 and after_crash[1] >= after_crash[0]
+    assert _run(lakehouse, "silver_customers").success
+    settled = counts()
+    assert _run(lakehouse, "silver_customers").success and counts() == settled  # applied once: nothing moves
+    if failpoint == "publish:after-swap":
+        assert settled == after_crash
+    spark = lakehouse.spark
+    current = sorted(r.customer_id for r in spark.table(lakehouse.table_id("silver_customers")).collect())
+    history = spark.table(lakehouse.table_id("silver_customers_history"))
+    assert current and current == sorted(r.customer_id for r in history.where("is_current AND op != 'd'").collect())
+    record(f"crash at {failpoint} (CDC pair)", tables_after_crash=dict(zip(("current", "history"), after_crash)),
+           tables_after_rerun=dict(zip(("current", "history"), settled)))
+
+
+def _run(lakehouse, name):
     from dagster import DagsterInstance, materialize
 
     from ..bronze.test_events_ingest import DAY
     from ..shop import asset
 
-    return materialize([asset("silver_events")], resources={"lakehouse": lakehouse}, partition_key=DAY,
+    return materialize([asset(name)], resources={"lakehouse": lakehouse}, partition_key=DAY,
                        instance=DagsterInstance.ephemeral())
