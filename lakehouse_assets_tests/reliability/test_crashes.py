@@ -2,7 +2,8 @@
 on the write branches, after the new metadata files are written but before the catalog's transaction swaps
 them in, and right after that transaction but before Dagster records anything. The tables of the run (bronze,
 its quarantine and the ingest log; silver and its rejects; a CDC table's current state and its history) are
-then all at their old state or all at their new one, and a re-run takes every landed record exactly once (records in = kept + quarantined, each line once)."""
+then all at their old state or all at their new one, and a re-run takes every landed record exactly once
+(records in = kept + quarantined, each line once)."""
 
 import datetime as dt
 import json
