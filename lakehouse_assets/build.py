@@ -19,6 +19,7 @@ from dagster import (
 
 from .automation.bi import automation_sensor
 from .automation.landing_sensors import landing_sensor
+from .automation.late_events import late_events_sensor
 from .automation.maintenance import maintenance_definitions
 from .bronze.capture import capture_asset, capture_schedule
 from .bronze.ingest import INGEST_LOG, landing_asset
@@ -89,6 +90,7 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     assets += bi
 
     sensors = [landing_sensor(source, partitions) for source in sources]
+    sensors += [late_events_sensor(events, partitions) for events in project.events.values()]
     # Everything after bronze follows by automation conditions (capture and bronze by their own schedule and sensors).
     automated = [a for a in assets if any(k.to_user_string().startswith(("silver_", "gold_", "ml_")) for k in a.keys)]
     if automated:

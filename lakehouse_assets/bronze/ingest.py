@@ -57,6 +57,9 @@ INGEST_LOG = TableSpec(
 )
 
 
+EVENT_DAYS = "event_days"  # bronze materialisation metadata: the event days its commit added rows to
+
+
 @dataclass(frozen=True)
 class LandingSource:
     """A kind of landing file and where its records go.
@@ -298,7 +301,12 @@ def landing_asset(source: LandingSource, partitions: PartitionsDefinition,
         for path, why in refused.items():
             context.log.warning(f"{source.name}: not ingested: {path}: {why}")
         report = ingest(lakehouse, source, files, context.run_id, window.label, log=context.log.info)
-        yield MaterializeResult(asset_key=bronze, metadata=report.metadata(report.kept))
+        metadata = report.metadata(report.kept)
+        if report.files_read and report.kept is not None and report.kept.snapshot_id is not None:
+            # Which event days this commit holds rows of, however old: the days silver must decide again.
+            days = lakehouse.table(source.bronze).days_added(report.kept.snapshot_id)
+            metadata[EVENT_DAYS] = MetadataValue.json([d.isoformat() for d in days])
+        yield MaterializeResult(asset_key=bronze, metadata=metadata)
         yield MaterializeResult(asset_key=quarantine, metadata=report.metadata(report.quarantined))
 
     return _asset

@@ -68,6 +68,8 @@ class EventSourceDecl(_Decl):
     rules: list[RuleDecl] = []
     checks: dict[str, ValueCheck] = {}
     late_days: int = Field(2, ge=0, le=30, description="how many days after its event day an event may still land")
+    max_lateness: Optional[str] = Field(
+        None, description="an event landing this long after its event time is rejected (rule max_lateness)")
 
 
 class CdcTableDecl(_Decl):
@@ -100,7 +102,6 @@ class CdcSourceDecl(_Decl):
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
     time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = "adaptive"
     capture: Optional[CaptureDecl] = None
-    late_days: int = Field(2, ge=0, le=30, description="how many days after its commit a change may still land")
     tables: dict[str, CdcTableDecl]
 
 

@@ -34,6 +34,7 @@ from .declaration import (
 from .model import (
     GOLD_EVENT_TABLES,
     INGEST_LOG,
+    MAX_LATENESS,
     Capture,
     CdcTable,
     EventSource,
@@ -167,6 +168,10 @@ def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
             c.regex((*rpath, "matches"), rule.matches)
         if rule.later_than_ingestion_by is not None:
             c.duration((*rpath, "later_than_ingestion_by"), rule.later_than_ingestion_by)
+    if decl.max_lateness is not None:
+        c.duration((*path, "max_lateness"), decl.max_lateness)
+        if MAX_LATENESS in rule_names:
+            c.fail((*path, "max_lateness"), f"rule name {MAX_LATENESS!r} is taken by max_lateness: rename the rule")
     c.checks((*path, "checks"), decl.checks, fields, f"fields of event source {name}")
 
     # Key and timestamp are structurally required: without them an event cannot be placed or deduplicated.
@@ -178,6 +183,7 @@ def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
         user=decl.user, session=decl.session, event_type=decl.event_type,
         event_types=tuple(decl.event_types) if decl.event_types is not None else None,
         pii=tuple(decl.pii), rules=tuple(decl.rules), checks=dict(decl.checks), late_days=decl.late_days,
+        max_lateness=parse_duration(decl.max_lateness) if decl.max_lateness is not None else None,
     )
 
 
@@ -234,7 +240,7 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
             references={col: tuple(target.split(".", 1)) for col, target in t.references.items()},  # type: ignore[misc]
             partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
             write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
-            time_precision_mode=decl.time_precision_mode, source=source_name, late_days=decl.late_days,
+            time_precision_mode=decl.time_precision_mode, source=source_name,
             subject=t.subject,
         ))
     return tables

@@ -16,6 +16,7 @@ from pyspark.sql import types as T
 from .declaration import RuleDecl, ValueCheck
 
 INGEST_LOG = "bronze_ingest_log"
+MAX_LATENESS = "max_lateness"  # the rule an event breaks when it lands later than its source allows
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class EventSource:
     rules: tuple[RuleDecl, ...] = ()
     checks: dict[str, ValueCheck] = field(default_factory=dict)
     late_days: int = 2
+    max_lateness: dt.timedelta | None = None  # landing day - event time beyond this: rejected (rule max_lateness)
 
     @property
     def bronze(self) -> str:
@@ -80,7 +82,6 @@ class CdcTable:
     decimal_handling_mode: str = "precise"
     time_precision_mode: str = "adaptive"
     source: str = ""  # the `cdc:` entry (one connector) it is declared under
-    late_days: int = 2
     subject: str | None = None  # the column naming the person a row is about (`lakehouse forget`)
 
     @property

@@ -2,19 +2,26 @@
 
 Changes are applied in the source's commit order (`change_position`), never in
 arrival order or by `ts_ms`, and the result does not depend on the order in
-which partitions are processed:
+which partitions are processed. A partition is a landing day: a run applies
+every change that landed on its days, however long before it was committed (a
+capture stopped over a weekend, an archive replayed), so whatever lands reaches
+silver:
 
-1. The run's changes (bronze rows of its days, duplicates dropped) and the
-   history already held for the same keys are put in position order per key;
-   each version is valid from its commit time until the next version's. The
+1. The run's changes (bronze rows of its landing days, duplicates dropped) and
+   the history already held for the same keys are put in position order per
+   key; each version is valid from its commit time until the next version's. The
    history is MERGEd with that, by (key, position): new versions are inserted,
-   versions whose successor changed are closed or reopened.
+   versions whose successor changed are closed or reopened. A delete's version
+   holds the key only: what a delete's `before` carries besides the key is, on
+   a table with PostgreSQL's default replica identity, type defaults, not data.
 2. The latest version per touched key is MERGEd into the current state: a delete
    removes the row, a newer change replaces it, an older one (a late or
    replayed change) is ignored. Deletes live on in history, so a stale update
    that arrives after a delete cannot bring the row back.
 Re-applying the same days changes nothing. A primary-key change arrives as a
-delete of the old key and a create of the new one, and is applied as such.
+delete of the old key and a create of the new one at one position, and is
+applied as such; an unchanged TOASTed value the create cannot send
+(`__debezium_unavailable_value`) is the old key's.
 
 Both writes are staged on branches and published only if their Pandera checks
 pass (write-audit-publish): the primary key unique and not null, declared types
@@ -44,12 +51,12 @@ from dagster import (
     PartitionsDefinition,
     multi_asset,
 )
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..automation.bi import CHAIN_REFRESH, landing_days_of
+from ..automation.bi import CHAIN_REFRESH
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
 from ..checks.rules import HASH_PATTERN, pandera_column, unique_key
 from ..partitions import SINGLE_RUN
@@ -144,7 +151,7 @@ def history_model(info: CdcTable) -> pa.DataFrameSchema:
 
 
 def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, window: Window) -> DataFrame:
-    """The window's changes as versions: key, image columns, op, position, valid_from."""
+    """The changes that landed in the window as versions: key, image columns, op, position, valid_from."""
     rows = bronze.read(reader=info.silver)
     after = rows.schema["after"].dataType
     assert isinstance(after, T.StructType)
@@ -166,17 +173,73 @@ def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, w
 
 
 _CHANGE_COLUMNS = ("key", "op", "change_position", "valid_from")  # the rest of a change are image columns
+_KEY_MOVES = 4  # primary-key changes of one row in one run whose TOASTed values are carried from key to key
 
 
-def _fill_unavailable(versions: DataFrame) -> DataFrame:
-    """A TOASTed value that did not change arrives as a placeholder: each version keeps the one before it."""
+def _placeholder(column: str) -> Column:
+    return F.col(column).cast("string") == UNAVAILABLE
+
+
+def _fill_by_key(versions: DataFrame, columns: list[str]) -> DataFrame:
+    """A TOASTed value that did not change arrives as a placeholder: each version keeps the key's one before it
+    (the placeholder stays where the key has none yet)."""
     upto = W.partitionBy("key").orderBy("change_position").rowsBetween(W.unboundedPreceding, 0)
-    for f in versions.schema.fields:
-        if f.name in _CHANGE_COLUMNS or not isinstance(f.dataType, (T.StringType, T.BinaryType)):
-            continue
-        known = F.when(F.col(f.name).cast("string") == UNAVAILABLE, None).otherwise(F.struct(F.col(f.name).alias("v")))
-        versions = versions.withColumn(f.name, F.last(known, ignorenulls=True).over(upto)["v"])
-    return versions
+    return versions.withColumns({
+        c: F.coalesce(F.last(F.when(_placeholder(c), None).otherwise(F.struct(F.col(c).alias("v"))),
+                             ignorenulls=True).over(upto), F.struct(F.col(c).alias("v")))["v"]
+        for c in columns
+    })
+
+
+def _moved_from(versions: DataFrame, history: TableHandle, positions: DataFrame, columns: list[str]) -> DataFrame:
+    """(position, the key's values) of rows whose key changed at a position: the version a delete at that
+    position ended, from this run's versions or, for a delete applied by an earlier run, from history. A
+    position with more than one such version is ambiguous and left out."""
+    order = W.partitionBy("key").orderBy("change_position")
+    in_run = (versions.withColumn("_next_op", F.lead("op").over(order))
+              .withColumn("_next", F.lead("change_position").over(order))
+              .where("_next_op = 'd'").select(F.col("_next").alias("change_position"), F.col("key").alias("_from"),
+                                               *columns))
+    ended_at = F.broadcast(positions.select(F.col("change_position").alias("valid_to_position")))
+    stored = history.read().where("op != 'd'").join(ended_at, "valid_to_position", "left_semi").select(
+        F.col("valid_to_position").alias("change_position"), F.col("key").alias("_from"), *columns)
+    moved = in_run.unionByName(stored).dropDuplicates(["change_position", "_from"])
+    single = moved.groupBy("change_position").count().where("count = 1").select("change_position")
+    return moved.join(single, "change_position", "left_semi")
+
+
+def _resolve_unavailable(versions: DataFrame, history: TableHandle, columns: list[str]) -> DataFrame:
+    """Every placeholder replaced by the value it stands for: the key's previous one, or, for the create of a
+    primary-key change (whose new key has no earlier version), the old key's; none left as text."""
+    if not columns:
+        return versions
+    versions = _fill_by_key(versions, columns).localCheckpoint()  # computed once, read by every step below
+    for _ in range(_KEY_MOVES):
+        pending = versions.where((F.col("op") == "c") & F.greatest(*(_placeholder(c) for c in columns), F.lit(False)))
+        positions = pending.select("change_position").distinct()
+        if positions.isEmpty():
+            break
+        moved = _moved_from(versions, history, positions, columns)
+        taken = versions.alias("v").join(moved.alias("m"), "change_position", "left").select(
+            *(F.when((F.col("v.op") == "c") & (F.col("m._from") != F.col("v.key")) & _placeholder(f"v.{c}"),
+                     F.col(f"m.{c}")).otherwise(F.col(f"v.{c}")).alias(c) if c in columns
+              else F.col(f"v.{c}" if c != "change_position" else c).alias(c) for c in versions.columns))
+        versions = _fill_by_key(taken, columns).localCheckpoint()
+    return versions.withColumns({c: F.when(_placeholder(c), None).otherwise(F.col(c)) for c in columns})
+
+
+def _versions(info: CdcTable, batch: DataFrame, history: TableHandle) -> DataFrame:
+    """The run's changes with the history held for their keys, one row per (key, position), values resolved."""
+    held = history.read().join(batch.select("key").distinct(), "key", "left_semi")
+    versions = held.select(*(c for c in batch.columns if c in held.columns)).unionByName(
+        batch, allowMissingColumns=True).dropDuplicates(["key", "change_position"])
+    keys = {_silver_name(info, k) for k in info.primary_key}
+    image = [f for f in versions.schema.fields if f.name not in _CHANGE_COLUMNS and f.name not in keys]
+    # Beside its key, a delete's image is not data (type defaults under the default replica identity).
+    versions = versions.withColumns({f.name: F.when(F.col("op") == "d", F.lit(None).cast(f.dataType))
+                                     .otherwise(F.col(f.name)) for f in image})
+    return _resolve_unavailable(versions, history, [f.name for f in image if isinstance(
+        f.dataType, (T.StringType, T.BinaryType))])
 
 
 def _add_drifted_columns(batch: DataFrame, *tables: TableHandle) -> None:
@@ -217,8 +280,8 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
         )
         for column, (target_table, target_column) in info.references.items()
     }
-    # Referenced tables are applied first, so that a run sees their rows.
-    from_bronze = AssetDep(bronze.name, partition_mapping=landing_days_of(info.late_days))
+    # A partition is a landing day, bronze's own; referenced tables are applied first, so that a run sees their rows.
+    from_bronze = AssetDep(bronze.name)
     upstream = [from_bronze, *(AssetDep(name) for name in sorted({s.name for s in referenced.values()} - {current.name}))]
 
     @multi_asset(
@@ -237,16 +300,13 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
         def attempt():
             spark = lakehouse.spark
-            window = Window.of_days("source_ts", *context.partition_time_window)
+            window = Window.of_days("landing_date", *context.partition_time_window, as_date=True)
             history_table, current_table = lakehouse.table(history).create(), lakehouse.table(current).create()
             batch = changes(lakehouse, info, lakehouse.table(bronze), window).cache()
             recomputed = None
             try:
                 _add_drifted_columns(batch, history_table, current_table)
-                held = history_table.read().join(batch.select("key").distinct(), "key", "left_semi")
-                versions = held.select(*(c for c in batch.columns if c in held.columns)).unionByName(
-                    batch, allowMissingColumns=True)
-                versions = _fill_unavailable(versions.dropDuplicates(["key", "change_position"]))
+                versions = _versions(info, batch, history_table)
                 order = W.partitionBy("key").orderBy("change_position")
                 recomputed = conform(spark, history_table.id, versions
                                      .withColumn("valid_to", F.lead("valid_from").over(order))

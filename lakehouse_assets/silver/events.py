@@ -45,6 +45,7 @@ from ..checks.rules import HASH_PATTERN, col_ref, count_matches, pandera_column,
 from ..partitions import SINGLE_RUN
 from ..project import EventSource, parse_duration
 from ..project.declaration import RuleDecl
+from ..project.model import MAX_LATENESS
 from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
 from ..runtime.freshness import derived_watermarks
 from ..runtime.pii import keyed_hash, pii_key
@@ -121,6 +122,11 @@ def rules(source: EventSource) -> dict[str, Column]:
     judged: dict[str, Column] = {}
     if source.event_types is not None and source.event_type is not None:
         judged[UNKNOWN_EVENT_TYPE] = F.coalesce(~F.col(source.event_type).isin(*source.event_types), F.lit(True))
+    if source.max_lateness is not None:
+        # Measured from the landing day, not the clock: a replayed archive is judged as when it landed.
+        seconds = int(source.max_lateness.total_seconds())
+        judged[MAX_LATENESS] = F.coalesce(F.col(source.timestamp) < F.col("landing_date").cast("timestamp")
+                                          - F.expr(f"INTERVAL {seconds} SECONDS"), F.lit(False))
     for rule in source.rules:
         judged[rule.name] = _broken(rule)
     return judged

@@ -9,9 +9,12 @@ error that says which asset to materialise, never an empty table made on the fly
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import TYPE_CHECKING, Any
 
+from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
+from pyiceberg.transforms import DayTransform
 from pyspark.sql import DataFrame
 
 from ..errors import UpstreamMissingError
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
     from ..runtime.resource import LakehouseResource
 
 CURRENT: Any = object()  # stage from main's current snapshot
+_EPOCH = dt.date(1970, 1, 1)  # Iceberg's day transform counts days from it
 
 
 class TableHandle:
@@ -66,6 +70,25 @@ class TableHandle:
     def snapshot_id(self) -> int | None:
         snapshot = self.iceberg().current_snapshot()
         return snapshot.snapshot_id if snapshot else None
+
+    def days_added(self, snapshot_id: int) -> list[dt.date]:
+        """The days (of the table's `days(...)` partitioning) that commit `snapshot_id` added data files to,
+        read from that commit's manifests: metadata only, no scan."""
+        table = self.iceberg()
+        snapshot = table.snapshot_by_id(snapshot_id)
+        days: set[dt.date] = set()
+        for manifest in snapshot.manifests(table.io) if snapshot else []:
+            if manifest.added_snapshot_id != snapshot_id or manifest.content != ManifestContent.DATA:
+                continue
+            fields = table.specs()[manifest.partition_spec_id].fields
+            day = next((n for n, f in enumerate(fields) if isinstance(f.transform, DayTransform)), None)
+            if day is None:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                value = entry.data_file.partition[day]
+                if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot_id and value is not None:
+                    days.add(_EPOCH + dt.timedelta(days=value))
+        return sorted(days)
 
     def read(self, snapshot_id: int | None = None, branch: str | None = None, reader: str = "") -> DataFrame:
         """The table's rows (main now, at a snapshot, or on a branch); UpstreamMissingError if it does not exist."""

@@ -1,10 +1,18 @@
-"""silver_events: one row per event key across days, within the source's declared late days."""
+"""silver_events: one row per event key across days, within the source's declared late days; events of any age
+decided."""
 
+import dataclasses
+import datetime as dt
 import json
 
-from dagster import DagsterInstance, materialize
+import pytest
+from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
 
-from ..shop import SHOP, asset
+from lakehouse_assets.errors import DeclarationError
+from lakehouse_assets.project import parse_project
+from lakehouse_assets.silver.events import first_broken_rule
+
+from ..shop import DEFS, SHOP, SHOP_FILE, asset
 
 bronze_events, silver_events = asset("bronze_events"), asset("silver_events")
 
@@ -45,3 +53,54 @@ def test_a_redelivery_on_another_day_within_the_late_days_is_not_taken_twice(lak
     # k1 again within the late days: the first delivery stays, the second is not taken.
     # k2 again beyond them: a new event as far as silver can tell (it looks that far, no further).
     assert rows == [("k1", "2025-01-01"), ("k2", "2025-01-01"), ("k2", "2025-01-09"), ("k3", "2025-01-03")]
+
+
+def test_events_landing_long_after_their_day_are_decided_by_the_days_their_bronze_commit_holds(lakehouse):
+    """A landing day holding events from days its partition mapping does not reach (beyond the late days):
+    bronze says which event days its commit added rows to, the late-events sensor requests silver for exactly
+    those days, once, and every bronze key ends in silver or rejected."""
+    instance = DagsterInstance.ephemeral()
+    _land(lakehouse, "2025-01-20", [_event("a", "2025-01-02T10:00:00Z"), _event("b", "2025-01-02T23:59:59Z"),
+                                    _event("c", "2025-01-11T08:00:00Z"), _event("d", "2025-01-19T10:00:00Z"),
+                                    _event("e", "2025-01-20T10:00:00Z")])
+    bronze = materialize([bronze_events], resources={"lakehouse": lakehouse}, partition_key="2025-01-20",
+                         instance=instance)
+    held = bronze.asset_materializations_for_node("bronze_events")[0].metadata["event_days"].value
+    assert held == ["2025-01-02", "2025-01-11", "2025-01-19", "2025-01-20"], "read from the commit's manifests"
+
+    sensor = DEFS.get_sensor_def("silver_events_late_events_sensor")
+    tick = sensor.evaluate_tick(build_sensor_context(instance=instance, definitions=DEFS))
+    # Late days 2: the automation's mapping reaches 01-18..01-20 from landing day 01-20; the sensor the rest.
+    assert sorted(r.partition_key for r in tick.run_requests) == ["2025-01-02", "2025-01-11"]
+    assert all(r.asset_selection == [AssetKey("silver_events")] for r in tick.run_requests)
+    again = sensor.evaluate_tick(build_sensor_context(instance=instance, definitions=DEFS, cursor=tick.cursor))
+    assert not again.run_requests, "each bronze commit is judged once"
+
+    for day in ("2025-01-02", "2025-01-11", "2025-01-19", "2025-01-20"):
+        materialize([silver_events], resources={"lakehouse": lakehouse}, partition_key=day, instance=instance)
+    decided = sensor.evaluate_tick(build_sensor_context(instance=instance, definitions=DEFS))
+    assert not decided.run_requests, "silver decided those days after the bronze commit: nothing to request"
+
+    keys = lambda t: {r.event_id for r in lakehouse.spark.table(lakehouse.table_id(t)).collect()}  # noqa: E731
+    assert keys("silver_events") | keys("silver_events_rejected") == keys("bronze_events") == set("abcde")
+
+
+def test_max_lateness_rejects_events_that_land_too_long_after_their_time(lakehouse):
+    """Measured from the landing day, so a replayed archive is judged as when it landed, not by the clock."""
+    source = dataclasses.replace(SHOP.events["events"], max_lateness=dt.timedelta(days=7))
+    judged = lakehouse.spark.createDataFrame(
+        [("old", dt.datetime(2025, 1, 2, 23, 59, 59), dt.date(2025, 1, 10)),
+         ("edge", dt.datetime(2025, 1, 3, 0, 0, 0), dt.date(2025, 1, 10)),
+         ("replayed", dt.datetime(2025, 1, 2, 10, 0, 0), dt.date(2025, 1, 2))],
+        "event_id string, event_ts timestamp, landing_date date",
+    ).withColumn("rule", first_broken_rule(dataclasses.replace(source, rules=(), event_types=None)))
+    assert {r.event_id: r.rule for r in judged.collect()} == {"old": "max_lateness", "edge": None, "replayed": None}
+
+
+def test_max_lateness_is_a_duration_and_its_rule_name_is_its_own():
+    text = SHOP_FILE.read_text()
+    assert SHOP.events["events"].max_lateness == dt.timedelta(days=30)
+    with pytest.raises(DeclarationError, match="not a duration"):
+        parse_project(text.replace("max_lateness: 30d", "max_lateness: soon", 1), "x.yaml")
+    with pytest.raises(DeclarationError, match="taken by max_lateness"):
+        parse_project(text.replace("name: bot_user_agent", "name: max_lateness", 1), "x.yaml")
