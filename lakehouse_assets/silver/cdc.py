@@ -173,59 +173,81 @@ def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, w
 
 
 _CHANGE_COLUMNS = ("key", "op", "change_position", "valid_from")  # the rest of a change are image columns
-_KEY_MOVES = 4  # primary-key changes of one row in one run whose TOASTed values are carried from key to key
 
 
 def _placeholder(column: str) -> Column:
     return F.col(column).cast("string") == UNAVAILABLE
 
 
-def _fill_by_key(versions: DataFrame, columns: list[str]) -> DataFrame:
-    """A TOASTed value that did not change arrives as a placeholder: each version keeps the key's one before it
-    (the placeholder stays where the key has none yet)."""
-    upto = W.partitionBy("key").orderBy("change_position").rowsBetween(W.unboundedPreceding, 0)
+def _fill_by_row(versions: DataFrame, columns: list[str]) -> DataFrame:
+    """A TOASTed value that did not change arrives as a placeholder: each version keeps the one its row had
+    before it (the placeholder stays where the row has none yet). A row is its key's versions, continued
+    across primary-key changes (column `_row`); a delete holds no values to keep."""
+    upto = W.partitionBy("_row").orderBy("change_position").rowsBetween(W.unboundedPreceding, 0)
+    deleted = F.col("op") == "d"
     return versions.withColumns({
-        c: F.coalesce(F.last(F.when(_placeholder(c), None).otherwise(F.struct(F.col(c).alias("v"))),
-                             ignorenulls=True).over(upto), F.struct(F.col(c).alias("v")))["v"]
+        c: F.when(deleted, F.col(c)).otherwise(F.coalesce(
+            F.last(F.when(_placeholder(c) | deleted, None).otherwise(F.struct(F.col(c).alias("v"))),
+                   ignorenulls=True).over(upto),
+            F.struct(F.col(c).alias("v")))["v"])
         for c in columns
     })
 
 
-def _moved_from(versions: DataFrame, history: TableHandle, positions: DataFrame, columns: list[str]) -> DataFrame:
-    """(position, the key's values) of rows whose key changed at a position: the version a delete at that
-    position ended, from this run's versions or, for a delete applied by an earlier run, from history. A
-    position with more than one such version is ambiguous and left out."""
-    order = W.partitionBy("key").orderBy("change_position")
-    in_run = (versions.withColumn("_next_op", F.lead("op").over(order))
-              .withColumn("_next", F.lead("change_position").over(order))
-              .where("_next_op = 'd'").select(F.col("_next").alias("change_position"), F.col("key").alias("_from"),
-                                               *columns))
-    ended_at = F.broadcast(positions.select(F.col("change_position").alias("valid_to_position")))
-    stored = history.read().where("op != 'd'").join(ended_at, "valid_to_position", "left_semi").select(
-        F.col("valid_to_position").alias("change_position"), F.col("key").alias("_from"), *columns)
-    moved = in_run.unionByName(stored).dropDuplicates(["change_position", "_from"])
-    single = moved.groupBy("change_position").count().where("count = 1").select("change_position")
-    return moved.join(single, "change_position", "left_semi")
+def _rows(versions: DataFrame, unavailable: Column) -> DataFrame:
+    """`_row`: which source row a version belongs to. A primary-key change is a delete of the old key and a
+    create of the new key at one position; the new key's versions from there to its next delete continue the
+    old key's row, chains of key changes included. Worked out on the driver from the run's key changes whose
+    create misses a value (few: key changes are rare, and most carry every value)."""
+    creates = versions.where((F.col("op") == "c") & unavailable).select("change_position", F.col("key").alias("_to"))
+    deletes = versions.where(F.col("op") == "d").select("change_position", F.col("key").alias("_from"))
+    moves = creates.join(deletes, "change_position").where("_from != _to")
+    single = moves.groupBy("change_position").count().where("count = 1")  # one delete, one create: unambiguous
+    edges = sorted((r.change_position, r._from, r._to)
+                   for r in moves.join(single, "change_position", "left_semi").collect())
+    if not edges:
+        return versions.withColumn("_row", F.col("key"))
+    ends: dict[str, list] = {}
+    moved_keys = versions.sparkSession.createDataFrame([(to,) for _, _, to in edges], "key string")
+    for r in deletes.join(moved_keys.withColumnRenamed("key", "_from"), "_from", "left_semi").collect():
+        ends.setdefault(r._from, []).append(r.change_position)
+    segments: list[tuple] = []  # (key, first position, last position or None, row)
+    for position, old, new in edges:
+        row = next((seg[3] for seg in segments if seg[0] == old and seg[1] <= position
+                    and (seg[2] is None or position <= seg[2])), old)
+        end = min((p for p in ends.get(new, []) if p > position), default=None)
+        segments.append((new, position, end, row))
+    spans = versions.sparkSession.createDataFrame(
+        segments, T.StructType([T.StructField("_key", T.StringType()), T.StructField("_first", POSITION),
+                                T.StructField("_last", POSITION), T.StructField("_span_row", T.StringType())]))
+    within = ((F.col("key") == F.col("_key")) & (F.col("change_position") >= F.col("_first"))
+              & (F.col("_last").isNull() | (F.col("change_position") <= F.col("_last"))))
+    return (versions.join(F.broadcast(spans), within, "left")
+            .withColumn("_row", F.coalesce("_span_row", "key")).drop("_key", "_first", "_last", "_span_row"))
 
 
 def _resolve_unavailable(versions: DataFrame, history: TableHandle, columns: list[str]) -> DataFrame:
-    """Every placeholder replaced by the value it stands for: the key's previous one, or, for the create of a
-    primary-key change (whose new key has no earlier version), the old key's; none left as text."""
-    if not columns:
+    """Every placeholder replaced by the value it stands for: the row's previous one, across primary-key
+    changes (for a key change whose delete an earlier run applied, the old key's version history ended there);
+    none left as text."""
+    unavailable = F.greatest(*(_placeholder(c) for c in columns), F.lit(False)) if columns else F.lit(False)
+    versions = versions.localCheckpoint()  # computed once, read by every step below
+    if not columns or versions.where(unavailable).isEmpty():
         return versions
-    versions = _fill_by_key(versions, columns).localCheckpoint()  # computed once, read by every step below
-    for _ in range(_KEY_MOVES):
-        pending = versions.where((F.col("op") == "c") & F.greatest(*(_placeholder(c) for c in columns), F.lit(False)))
-        positions = pending.select("change_position").distinct()
-        if positions.isEmpty():
-            break
-        moved = _moved_from(versions, history, positions, columns)
-        taken = versions.alias("v").join(moved.alias("m"), "change_position", "left").select(
+    versions = _fill_by_row(_rows(versions, unavailable), columns).localCheckpoint()
+    pending = versions.where((F.col("op") == "c") & unavailable).select("change_position").distinct()
+    if not pending.isEmpty():
+        ended = F.broadcast(pending.select(F.col("change_position").alias("valid_to_position")))
+        stored = history.read().where("op != 'd'").join(ended, "valid_to_position", "left_semi").select(
+            F.col("valid_to_position").alias("change_position"), F.col("key").alias("_from"), *columns)
+        single = stored.groupBy("change_position").count().where("count = 1")
+        stored = stored.join(single, "change_position", "left_semi")
+        taken = versions.alias("v").join(stored.alias("m"), "change_position", "left").select(
             *(F.when((F.col("v.op") == "c") & (F.col("m._from") != F.col("v.key")) & _placeholder(f"v.{c}"),
                      F.col(f"m.{c}")).otherwise(F.col(f"v.{c}")).alias(c) if c in columns
               else F.col(f"v.{c}" if c != "change_position" else c).alias(c) for c in versions.columns))
-        versions = _fill_by_key(taken, columns).localCheckpoint()
-    return versions.withColumns({c: F.when(_placeholder(c), None).otherwise(F.col(c)) for c in columns})
+        versions = _fill_by_row(taken, columns)
+    return versions.drop("_row").withColumns({c: F.when(_placeholder(c), None).otherwise(F.col(c)) for c in columns})
 
 
 def _versions(info: CdcTable, batch: DataFrame, history: TableHandle) -> DataFrame:

@@ -9,10 +9,14 @@ from decimal import Decimal
 
 import pytest
 from dagster import DagsterInstance, materialize
+from pyspark.sql import functions as F
 
 from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.silver.cdc import _resolve_unavailable
+from lakehouse_assets.sources.cdc import POSITION
+from lakehouse_assets.sources.debezium import UNAVAILABLE
 
 from ..shop import BRONZE_CDC as bronze_cdc_assets
 from ..shop import SILVER_CDC as silver_cdc_assets
@@ -159,3 +163,33 @@ def test_merge_on_read_tables_and_passed_checks(cdc):
         assert table.properties["write.merge.mode"] == "merge-on-read"
         branches = [name for name, ref in table.metadata.refs.items() if ref.snapshot_ref_type == "branch"]
         assert branches == ["main"], "audit branches are dropped once published"
+
+
+def test_unavailable_values_follow_the_row_across_chains_of_key_changes(spark):
+    """Debezium's placeholder for an unchanged TOASTed value, in the create of a primary-key change, stands
+    for the old key's value: followed along chains of key changes in one run, across a key re-created as a
+    new row, and into history for a key change whose delete an earlier run applied."""
+    u = UNAVAILABLE
+    changes = [  # key, op, position, title, body
+        ("A", "c", 1, "t", "BODY"), ("A", "d", 5, None, None), ("B", "c", 5, "t", u), ("B", "u", 6, "t", "B6"),
+        ("B", "d", 9, None, None), ("C", "c", 9, "t", u), ("C", "u", 12, "t2", u), ("C", "d", 13, None, None),
+        ("D", "c", 13, "t2", u),
+        ("A", "c", 14, "a2", "A2"), ("A", "u", 15, "a3", u),  # A again: a new row, not B's
+        ("Z", "c", 20, "z", u),  # W's delete at 20 was applied by an earlier run
+        ("Q", "c", 21, "q", u),  # nothing known
+    ]
+    versions = spark.createDataFrame(changes, "key string, op string, p int, title string, body string").select(
+        "key", "op", F.col("p").cast(POSITION).alias("change_position"), "title", "body")
+
+    class History:
+        def read(self):
+            return spark.createDataFrame([("W", "u", 3, 20, "w", "WB")], "key string, op string, p int, v int, "
+                                         "title string, body string").select(
+                "key", "op", F.col("p").cast(POSITION).alias("change_position"),
+                F.col("v").cast(POSITION).alias("valid_to_position"), "title", "body")
+
+    got = {(r.key, int(r.change_position)): r.body
+           for r in _resolve_unavailable(versions, History(), ["title", "body"]).collect()}
+    assert got == {("A", 1): "BODY", ("A", 5): None, ("B", 5): "BODY", ("B", 6): "B6", ("B", 9): None,
+                   ("C", 9): "B6", ("C", 12): "B6", ("C", 13): None, ("D", 13): "B6", ("A", 14): "A2",
+                   ("A", 15): "A2", ("Z", 20): "WB", ("Q", 21): None}
