@@ -30,6 +30,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from .runtime.catalog import catalog_for
+from .runtime.main_log import main_at, on_main_since
 from .settings import Settings
 
 UTC = dt.timezone.utc
@@ -338,17 +339,6 @@ def parse_as_of(as_of: str) -> int | dt.datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _snapshot_at(table: Table, timestamp_ms: int) -> tuple[Snapshot | None, int | None]:
-    """The snapshot current at `timestamp_ms` (from the snapshot log), and its id (set even when expired)."""
-    log = [(e.timestamp_ms, e.snapshot_id) for e in table.metadata.snapshot_log]
-    if not log:
-        log = sorted((s.timestamp_ms, s.snapshot_id) for s in table.metadata.snapshots)
-    for ts, snapshot_id in reversed(log):
-        if ts <= timestamp_ms:
-            return table.snapshot_by_id(snapshot_id), snapshot_id
-    return None, None
-
-
 def _snapshots_as_of(as_of: str, loaded: dict[str, Table], settings: Settings,
                      names: dict[str, str]) -> dict[str, Snapshot]:
     target = parse_as_of(as_of)
@@ -365,7 +355,9 @@ def _snapshots_as_of(as_of: str, loaded: dict[str, Table], settings: Settings,
                     break
         if not owners:
             raise ValueError(f"as of {as_of}: no table in namespace {settings.namespace!r} has snapshot {target}")
-        timestamp_ms = next(iter(owners.values())).timestamp_ms
+        owner, snap = next(iter(owners.items()))  # its time on main, not on the branch it was written on
+        owner_table = loaded[owner] if owner in loaded else catalog_for(settings).load_table((settings.namespace, owner))
+        timestamp_ms = on_main_since(owner_table, target) or snap.timestamp_ms
         result.update({name: snap for name, snap in owners.items() if name in loaded})
         when = f"snapshot {target} ({_iso_ms(timestamp_ms)})"
     else:
@@ -374,7 +366,7 @@ def _snapshots_as_of(as_of: str, loaded: dict[str, Table], settings: Settings,
     for name, table in loaded.items():
         if name in result:
             continue
-        snapshot, snapshot_id = _snapshot_at(table, timestamp_ms)
+        snapshot, snapshot_id = main_at(table, timestamp_ms)
         if snapshot is None and snapshot_id is not None:
             raise ValueError(f"table {settings.namespace}.{name}: snapshot {snapshot_id}, current as of {when}, "
                              "has expired")

@@ -9,21 +9,28 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 from collections import defaultdict
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from examples.shop.events_generator import generate
 from lakehouse_assets.cli import reconcile
+from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.commit import RUN_ID
+from lakehouse_assets.runtime.freshness import NEWEST_EVENT
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.settings import Settings
 
-from .shop import ALL_ASSETS, SHOP
+from .shop import ALL_ASSETS, SHOP, SHOP_FILE, SPECS
 
 pytestmark = pytest.mark.slow  # a module-wide pipeline run
 
@@ -199,3 +206,44 @@ def test_checks_pass_and_personal_data_is_pseudonymised(lake):
     # No audit branch is left behind by a write that passed (tags pinned by ML runs are expected).
     refs = lakehouse.iceberg_table("silver_events").metadata.refs
     assert [name for name, ref in refs.items() if ref.snapshot_ref_type == "branch"] == ["main"]
+
+
+def _tables_as_read(settings, namespace):
+    """Every table's rows (less who wrote them and when) and its event-time watermark, read with pyiceberg."""
+    catalog = catalog_for(settings)
+    out = {}
+    for name in SPECS:
+        if not catalog.table_exists((namespace, name)):
+            continue
+        table = catalog.load_table((namespace, name))
+        rows = [{k: v for k, v in r.items() if k not in ("run_id", "ingested_at")}
+                for r in table.scan().to_arrow().to_pylist()]
+        snapshot = table.current_snapshot()
+        props = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+        out[name] = (sorted(map(repr, rows)), props.get(NEWEST_EVENT))
+    return out
+
+
+@pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/Los_Angeles"])
+def test_the_hosts_time_zone_changes_no_table_and_no_watermark(lake, lake_settings, tmp_path, zone):
+    """The same backfill, run by `dagster asset materialize` on a host in another zone, gives the same rows
+    in every table and the same event-time watermarks as the run in UTC."""
+    lakehouse, _, _, _ = lake
+    home = tmp_path / "lake"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_"))},
+           "TZ": zone, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP_FILE),
+           "LAKEHOUSE_LANDING": lakehouse.landing, "LAKEHOUSE_NAMESPACE": lakehouse.namespace,
+           "LAKEHOUSE_PII_KEY": pii_key(lakehouse.settings).decode(), "LAKEHOUSE_SPARK_MASTER": "local[2]",
+           "LAKEHOUSE_DRIVER_MEMORY": "1g", "DAGSTER_HOME": str(tmp_path)}
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    done = subprocess.run([str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m",
+                           "lakehouse_assets.definitions", "--select", "*", "--partition-range",
+                           "2025-01-01...2025-01-03"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    there = _tables_as_read(Settings.from_env(home=home, project=str(SHOP_FILE), namespace=lakehouse.namespace),
+                            lakehouse.namespace)
+    here = _tables_as_read(lakehouse.settings, lakehouse.namespace)
+    assert set(there) == set(here) and len(here) > 10
+    for name in here:
+        assert there[name] == here[name], f"{name} differs under TZ={zone}"

@@ -34,6 +34,7 @@ from ..partitions import SINGLE_RUN
 from ..project.model import INGEST_LOG as INGEST_LOG_NAME
 from ..runtime.commit import EVERYTHING, CommitResult, StagedWrite, Window, publish_all, retry_metadata, with_commit_retries
 from ..runtime.files import modification_times
+from ..runtime.freshness import newest_event_time
 from ..runtime.resource import LakehouseResource
 from ..sources.landing import day_folders, landing_date_of, landing_date_value, list_landing_files, of_files, read_landing
 from ..sources.zones import source_root
@@ -192,7 +193,7 @@ def ingest(
             bad = checked.where(F.col("reason").isNotNull())
             landed = max(modification_times(spark, todo).values())
             report.newest_landed_at = dt.datetime.fromtimestamp(landed, dt.timezone.utc)
-            newest_event = good.agg(F.max(source.event_time)).first()[0] if source.event_time else None  # type: ignore[index]
+            newest_event = newest_event_time(good, source.event_time) if source.event_time else None
         per_file = checked.groupBy("source_file", "landing_date").agg(
             F.count(F.lit(1)).alias("records"),
             F.count(F.when(F.col("reason").isNull(), True)).alias("kept"),

@@ -15,6 +15,7 @@ from pyiceberg.table import Table
 
 from ..errors import SnapshotError
 from ..runtime.commit import ASSET, PARTITIONS, RUN_ID
+from ..runtime.main_log import main_at
 from ..settings import validate_identifier
 
 UTC = dt.timezone.utc
@@ -65,7 +66,7 @@ def _parse_time(text: str) -> dt.datetime:
 
 
 def resolve_point(table: Table, name: str, to: str) -> int:
-    """The snapshot of `main`'s past that `to` means: a snapshot id, or the last one committed at or before a time."""
+    """The snapshot of `main`'s past that `to` means: a snapshot id, or the one main had at a time."""
     if to.strip().lstrip("-").isdigit():
         snapshot_id = int(to)
         if table.snapshot_by_id(snapshot_id) is None:
@@ -73,16 +74,13 @@ def resolve_point(table: Table, name: str, to: str) -> int:
                                 f"see `lakehouse snapshots {name}`")
         return snapshot_id
     when = _parse_time(to)
-    target = None
-    snapshot = table.current_snapshot()
-    while snapshot is not None:
-        if snapshot.timestamp_ms <= when.timestamp() * 1000:
-            target = snapshot
-            break
-        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    # Main's own log: a published write's snapshot was committed on its branch before main had it.
+    target, target_id = main_at(table, int(when.timestamp() * 1000))
+    if target_id is None:
+        raise SnapshotError(f"{name} has no snapshot on main at or before {when.isoformat()}")
     if target is None:
-        raise SnapshotError(f"{name} has no snapshot on main committed at or before {when.isoformat()}")
-    return target.snapshot_id
+        raise SnapshotError(f"{name}: snapshot {target_id}, main's at {when.isoformat()}, has expired")
+    return target_id
 
 
 def rollback(table: Table, name: str, to: str) -> dict[str, Any]:

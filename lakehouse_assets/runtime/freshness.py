@@ -64,6 +64,21 @@ def _newest(*values: dt.datetime | None) -> dt.datetime | None:
     return max(present) if present else None
 
 
+def from_spark(value: dt.datetime | None) -> dt.datetime | None:
+    """A timestamp collected from Spark, aware UTC. PySpark hands timestamps to Python as naive datetimes in
+    the process's local zone, whatever Spark's session zone: read as UTC they would be off by the host's offset."""
+    return None if value is None else value.astimezone(UTC)  # a naive value is taken as local time
+
+
+def newest_event_time(df: Any, column: str) -> dt.datetime | None:
+    """The newest `column` value of Spark DataFrame `df` that is not in the future: an event stamped in the
+    future (a wrong clock, a year 9999) is not a time the data has reached, and must not pin the watermark."""
+    from pyspark.sql import functions as F
+
+    row = df.where(F.col(column) <= F.current_timestamp()).agg(F.max(column)).first()
+    return from_spark(row[0] if row is not None else None)
+
+
 def watermark_properties(table: Table, newest_event: dt.datetime | None,
                          newest_landed: dt.datetime | None) -> dict[str, str]:
     """The summary properties of a commit on top of `table`'s head: each watermark the newer of the two."""

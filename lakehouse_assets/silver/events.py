@@ -47,7 +47,7 @@ from ..project import EventSource, parse_duration
 from ..project.declaration import RuleDecl
 from ..project.model import MAX_LATENESS
 from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
-from ..runtime.freshness import derived_watermarks
+from ..runtime.freshness import derived_watermarks, newest_event_time
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import COPY_ON_WRITE, TableSpec, col
@@ -223,7 +223,7 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             "rule", first_broken_rule(source)).cache()
         try:
             clean, rejects = split(lakehouse, source, judged)
-            newest = clean.agg(F.max(source.timestamp)).first()[0]  # type: ignore[index]
+            newest = newest_event_time(clean, source.timestamp)
             staged = silver.stage(run_id, spec.name, label, prefix="audit", scope=scope).with_watermarks(
                 newest, derived_watermarks(bronze.iceberg())[1])
             staged.properties.update(properties)

@@ -10,6 +10,7 @@ both must reach gold_minute_activity and gold_daily_activity.
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,11 +22,13 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 from pyiceberg.expressions import EqualTo
 
+from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.settings import Settings
 from lakehouse_assets.streaming import heartbeat_file
 
 from ..shop import temporary_instance
+from ..silver.test_cdc_silver import expected_row
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # whole processes: the daemon, the stream
 
@@ -69,10 +72,10 @@ def _stop(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def _land(landing: Path, day: dt.date, name: str, n: int) -> Counter:
-    """Land a file whole, as a producer would; its events per day."""
+def _land(landing: Path, day: dt.date, name: str, n: int, landing_day: dt.date | None = None) -> Counter:
+    """Land a file whole, as a producer would (in `day`'s folder, or `landing_day`'s); its events per day."""
     events = _events(day, n, name)
-    folder = landing / f"date={day.isoformat()}"
+    folder = landing / f"date={(landing_day or day).isoformat()}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f".{name}.jsonl.part").write_text("".join(json.dumps(e) + "\n" for e in events))
     (folder / f".{name}.jsonl.part").rename(folder / f"{name}.jsonl")
@@ -153,3 +156,65 @@ def test_with_the_stream_running_minute_gold_follows_in_seconds_and_daily_gold_b
         assert event is not None and event.asset_materialization is not None
         assert "stream_batch_id" in event.asset_materialization.metadata
         assert not [r for r in instance.get_runs() if AssetKey("bronze_events") in (r.asset_selection or ())]
+
+
+def _table(settings: Settings, table: str) -> list[dict]:
+    catalog = catalog_for(settings)
+    if not catalog.table_exists((settings.namespace, table)):
+        return []
+    return catalog.load_table((settings.namespace, table)).scan().to_arrow().to_pylist()
+
+
+def _cdc_truth(generated, key: bytes) -> dict[str, dict]:
+    """The generator's source tables as silver stores them, keyed by primary key."""
+    truth = {}
+    for table, rows in generated.true_state.items():
+        truth[table] = {k: {c: v.replace(tzinfo=dt.timezone.utc) if isinstance(v, dt.datetime) else v
+                            for c, v in expected_row(CDC_TABLES[table], row, key).items()}
+                        for k, row in rows.items()}
+    return truth
+
+
+def _silver_cdc(settings: Settings, table: str, truth: dict) -> dict:
+    """Silver's current state in the truth's shape (the columns the source rows have)."""
+    info, any_row = CDC_TABLES[table], next(iter(truth.values()))
+    rows = {tuple(r[k] for k in info.primary_key): r for r in _table(settings, f"silver_{table}")}
+    return {k: {c: r.get(c) for c in truth.get(k, any_row)} for k, r in rows.items()}
+
+
+def test_data_committed_days_before_it_lands_reaches_silver_and_gold_with_no_run_launched_by_hand(tmp_path):
+    """A capture down for a week and a replayed day of events: changes committed 8 to 10 days ago and events
+    of 8 days ago land in today's folders. With nobody launching a run, silver equals the source's truth, every
+    bronze event key is in silver or rejected, and daily gold counts the old day's events."""
+    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key")
+    landing = settings.local_path(settings.landing)
+    today = dt.datetime.now(dt.timezone.utc).date()
+    archive = tmp_path / "archive"
+    generated = generate_cdc(archive, [today - dt.timedelta(days=d) for d in (10, 9, 8)], changes_per_day=40,
+                             malformed_rate=0.0, late_share=0.0, duplicate_rate=0.02)
+    truth = _cdc_truth(generated, b"daemon-test-key")
+    daemon = _daemon(env, dagster_home, tmp_path)
+    try:
+        for n, f in enumerate(sorted(archive.rglob("*.jsonl*"))):
+            target = landing / "cdc" / f.parent.parent.name / f"date={today}" / f"replayed-{n:03d}-{f.name}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, target.with_name("." + target.name))
+            target.with_name("." + target.name).rename(target)
+        days = _land(landing / "events", today - dt.timedelta(days=8), "replayed", 30, landing_day=today)
+        assert set(days) == {today - dt.timedelta(days=8)}
+        started = time.monotonic()
+        done = False
+        while time.monotonic() - started < DEADLINE_S and not done:
+            silver = {t: _silver_cdc(settings, t, rows) for t, rows in truth.items()}
+            bronze = {r["event_id"] for r in _table(settings, "bronze_events")}
+            decided = {r["event_id"] for t in ("silver_events", "silver_events_rejected") for r in _table(settings, t)}
+            gold = _gold_events(settings, "gold_daily_activity", "activity_date")
+            done = silver == truth and bronze and bronze <= decided and gold == days
+            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
+            time.sleep(10)
+        assert done, (f"after {time.monotonic() - started:.0f} s: silver rows "
+                      f"{ {t: len(v) for t, v in silver.items()} } of { {t: len(v) for t, v in truth.items()} }, "
+                      f"undecided event keys {sorted(bronze - decided)[:5]}, gold {gold}\n"
+                      + (tmp_path / "daemon.log").read_text()[-3000:])
+    finally:
+        _stop(daemon)

@@ -6,7 +6,7 @@ import datetime as dt
 import json
 
 import pytest
-from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, build_sensor_context, materialize
 
 from lakehouse_assets.errors import DeclarationError
 from lakehouse_assets.project import parse_project
@@ -58,7 +58,7 @@ def test_a_redelivery_on_another_day_within_the_late_days_is_not_taken_twice(lak
 def test_events_landing_long_after_their_day_are_decided_by_the_days_their_bronze_commit_holds(lakehouse):
     """A landing day holding events from days its partition mapping does not reach (beyond the late days):
     bronze says which event days its commit added rows to, the late-events sensor requests silver for exactly
-    those days, once, and every bronze key ends in silver or rejected."""
+    those days until silver has decided them, and every bronze key ends in silver or rejected."""
     instance = DagsterInstance.ephemeral()
     _land(lakehouse, "2025-01-20", [_event("a", "2025-01-02T10:00:00Z"), _event("b", "2025-01-02T23:59:59Z"),
                                     _event("c", "2025-01-11T08:00:00Z"), _event("d", "2025-01-19T10:00:00Z"),
@@ -73,13 +73,21 @@ def test_events_landing_long_after_their_day_are_decided_by_the_days_their_bronz
     # Late days 2: the automation's mapping reaches 01-18..01-20 from landing day 01-20; the sensor the rest.
     assert sorted(r.partition_key for r in tick.run_requests) == ["2025-01-02", "2025-01-11"]
     assert all(r.asset_selection == [AssetKey("silver_events")] for r in tick.run_requests)
+    # A run that failed is asked for again (a new run key); one still running is waited for.
+    job = DEFS.resolve_implicit_global_asset_job_def()
+    failed, running = ({**r.tags, "dagster/partition": r.partition_key} for r in tick.run_requests)
+    instance.create_run_for_job(job, asset_selection=frozenset({AssetKey("silver_events")}), tags=failed,
+                                status=DagsterRunStatus.FAILURE)
+    instance.create_run_for_job(job, asset_selection=frozenset({AssetKey("silver_events")}), tags=running,
+                                status=DagsterRunStatus.STARTED)
     again = sensor.evaluate_tick(build_sensor_context(instance=instance, definitions=DEFS, cursor=tick.cursor))
-    assert not again.run_requests, "each bronze commit is judged once"
+    assert [(r.partition_key, r.run_key) for r in again.run_requests] == [
+        ("2025-01-02", tick.run_requests[0].run_key.rsplit(":", 1)[0] + ":1")]
 
     for day in ("2025-01-02", "2025-01-11", "2025-01-19", "2025-01-20"):
         materialize([silver_events], resources={"lakehouse": lakehouse}, partition_key=day, instance=instance)
-    decided = sensor.evaluate_tick(build_sensor_context(instance=instance, definitions=DEFS))
-    assert not decided.run_requests, "silver decided those days after the bronze commit: nothing to request"
+    decided = sensor.evaluate_tick(build_sensor_context(instance=instance, definitions=DEFS, cursor=again.cursor))
+    assert not decided.run_requests and json.loads(decided.cursor)["pending"] == {}, "silver decided those days"
 
     keys = lambda t: {r.event_id for r in lakehouse.spark.table(lakehouse.table_id(t)).collect()}  # noqa: E731
     assert keys("silver_events") | keys("silver_events_rejected") == keys("bronze_events") == set("abcde")
