@@ -280,7 +280,9 @@ def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: Part
             silver, rejected_handle = lakehouse.table(spec).create(), lakehouse.table(rejected_table)
             window = Window.of_days(ts, *context.partition_time_window)
             bronze_table = lakehouse.table(bronze)
-            bronze_window = bronze_table.read(reader=spec.name).where(window.condition)
+            # Read at one snapshot: the audit's reconciliation must count what the write was decided on,
+            # not what another writer committed to bronze meanwhile.
+            bronze_window = bronze_table.read_pinned(reader=spec.name)[0].where(window.condition)
             deduped = first_delivery(bronze_window, key)
             # A key silver holds on another day (within the late days) came first: it is not taken twice.
             elsewhere = silver.read().where(near(source, window.start, window.end) & ~window.condition).select(key)

@@ -8,6 +8,8 @@ import sys
 
 from dagster import DagsterInstance, materialize
 
+from lakehouse_assets.runtime.freshness import NEWEST_EVENT
+
 from ..shop import SHOP_FILE, asset
 
 bronze_events = asset("bronze_events")
@@ -173,3 +175,12 @@ def test_the_files_of_a_run_are_looked_up_in_their_landing_days_only(lakehouse):
         "p", landing_date_of(F.col("p")).alias("d")).collect()
     assert {r.p: r.d for r in stored} == {p: landing_date_value(p) for p in paths}
     assert landing_date_value(paths[3]).isoformat() == "2025-03-01"
+
+
+def test_an_event_stamped_in_the_future_does_not_pin_the_event_time_watermark(lakehouse):
+    land(lakehouse, "part-0.jsonl", [json.dumps(_event(n)) for n in range(5)]
+         + [json.dumps(_event(99, event_ts="9999-12-31T23:00:00Z"))])
+    ingest(lakehouse)
+    assert held(lakehouse)[0] == 6, "the event is kept in bronze, as landed"
+    snapshot = lakehouse.iceberg_table("bronze_events").current_snapshot()
+    assert snapshot.summary.additional_properties[NEWEST_EVENT] == f"{DAY}T04:00:00+00:00"

@@ -7,9 +7,11 @@ import json
 
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, build_sensor_context, materialize
+from pyspark.sql import functions as F
 
 from lakehouse_assets.errors import DeclarationError
 from lakehouse_assets.project import parse_project
+from lakehouse_assets.silver import events as silver_module
 from lakehouse_assets.silver.events import first_broken_rule
 
 from ..shop import DEFS, SHOP, SHOP_FILE, asset
@@ -112,3 +114,24 @@ def test_max_lateness_is_a_duration_and_its_rule_name_is_its_own():
         parse_project(text.replace("max_lateness: 30d", "max_lateness: soon", 1), "x.yaml")
     with pytest.raises(DeclarationError, match="taken by max_lateness"):
         parse_project(text.replace("name: bot_user_agent", "name: max_lateness", 1), "x.yaml")
+
+
+def test_the_audit_counts_the_bronze_snapshot_the_write_was_decided_on(lakehouse, monkeypatch):
+    """Another writer commits to bronze between silver's write and its audit: the blocking reconciliation
+    counts the bronze snapshot silver read, so it passes; the new row waits for the next run, which takes it."""
+    _land(lakehouse, "2025-01-01", [_event("k1", "2025-01-01T10:00:00Z")])
+    _run(lakehouse, [bronze_events], "2025-01-01")
+    audit = silver_module.audit_and_publish
+
+    def after_another_bronze_commit(audits):
+        bronze = lakehouse.table_id("bronze_events")
+        lakehouse.spark.table(bronze).withColumn("event_id", F.lit("k2")).writeTo(bronze).append()
+        return audit(audits)
+
+    monkeypatch.setattr(silver_module, "audit_and_publish", after_another_bronze_commit)
+    checks = _run(lakehouse, [silver_events], "2025-01-01").get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks)
+    monkeypatch.undo()
+    _run(lakehouse, [silver_events], "2025-01-01")
+    assert sorted(r.event_id for r in lakehouse.spark.table(lakehouse.table_id("silver_events")).collect()) == [
+        "k1", "k2"]
