@@ -32,7 +32,7 @@ from .project import Project
 from .runtime.resource import LakehouseResource
 from .settings import Settings
 from .silver.cdc import current_spec, history_spec, silver_cdc_asset
-from .silver.events import rejected_spec, silver_events_asset, silver_spec
+from .silver.events import rejected_spec, silver_events_asset, silver_spec, undecided_keys_check
 from .tables.registry import TableSpec
 
 
@@ -99,6 +99,7 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     assets = [a.map_asset_specs(lambda spec: with_column_schema(spec, specs)) for a in assets]
     asset_tables = {key.to_user_string() for a in assets for key in a.keys} & set(specs)
     jobs, maintenance_sensors, maintenance_schedules, checks = maintenance_definitions(project, specs, asset_tables)
+    checks = [*checks, *(undecided_keys_check(events) for events in project.events.values())]
     return Definitions(
         assets=assets,
         asset_checks=checks,

@@ -209,14 +209,14 @@ def test_checks_pass_and_personal_data_is_pseudonymised(lake):
 
 
 def _tables_as_read(settings, namespace):
-    """Every table's rows (less who wrote them and when) and its event-time watermark, read with pyiceberg."""
+    """Every table's rows (less which run wrote them and when) and its event-time watermark, via pyiceberg."""
     catalog = catalog_for(settings)
     out = {}
     for name in SPECS:
         if not catalog.table_exists((namespace, name)):
             continue
         table = catalog.load_table((namespace, name))
-        rows = [{k: v for k, v in r.items() if k not in ("run_id", "ingested_at")}
+        rows = [{k: v for k, v in r.items() if k not in ("run_id", "ingested_at", "computed_at")}
                 for r in table.scan().to_arrow().to_pylist()]
         snapshot = table.current_snapshot()
         props = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}

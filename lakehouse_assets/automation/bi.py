@@ -32,6 +32,13 @@ BI_REFRESH = (
     & ~AutomationCondition.in_progress()
 ).with_label("bi_refresh")
 
+# A BI day that reads its neighbours (sessions cross midnight) does not wait for a neighbour day with no data.
+BI_REFRESH_ACROSS_DAYS = (
+    (UPSTREAM_UPDATED | FRESHNESS_FAILED)
+    & ~AutomationCondition.any_deps_in_progress()
+    & ~AutomationCondition.in_progress()
+).with_label("bi_refresh")
+
 
 # Silver and ML: follow upstream; a bronze landing day with no files is no reason to wait.
 CHAIN_REFRESH = (
@@ -39,12 +46,18 @@ CHAIN_REFRESH = (
 ).with_label("chain_refresh")
 
 
-def landing_days_of(late_days: int) -> TimeWindowPartitionMapping:
-    """An event (or commit) day E is held by the landing days E..E+late_days (those to come too)."""
+def reads_days(before: int, after: int) -> TimeWindowPartitionMapping:
+    """Day D reads the upstream days D-before..D+after (those not yet in the partitions included): an update of
+    any of them refreshes D."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BetaWarning)  # allow_nonexistent_upstream_partitions: nothing to act on
-        return TimeWindowPartitionMapping(start_offset=0, end_offset=late_days,
+        return TimeWindowPartitionMapping(start_offset=-before, end_offset=after,
                                           allow_nonexistent_upstream_partitions=True)
+
+
+def landing_days_of(late_days: int) -> TimeWindowPartitionMapping:
+    """An event day E is held by the landing days E..E+late_days (those to come too)."""
+    return reads_days(0, late_days)
 
 
 def automation_sensor(assets) -> AutomationConditionSensorDefinition:

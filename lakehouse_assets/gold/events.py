@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 
 from dagster import (
+    AssetDep,
     AssetExecutionContext,
     AssetsDefinition,
     FreshnessPolicy,
@@ -33,7 +34,7 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..automation.bi import BI_REFRESH
+from ..automation.bi import BI_REFRESH, BI_REFRESH_ACROSS_DAYS, reads_days
 from ..partitions import SINGLE_RUN
 from ..project import Freshness, Gold
 from ..runtime.commit import CommitResult, Window, materialize_with_retries, with_commit_retries
@@ -160,10 +161,11 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
     c = EventColumns(gold)
     specs = gold_specs(gold)
 
-    def daily(spec: TableSpec, deps: list[str], build: Callable[[LakehouseResource, dt.datetime, dt.datetime],
-                                                                  tuple[DataFrame, Window]]) -> AssetsDefinition:
+    def daily(spec: TableSpec, deps: list[AssetDep], build: Callable[[LakehouseResource, dt.datetime, dt.datetime],
+                                                                       tuple[DataFrame, Window]],
+              automation_condition=BI_REFRESH) -> AssetsDefinition:
         @asset(name=spec.name, description=spec.description, group_name="gold", kinds={"spark", "iceberg"},
-               partitions_def=partitions, backfill_policy=SINGLE_RUN, automation_condition=BI_REFRESH,
+               partitions_def=partitions, backfill_policy=SINGLE_RUN, automation_condition=automation_condition,
                deps=deps, freshness_policy=freshness_policy(gold.freshness[spec.name]),
                check_specs=[freshness_check_spec(spec.name, gold.freshness[spec.name])])
         def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
@@ -242,12 +244,14 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
                 Window.of_days("activity_date", start, end, as_date=True))
 
     assets = [
-        daily(specs["gold_minute_activity"], [silver.name], minute_activity),
-        daily(specs["gold_sessions"], [silver.name], sessions),
-        daily(specs["gold_daily_activity"], [silver.name], daily_activity),
+        daily(specs["gold_minute_activity"], [AssetDep(silver.name)], minute_activity),
+        # A day's sessions read silver a day past each edge: late data on either neighbour refreshes it.
+        daily(specs["gold_sessions"], [AssetDep(silver.name, partition_mapping=reads_days(1, 1))], sessions,
+              BI_REFRESH_ACROSS_DAYS),
+        daily(specs["gold_daily_activity"], [AssetDep(silver.name)], daily_activity),
     ]
     if gold.funnel:
-        assets.append(daily(specs["gold_daily_funnel"], ["gold_sessions"], daily_funnel))
+        assets.append(daily(specs["gold_daily_funnel"], [AssetDep("gold_sessions")], daily_funnel))
     return assets
 
 

@@ -16,6 +16,7 @@ reads the data back exactly, with or without Spark.
 import datetime as dt
 
 from dagster import (
+    AssetDep,
     AssetExecutionContext,
     AssetsDefinition,
     MaterializeResult,
@@ -28,7 +29,7 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..automation.bi import CHAIN_REFRESH
+from ..automation.bi import CHAIN_REFRESH, reads_days
 from ..gold.events import EventColumns
 from ..partitions import SINGLE_RUN
 from ..pinning import PINNED, pin_snapshots
@@ -136,7 +137,8 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
         kinds={"spark", "iceberg"},
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
-        deps=[silver.name],
+        # Day D's features look back over silver's days D-29..D: late data on any of them refreshes D.
+        deps=[AssetDep(silver.name, partition_mapping=reads_days(LOOKBACK_DAYS - 1, 0))],
         automation_condition=CHAIN_REFRESH,
     )
     def ml_user_features(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
@@ -168,7 +170,9 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
         kinds={"spark", "iceberg"},
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
-        deps=[silver.name, ML_USER_FEATURES.name],
+        # Sessions read a day past each edge; a session's features are the newest at or before its start.
+        deps=[AssetDep(silver.name, partition_mapping=reads_days(1, 1)),
+              AssetDep(ML_USER_FEATURES.name, partition_mapping=reads_days(1, 0))],
         automation_condition=CHAIN_REFRESH,
     )
     def ml_training_set(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:

@@ -152,7 +152,7 @@ def history_model(info: CdcTable) -> pa.DataFrameSchema:
 
 def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, window: Window) -> DataFrame:
     """The changes that landed in the window as versions: key, image columns, op, position, valid_from."""
-    rows, _ = bronze.read_pinned(reader=info.silver)  # one snapshot, however often the plan is computed
+    rows = bronze.read_current(reader=info.silver)
     after = rows.schema["after"].dataType
     assert isinstance(after, T.StructType)
     image_columns = [f.name for f in after.fields]

@@ -25,6 +25,8 @@ from typing import Any
 import pandera.pyspark as pa
 from dagster import (
     AssetCheckResult,
+    AssetChecksDefinition,
+    AssetCheckSeverity,
     AssetDep,
     AssetExecutionContext,
     AssetsDefinition,
@@ -32,6 +34,7 @@ from dagster import (
     MetadataValue,
     PartitionsDefinition,
     asset,
+    asset_check,
 )
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
@@ -282,7 +285,7 @@ def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: Part
             bronze_table = lakehouse.table(bronze)
             # Read at one snapshot: the audit's reconciliation must count what the write was decided on,
             # not what another writer committed to bronze meanwhile.
-            bronze_window = bronze_table.read_pinned(reader=spec.name)[0].where(window.condition)
+            bronze_window = bronze_table.read_current(reader=spec.name).where(window.condition)
             deduped = first_delivery(bronze_window, key)
             # A key silver holds on another day (within the late days) came first: it is not taken twice.
             elsewhere = silver.read().where(near(source, window.start, window.end) & ~window.condition).select(key)
@@ -337,3 +340,33 @@ def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: Part
         )
 
     return _asset
+
+
+UNDECIDED = "undecided_bronze_keys"
+
+
+def undecided_keys_check(source: EventSource) -> AssetChecksDefinition:
+    """Every key that landed ends decided: in silver, or rejected with a rule. A warning counts the bronze keys
+    in neither, per event day (read with DuckDB from the tables' current snapshots, no Spark): days that
+    are still to run, or that no day of silver can decide (before the first partition, in the future)."""
+    key, ts = source.key, source.timestamp
+
+    @asset_check(asset=source.silver, name=UNDECIDED, blocking=False,
+                 description=f"keys of {source.bronze} in neither {source.silver} nor {source.rejected}")
+    def _check(lakehouse: LakehouseResource) -> AssetCheckResult:
+        from ..sql import query
+
+        catalog, namespace = lakehouse.catalog, lakehouse.settings.namespace
+        decided = [f"NOT EXISTS (SELECT 1 FROM {t} d WHERE d.{key} = b.{key})"
+                   for t in (source.silver, source.rejected) if catalog.table_exists((namespace, t))]
+        rows = [] if not catalog.table_exists((namespace, source.bronze)) else query(lakehouse.settings, (
+            f"SELECT CAST(b.{ts} AS DATE) AS day, count(DISTINCT b.{key}) AS keys FROM {source.bronze} b "
+            f"{'WHERE ' + ' AND '.join(decided) if decided else ''} GROUP BY 1 ORDER BY 1")).to_pylist()
+        undecided = sum(r["keys"] for r in rows)
+        return AssetCheckResult(
+            passed=undecided == 0, severity=AssetCheckSeverity.WARN,
+            metadata={"undecided_keys": MetadataValue.int(undecided),
+                      "undecided_by_day": MetadataValue.json({str(r["day"]): r["keys"] for r in rows[:31]})},
+        )
+
+    return _check

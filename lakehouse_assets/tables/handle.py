@@ -108,6 +108,12 @@ class TableHandle:
             raise UpstreamMissingError(f"table {self.id} has no data yet: materialise {self.name} first")
         return self.read(snapshot_id=snapshot_id), snapshot_id
 
+    def read_current(self, reader: str = "") -> DataFrame:
+        """The rows at the current snapshot, fixed now, however often the plan is computed (no rows when the
+        table has no snapshot yet)."""
+        self.require(reader)
+        return self.read(snapshot_id=self.snapshot_id())
+
     def schema(self):
         return self.spark.table(self.id).schema
 

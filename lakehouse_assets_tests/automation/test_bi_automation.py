@@ -32,7 +32,8 @@ def test_new_upstream_data_requests_exactly_the_dependent_bi_partitions():
     second = evaluate_automation_conditions(defs, instance, SELECTION, cursor=first.cursor)
     got = requested(second)
     assert got["gold_minute_activity"] == {"2025-01-02"}
-    assert got["gold_sessions"] == {"2025-01-02"}
+    # A day's sessions read a day past each edge (a session crosses midnight): both neighbours are refreshed.
+    assert got["gold_sessions"] == got["gold_daily_funnel"] == {"2025-01-01", "2025-01-02", "2025-01-03"}
     assert got["gold_daily_activity"] == {"2025-01-02"}
     assert "gold_daily_product_revenue" not in got, "it does not read silver_events"
 
@@ -99,17 +100,21 @@ def test_the_chain_refreshes_itself_and_a_late_file_reruns_the_event_days_it_can
     assert first.total_requested == 0
 
     # A landing day's bronze run: the event days that landing day can hold (late_days 2) are requested, and
-    # in the same tick everything downstream of them, so one run carries the whole chain.
+    # in the same tick everything downstream of them, so one run carries the whole chain: the features of
+    # every day whose 30-day look-back holds them, and the training days whose sessions or features they are.
     days = {"2025-01-03", "2025-01-04", "2025-01-05"}
     materialized(instance, "bronze_events", "2025-01-05")
     second = evaluate_automation_conditions(defs, instance, CHAIN, cursor=first.cursor)
-    assert chain_requested(second) == {name: days for name in (
-        "silver_events", "gold_daily_activity", "ml_user_features", "ml_training_set")}
+    span = lambda first, last: {(dt.date(2025, 1, 1) + dt.timedelta(days=n)).isoformat()  # noqa: E731
+                                for n in range(first - 1, last)}  # days of 2025, 1-based
+    expected = {"silver_events": days, "gold_daily_activity": days, "ml_user_features": span(3, 5 + 29),
+                "ml_training_set": span(2, 5 + 29 + 1)}
+    assert chain_requested(second) == expected
 
     # Done: nothing is requested again (no loop). CDC bronze brings both CDC silver tables along, for its own
     # landing day: a CDC silver day applies the changes that landed on it, whatever their commit time.
-    for name in ("silver_events", "gold_daily_activity", "ml_user_features", "ml_training_set"):
-        for day in days:
+    for name, requested_days in expected.items():
+        for day in requested_days:
             materialized(instance, name, day)
     materialized(instance, "bronze_cdc_orders", "2025-01-05")
     third = evaluate_automation_conditions(defs, instance, CHAIN, cursor=second.cursor)

@@ -76,16 +76,22 @@ EVENTS = {  # (event_type, price, event_ts, user agent) -> the first rule broken
     ("refund", "-1.00", INGESTED, "crawler"): "unknown_event_type",
     ("purchase", "-5.00", INGESTED + dt.timedelta(days=1), "HeadlessChrome"): "bot_user_agent",
     ("purchase", None, INGESTED + dt.timedelta(days=1), "Mozilla/5.0"): "purchase_without_price",
+    # Landed (2025-01-01) more than max_lateness (30 days) after its time; unknown_event_type is declared first.
+    ("page_view", None, dt.datetime(2024, 12, 1, 23, 59), "Mozilla/5.0"): "max_lateness",
+    ("page_view", None, dt.datetime(2024, 12, 2), "Mozilla/5.0"): None,
+    ("refund", None, dt.datetime(2024, 11, 1), "Googlebot/2.1"): "unknown_event_type",
+    ("page_view", None, dt.datetime(2024, 11, 1), "Googlebot/2.1"): "max_lateness",
 }
 
 
 def test_each_silver_rule_rejects_what_it_names_and_the_first_broken_rule_decides(spark):
     events = spark.createDataFrame(
-        [(n, event_type, price, event_ts, {"user_agent": agent}, INGESTED)
+        [(n, event_type, price, event_ts, {"user_agent": agent}, INGESTED, INGESTED.date())
          for n, (event_type, price, event_ts, agent) in enumerate(EVENTS)],
         "n int, event_type string, price string, event_ts timestamp, properties map<string,string>, "
-        "ingested_at timestamp",
-    ).selectExpr("n", "event_type", "cast(price as decimal(12,2)) price", "event_ts", "properties", "ingested_at")
+        "ingested_at timestamp, landing_date date",
+    ).selectExpr("n", "event_type", "cast(price as decimal(12,2)) price", "event_ts", "properties", "ingested_at",
+                 "landing_date")
     got = {r.n: r.rule for r in events.select("n", first_broken_rule(SHOP.events["events"]).alias("rule")).collect()}
     assert got == dict(enumerate(EVENTS.values()))
 
