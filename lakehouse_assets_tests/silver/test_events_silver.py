@@ -6,13 +6,20 @@ import datetime as dt
 import json
 
 import pytest
-from dagster import AssetKey, DagsterInstance, DagsterRunStatus, build_sensor_context, materialize
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DagsterRunStatus,
+    build_asset_check_context,
+    build_sensor_context,
+    materialize,
+)
 from pyspark.sql import functions as F
 
 from lakehouse_assets.errors import DeclarationError
 from lakehouse_assets.project import parse_project
 from lakehouse_assets.silver import events as silver_module
-from lakehouse_assets.silver.events import first_broken_rule
+from lakehouse_assets.silver.events import first_broken_rule, undecided_keys_check
 
 from ..shop import DEFS, SHOP, SHOP_FILE, asset
 
@@ -135,3 +142,19 @@ def test_the_audit_counts_the_bronze_snapshot_the_write_was_decided_on(lakehouse
     _run(lakehouse, [silver_events], "2025-01-01")
     assert sorted(r.event_id for r in lakehouse.spark.table(lakehouse.table_id("silver_events")).collect()) == [
         "k1", "k2"]
+
+
+def test_the_undecided_keys_check_counts_bronze_keys_in_neither_silver_nor_rejected(lakehouse):
+    check = undecided_keys_check(SHOP.events["events"])
+
+    def undecided():
+        result = check(build_asset_check_context(resources={"lakehouse": lakehouse}))
+        return result.passed, result.metadata["undecided_keys"].value, result.metadata["undecided_by_day"].value
+
+    _land(lakehouse, "2025-01-12", [_event("a", "2025-01-02T10:00:00Z"), _event("b", "2025-01-12T10:00:00Z"),
+                                    _event("c", "2025-01-12T11:00:00Z")])
+    _run(lakehouse, [bronze_events], "2025-01-12")
+    _run(lakehouse, [silver_events], "2025-01-12")
+    assert undecided() == (False, 1, {"2025-01-02": 1}), "the old day has not run: its key is undecided"
+    _run(lakehouse, [silver_events], "2025-01-02")
+    assert undecided() == (True, 0, {})
