@@ -344,21 +344,19 @@ def _snapshots_as_of(as_of: str, loaded: dict[str, Table], settings: Settings,
     target = parse_as_of(as_of)
     result: dict[str, Snapshot] = {}
     if isinstance(target, int):
-        found = {name: table.snapshot_by_id(target) for name, table in loaded.items()}
-        owners = {name: snap for name, snap in found.items() if snap is not None}
+        owners = {name: (table, snap) for name, table in loaded.items() if (snap := table.snapshot_by_id(target))}
         if not owners:
             catalog = catalog_for(settings)
             for name in sorted(set(names.values()) - set(loaded)):
-                snap = catalog.load_table((settings.namespace, name)).snapshot_by_id(target)
-                if snap is not None:
-                    owners = {name: snap}
+                table = catalog.load_table((settings.namespace, name))
+                if (snap := table.snapshot_by_id(target)) is not None:
+                    owners = {name: (table, snap)}
                     break
         if not owners:
             raise ValueError(f"as of {as_of}: no table in namespace {settings.namespace!r} has snapshot {target}")
-        owner, snap = next(iter(owners.items()))  # its time on main, not on the branch it was written on
-        owner_table = loaded[owner] if owner in loaded else catalog_for(settings).load_table((settings.namespace, owner))
+        owner_table, snap = next(iter(owners.values()))  # its time on main, not on the branch it was written on
         timestamp_ms = on_main_since(owner_table, target) or snap.timestamp_ms
-        result.update({name: snap for name, snap in owners.items() if name in loaded})
+        result.update({name: snap for name, (_, snap) in owners.items() if name in loaded})
         when = f"snapshot {target} ({_iso_ms(timestamp_ms)})"
     else:
         timestamp_ms = (target - _EPOCH) // dt.timedelta(milliseconds=1)

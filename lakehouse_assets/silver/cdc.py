@@ -230,9 +230,11 @@ def _resolve_unavailable(versions: DataFrame, history: TableHandle, columns: lis
     """Every placeholder replaced by the value it stands for: the row's previous one, across primary-key
     changes (for a key change whose delete an earlier run applied, the old key's version history ended there);
     none left as text."""
-    unavailable = F.greatest(*(_placeholder(c) for c in columns), F.lit(False)) if columns else F.lit(False)
+    if not columns:
+        return versions
+    unavailable = F.greatest(*(_placeholder(c) for c in columns), F.lit(False))
     versions = versions.localCheckpoint()  # computed once, read by every step below
-    if not columns or versions.where(unavailable).isEmpty():
+    if versions.where(unavailable).isEmpty():
         return versions
     versions = _fill_by_row(_rows(versions, unavailable), columns).localCheckpoint()
     pending = versions.where((F.col("op") == "c") & unavailable).select("change_position").distinct()
