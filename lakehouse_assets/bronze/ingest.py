@@ -65,17 +65,18 @@ EVENT_DAYS = "event_days"  # bronze materialisation metadata: the event days its
 class LandingSource:
     """A kind of landing file and where its records go.
 
-    parse(lines, table_schema): the table's columns (less the stamp columns), the
-    lineage columns and `reason` (null for a good record).
-    new_fields(lines, table_schema): (column path, type) pairs the table lacks for
-    fields that appeared in the data; added before parsing, so nothing is dropped.
+    parse(lines, table_schema, **hints): the table's columns (less the stamp columns),
+    the lineage columns and `reason` (null for a good record).
+    survey(lines, table_schema): one pass before parsing, giving (column path, type)
+    pairs the table lacks for fields that appeared in the data (added before parsing,
+    so nothing is dropped) and the hints parse takes (what it need not find per record).
     """
 
     name: str  # the landing folder, e.g. events or cdc/customers
     bronze: TableSpec
     quarantine: TableSpec
-    parse: Callable[[DataFrame, T.StructType], DataFrame]
-    new_fields: Callable[[DataFrame, T.StructType], list[tuple[str, str]]] | None = None
+    parse: Callable[..., DataFrame]
+    survey: Callable[[DataFrame, T.StructType], tuple[list[tuple[str, str]], dict[str, Any]]] | None = None
     event_time: str | None = None  # the bronze column whose newest value is the table's event-time watermark
 
 
@@ -175,17 +176,18 @@ def ingest(
                            landing_date_of(F.col("source_file")).alias("landing_date"),
                            F.current_timestamp().alias("ingested_at"), F.lit(run_id).alias("run_id"))
     checked = None
+    hints: dict[str, Any] = {}
     try:
-        if source.new_fields:
+        if source.survey:
             with timed("new fields"):
-                added = source.new_fields(lines, bronze.schema())
+                added, hints = source.survey(lines, bronze.schema())
                 if added:
                     bronze.add_columns(added)
                     report.new_columns = [name for name, _ in added]
                     log(f"{source.bronze.name}: new fields in the data became columns: {report.new_columns}")
         with timed("parse and judge"):
             bronze_schema = bronze.schema()
-            parsed = source.parse(lines, bronze_schema).withColumns(
+            parsed = source.parse(lines, bronze_schema, **hints).withColumns(
                 {"ingested_at": F.current_timestamp(), "run_id": F.lit(run_id)}
             )
             checked = parsed.unionByName(unread, allowMissingColumns=True).cache()

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from functools import partial
 
+from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from ..project import CdcTable, EventSource, Project
-from ..sources.cdc import bronze_cdc_schema, new_image_fields, parse_cdc
+from ..sources.cdc import bronze_cdc_schema, parse_cdc, survey_cdc
 from ..sources.events import new_event_fields, parse_events
 from ..tables.registry import TableSpec, col
 from .ingest import LandingSource, lineage_columns, quarantine_spec
@@ -45,9 +46,18 @@ def event_landing_source(source: EventSource) -> LandingSource:
             source.quarantine, f"Lines of {source.landing}/ that could not be taken, with the reason.",
         ),
         parse=partial(parse_events, source),
-        new_fields=partial(new_event_fields, source),
+        survey=partial(_event_survey, source),
         event_time=source.timestamp,
     )
+
+
+def _event_survey(source: EventSource, lines: DataFrame, table_schema: T.StructType) -> tuple[list, dict]:
+    return new_event_fields(source, lines, table_schema), {}
+
+
+def _cdc_survey(lines: DataFrame, table_schema: T.StructType) -> tuple[list, dict]:
+    found = survey_cdc(lines, table_schema)
+    return found.new_fields, {"schemas": found.schemas}
 
 
 def cdc_bronze_spec(table: CdcTable) -> TableSpec:
@@ -68,7 +78,7 @@ def cdc_landing_source(table: CdcTable) -> LandingSource:
             table.quarantine, f"Change events of {table.topic} that could not be taken, with the reason.",
         ),
         parse=partial(parse_cdc, table),
-        new_fields=new_image_fields,
+        survey=_cdc_survey,
         event_time="source_ts",
     )
 

@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.window import Window
 
 from ..project import CdcTable
 from ..tables.registry import col
 from ..tables.types import spark_type, type_name
-from .debezium import SCHEMA, Modes, column_encodings, declared_type_of, decode
-from .landing import LINEAGE_COLUMNS, blank, json_reason
+from .debezium import SCHEMA, Modes, column_encodings, declared_type_of, decode, encodings_of
+from .landing import LINEAGE_COLUMNS, MAX_RECORD_BYTES, blank, json_reason
 
 OPS = ("c", "u", "d", "r")
 TOMBSTONE = "t"
@@ -42,12 +45,13 @@ POSITION = T.DecimalType(38, 0)
 _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 _LINE = T.StructType([T.StructField(n, T.StringType()) for n in ("schema", "payload", "_corrupt_record")])
+_SOURCE = T.StructType([
+    T.StructField(n, T.StringType())
+    for n in ("connector", "db", "table", "ts_ms", "snapshot", "lsn", "txId", "sequence", "file", "pos", "row")
+])
 _ENVELOPE = T.StructType(
     [T.StructField(n, T.StringType()) for n in ("before", "after", "op", "ts_ms")]
-    + [T.StructField("source", T.StructType([
-        T.StructField(n, T.StringType())
-        for n in ("connector", "db", "table", "ts_ms", "snapshot", "lsn", "txId", "sequence", "file", "pos", "row")
-    ])), T.StructField("_corrupt_record", T.StringType())]
+    + [T.StructField("source", _SOURCE), T.StructField("_corrupt_record", T.StringType())]
 )
 
 _SHAPES = T.StructType([T.StructField(n, T.MapType(T.StringType(), T.StringType())) for n in ("before", "after")])
@@ -79,21 +83,99 @@ def _millis(c: Column) -> Column:
     return F.timestamp_millis(c.cast("long"))
 
 
-def _image(info: CdcTable, text: Column, image: T.StructType, encodings: Column) -> tuple[Column, Column]:
-    """(typed struct, reason for a bad value or None) of an image's JSON text."""
-    as_text = F.from_json(text, T.StructType([T.StructField(f.name, T.StringType()) for f in image.fields]))
+def _decoded(info: CdcTable, as_text: Column, image: T.StructType, encodings: Column) -> Column:
+    """The typed struct of an image's values as JSON text (a field is null where its value does not decode)."""
     modes = Modes(info.decimal_handling_mode, info.time_precision_mode)
-    values = {
-        f.name: decode(as_text[f.name], info.columns.get(f.name) or type_name(f.dataType), encodings[f.name], modes)
+    return F.struct(*(
+        decode(as_text[f.name], info.columns.get(f.name) or type_name(f.dataType), encodings[f.name], modes).alias(f.name)
         for f in image.fields
-    }
-    typed = F.struct(*(values[f.name].alias(f.name) for f in image.fields))
+    ))
+
+
+def _bad_value(as_text: Column, typed: Column, image: T.StructType) -> Column:
+    """The first field whose text did not decode, as a reason (null when every one did)."""
     reason = F.lit(None).cast("string")
     for f in reversed(image.fields):
-        bad = as_text[f.name].isNotNull() & values[f.name].isNull()
+        bad = as_text[f.name].isNotNull() & typed[f.name].isNull()
         reason = F.when(bad, F.concat(F.lit(f"{f.name} is not a {f.dataType.simpleString()}: "),
                                       as_text[f.name])).otherwise(reason)
-    return typed, reason
+    return reason
+
+
+def _text_type(image: T.StructType) -> T.StructType:
+    """An image with every value as its JSON text."""
+    return T.StructType([T.StructField(f.name, T.StringType()) for f in image.fields])
+
+
+def _envelopes(lines: DataFrame, image: T.StructType, schemas: Iterable[str]) -> DataFrame:
+    """The lineage columns and one struct `u` per line: its envelope, as text, however it was written.
+
+    A record Debezium wrote (an object, bare or wrapped as `{"schema", "payload"}`, whose
+    images are objects) is parsed once, images included, and a wrapped record's encodings
+    are the literal of its schema when it is one of `schemas` (the distinct schema texts of
+    these lines, worked out once). Every other line takes the path that names what is wrong
+    with it: the line, then the envelope, then each image, parsed as text one by one.
+    """
+    text = _text_type(image)
+    envelope = T.StructType([T.StructField("before", text), T.StructField("after", text),
+                             T.StructField("op", T.StringType()), T.StructField("ts_ms", T.StringType()),
+                             T.StructField("source", _SOURCE)])
+    one_pass = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", envelope),
+                             *envelope.fields, T.StructField("_corrupt_record", T.StringType())])
+    staged = lines.withColumn("f", F.from_json("payload", one_pass, {"columnNameOfCorruptRecord": "_corrupt_record"}))
+    f = F.col("f")
+    wrapped = f["schema"].isNotNull() & f["payload"].isNotNull()
+    # A bare record with no payload key (one whose payload is null is a wrapped tombstone: the slow path sees it).
+    bare = f["schema"].isNull() & f["payload"].isNull() & ~F.col("payload").contains('"payload"')
+    # Bytes bound characters: a line under the limit in bytes is under it in characters.
+    clean = (f.isNotNull() & f["_corrupt_record"].isNull() & (F.octet_length("payload") <= MAX_RECORD_BYTES)
+             & (wrapped | bare))
+    staged = staged.withColumn("clean", F.coalesce(clean, F.lit(False)))
+    fast_env = F.when(f["schema"].isNotNull(), f["payload"]).otherwise(
+        F.struct(*(f[n].alias(n) for n in envelope.fieldNames())))
+    known = F.when(F.lit(False), F.lit(None))
+    for schema in schemas:
+        literal = encodings_of(schema)
+        if literal is not None:
+            known = known.when(f["schema"] == F.lit(schema), literal)
+    fast_encodings = F.when(wrapped, known.otherwise(column_encodings(F.from_json(f["schema"], SCHEMA))))
+
+    # The other lines, one layer at a time (null for the lines read above).
+    slow = ~F.col("clean")
+    keys = F.json_object_keys("payload")
+    staged = staged.withColumn("line", F.when(slow, F.from_json(
+        "payload", _LINE, {"columnNameOfCorruptRecord": "_corrupt_record"})))
+    staged = staged.withColumn("wrapped", slow & F.coalesce(
+        F.array_contains(keys, "schema") & F.array_contains(keys, "payload"), F.lit(False)))
+    staged = staged.withColumn("envelope_text", F.when(slow, F.when(F.col("wrapped"), F.col("line.payload"))
+                                                       .otherwise(F.col("payload"))))
+    # Read as text, a JSON string holding an object looks like an object: a second
+    # parse with map-typed images tells them apart (null where the value is no object).
+    staged = staged.withColumns({
+        "env": F.when(slow, F.from_json("envelope_text", _ENVELOPE, {"columnNameOfCorruptRecord": "_corrupt_record"})),
+        "shape": F.when(slow, F.from_json("envelope_text", _SHAPES)),
+    })
+    e = F.col("env")
+    slow_env = F.struct(
+        ((F.trim("payload") == "null") | (F.col("wrapped") & F.col("envelope_text").isNull())).alias("tombstone"),
+        json_reason(F.col("payload"), F.col("line._corrupt_record")).alias("line_reason"),
+        e["_corrupt_record"].isNotNull().alias("not_object"),
+        e["op"].alias("op"), e["ts_ms"].alias("ts_ms"), e["source"].alias("source"),
+        F.from_json(e["before"], text).alias("before"), F.from_json(e["after"], text).alias("after"),
+        _present(e["before"]).alias("before_present"), _present(e["after"]).alias("after_present"),
+        F.col("shape.before").isNotNull().alias("before_object"), F.col("shape.after").isNotNull().alias("after_object"),
+        F.when(F.col("wrapped"), column_encodings(F.from_json("line.schema", SCHEMA))).alias("encodings"),
+    )
+    fast = F.struct(
+        F.lit(False).alias("tombstone"), F.lit(None).cast("string").alias("line_reason"),
+        F.lit(False).alias("not_object"),
+        fast_env["op"].alias("op"), fast_env["ts_ms"].alias("ts_ms"), fast_env["source"].alias("source"),
+        fast_env["before"].alias("before"), fast_env["after"].alias("after"),
+        fast_env["before"].isNotNull().alias("before_present"), fast_env["after"].isNotNull().alias("after_present"),
+        fast_env["before"].isNotNull().alias("before_object"), fast_env["after"].isNotNull().alias("after_object"),
+        fast_encodings.alias("encodings"),
+    )
+    return staged.select(*LINEAGE_COLUMNS, F.when(F.col("clean"), fast).otherwise(slow_env).alias("u"))
 
 
 def _pg_position(op: Column, lsn: Column, sequence: Column) -> Column:
@@ -108,27 +190,23 @@ def _present(text: Column) -> Column:
     return text.isNotNull() & (F.trim(text) != "null")
 
 
-def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
-    """Bronze CDC columns for `info`, the lineage columns and `reason` (null for a good record)."""
+def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | None = None,
+              schemas: Iterable[str] = ()) -> DataFrame:
+    """Bronze CDC columns for `info`, the lineage columns and `reason` (null for a good record).
+
+    `schemas`: the distinct schema texts of the wrapped records in `lines` (`survey_cdc`), decoded once each.
+    """
     image = table_schema["after"].dataType if table_schema else image_type(info)
     assert isinstance(image, T.StructType)  # the before/after images are structs
-    line = F.from_json("payload", _LINE, {"columnNameOfCorruptRecord": "_corrupt_record"})
-    keys = F.json_object_keys("payload")
-    wrapped = F.array_contains(keys, "schema") & F.array_contains(keys, "payload")
-    staged = lines.withColumn("line", line).withColumn("wrapped", F.coalesce(wrapped, F.lit(False))).select(
-        *LINEAGE_COLUMNS, "line", "wrapped",
-        F.when(F.col("wrapped"), F.col("line.payload")).otherwise(F.col("payload")).alias("envelope_text"),
-    )
-    envelope = F.from_json("envelope_text", _ENVELOPE, {"columnNameOfCorruptRecord": "_corrupt_record"})
-    # Read as text, a JSON string holding an object looks like an object: a second
-    # parse with map-typed images tells them apart (null where the value is no object).
-    parsed = (staged.withColumn("env", envelope).withColumn("shape", F.from_json("envelope_text", _SHAPES))
-              .withColumn("encodings", F.when(F.col("wrapped"), column_encodings(F.from_json("line.schema", SCHEMA)))))
-    e, src = F.col("env"), F.col("env.source")
-
-    before, before_bad = _image(info, e["before"], image, F.col("encodings"))
-    after, after_bad = _image(info, e["after"], image, F.col("encodings"))
-    before_obj, after_obj = F.col("shape.before").isNotNull(), F.col("shape.after").isNotNull()
+    e = F.col("u")
+    # Each image decoded once, in a projection of its own: its values and its reason both read it.
+    parsed = _envelopes(lines, image, schemas).withColumns({
+        "before_v": _decoded(info, e["before"], image, e["encodings"]),
+        "after_v": _decoded(info, e["after"], image, e["encodings"]),
+    })
+    src = e["source"]
+    before, after = F.col("before_v"), F.col("after_v")
+    before_bad, after_bad = _bad_value(e["before"], before, image), _bad_value(e["after"], after, image)
     key_image = F.when(e["op"] == "d", F.col("before")).otherwise(F.col("after"))
     mysql = info.connector == "mysql"
     binlog_index = F.regexp_extract(src["file"], r"\.(\d+)$", 1).cast("long")
@@ -139,11 +217,10 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     ).cast(POSITION)
 
     # The literal null, or a wrapped record whose payload is null: a Kafka tombstone.
-    tombstone = (F.trim("payload") == "null") | (F.col("wrapped") & F.col("envelope_text").isNull())
-    line_reason = json_reason(F.col("payload"), F.col("line._corrupt_record"))
+    tombstone = e["tombstone"]
     reason = F.when(tombstone, F.lit(None).cast("string"))
-    reason = reason.when(line_reason.isNotNull(), line_reason)
-    reason = reason.when(e["_corrupt_record"].isNotNull(), F.lit("payload is not a JSON object"))
+    reason = reason.when(e["line_reason"].isNotNull(), e["line_reason"])
+    reason = reason.when(e["not_object"], F.lit("payload is not a JSON object"))
     reason = reason.when(blank(e["op"]), F.lit("missing op"))
     reason = reason.when(~e["op"].isin(*OPS), F.concat(F.lit("unknown op: "), e["op"]))
     reason = reason.when(src.isNull(), F.lit("missing source"))
@@ -158,17 +235,17 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     reason = reason.when(
         src["ts_ms"].isNotNull() & src["ts_ms"].cast("long").isNull(), F.lit("source.ts_ms is not a number")
     )
-    reason = reason.when(e["op"].isin("c", "u", "r") & ~_present(e["after"]), F.lit("missing after image"))
-    reason = reason.when((e["op"] == "d") & ~_present(e["before"]), F.lit("missing before image"))
-    reason = reason.when(_present(e["after"]) & ~after_obj, F.lit("after is not a JSON object"))
-    reason = reason.when(_present(e["before"]) & ~before_obj, F.lit("before is not a JSON object"))
+    reason = reason.when(e["op"].isin("c", "u", "r") & ~e["after_present"], F.lit("missing after image"))
+    reason = reason.when((e["op"] == "d") & ~e["before_present"], F.lit("missing before image"))
+    reason = reason.when(e["after_present"] & ~e["after_object"], F.lit("after is not a JSON object"))
+    reason = reason.when(e["before_present"] & ~e["before_object"], F.lit("before is not a JSON object"))
     reason = reason.when(after_bad.isNotNull(), F.concat(F.lit("after."), after_bad))
     reason = reason.when(before_bad.isNotNull(), F.concat(F.lit("before."), before_bad))
 
     typed = parsed.select(
-        *LINEAGE_COLUMNS, "env", tombstone.alias("tombstone"),
-        F.when(_present(e["before"]), before).alias("before"),
-        F.when(_present(e["after"]), after).alias("after"),
+        *LINEAGE_COLUMNS, "u", tombstone.alias("tombstone"),
+        F.when(e["before_present"], before).alias("before"),
+        F.when(e["after_present"], after).alias("after"),
         position.alias("change_position"),
         reason.alias("reason"),
     )
@@ -199,27 +276,68 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     )
 
 
-def new_image_fields(lines: DataFrame, table_schema: T.StructType) -> list[tuple[str, str]]:
-    """Fields in before/after images that the table's image struct lacks (a column added upstream).
+@dataclass(frozen=True)
+class CdcSurvey:
+    """What one pass over a run's lines finds before they are parsed."""
 
-    They become nullable fields of both `before` and `after`, typed from the
+    new_fields: list[tuple[str, str]]  # (column path, type) of image fields the table lacks
+    schemas: list[str]  # the most frequent distinct schema texts of wrapped records, decoded once each
+
+
+MAX_SCHEMAS = 16  # literal encodings per run; records of any other schema decode theirs one by one
+
+
+def survey_cdc(lines: DataFrame, table_schema: T.StructType) -> CdcSurvey:
+    """One pass over the lines: the fields in before/after images that the table's image struct lacks
+    (a column added upstream), and the distinct schemas of the wrapped records.
+
+    New fields become nullable fields of both `before` and `after`, typed from the
     records' schema where they have one (a string otherwise).
     """
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
     known = {f.name for f in after.fields}
-    envelope_text = F.when(F.get_json_object("payload", "$.payload").isNotNull(),
-                           F.get_json_object("payload", "$.payload")).otherwise(F.col("payload"))
-    images = lines.select(envelope_text.alias("env")).select(
-        F.explode(F.array(F.get_json_object("env", "$.after"), F.get_json_object("env", "$.before"))).alias("img")
-    ).where(F.col("img").startswith("{"))
-    keys = images.select(F.explode(F.json_object_keys("img")).alias("key")).distinct().collect()
-    new = sorted(k.key for k in keys if _DRIFT_NAME.match(k.key) and k.key not in known)[:32]
-    if not new:
+    images = T.StructType([T.StructField("before", T.StringType()), T.StructField("after", T.StringType())])
+    shape = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", images), *images.fields])
+    s = F.from_json("payload", shape)
+    envelope = F.when(s["payload"].isNotNull(), s["payload"]).otherwise(F.struct(s["before"], s["after"]))
+
+    def keys(image: Column) -> Column:
+        return F.when(image.startswith("{"), F.json_object_keys(image))
+
+    no_keys = F.array().cast(T.ArrayType(T.StringType()))
+    per_line = lines.select(s["schema"].alias("schema"), F.array_distinct(F.concat(
+        F.coalesce(keys(envelope["after"]), no_keys), F.coalesce(keys(envelope["before"]), no_keys))).alias("keys"))
+    by_schema = per_line.groupBy(F.xxhash64("schema").alias("h")).agg(
+        F.first("schema").alias("schema"), F.count(F.lit(1)).alias("n"),
+        F.array_distinct(F.flatten(F.collect_set("keys"))).alias("keys"))
+    ranked = by_schema.withColumn("rank", F.row_number().over(Window.orderBy(F.desc("n"), "h")))
+    found = ranked.agg(
+        F.array_distinct(F.flatten(F.collect_list("keys"))).alias("keys"),
+        F.collect_list(F.when((F.col("rank") <= MAX_SCHEMAS) & F.col("schema").isNotNull(), F.col("schema")))
+        .alias("schemas"),
+    ).first()
+    schemas = list(found.schemas) if found else []
+    new = sorted(k for k in (found.keys if found else []) if _DRIFT_NAME.match(k) and k not in known)[:32]
+    types: dict[str, str] = {}
+    for text in schemas:
+        for name, connect_type, semantic, parameters in _schema_columns(text):
+            types.setdefault(name, declared_type_of(connect_type, semantic, parameters))
+    return CdcSurvey(
+        new_fields=[(f"{side}.{name}", spark_type(types.get(name, "string")).simpleString())
+                    for name in new for side in ("before", "after")],
+        schemas=schemas,
+    )
+
+
+def _schema_columns(text: str) -> list[tuple[str, str | None, str | None, dict | None]]:
+    """(column, Connect type, semantic name, parameters) of a record schema's after image, then its before."""
+    try:
+        schema = json.loads(text)
+        sides = {f.get("field"): f.get("fields") for f in schema.get("fields") or [] if isinstance(f, dict)}
+    except (ValueError, AttributeError):
         return []
-    schemas = lines.select(F.from_json(F.get_json_object("payload", "$.schema"), SCHEMA).alias("s")).where("s IS NOT NULL")
-    declared = schemas.select(F.explode(column_encodings(F.col("s"))).alias("name", "enc")).where(
-        F.col("name").isin(*new)).select("name", "enc.type", "enc.name", F.to_json("enc.parameters")).distinct().collect()
-    types = {r[0]: declared_type_of(r[1], r[2], json.loads(r[3]) if r[3] else None) for r in declared}
-    return [(f"{side}.{name}", spark_type(types.get(name, "string")).simpleString())
-            for name in new for side in ("before", "after")]
+    return [(c["field"], c.get("type"), c.get("name"),
+             c.get("parameters") if isinstance(c.get("parameters"), dict) else None)
+            for side in ("after", "before") for c in sides.get(side) or []
+            if isinstance(c, dict) and isinstance(c.get("field"), str)]

@@ -24,6 +24,7 @@ A TOASTed column that did not change arrives as `__debezium_unavailable_value`
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from pyspark.sql import Column
@@ -65,34 +66,70 @@ def column_encodings(schema: Column, side: str = "after") -> Column:
     return F.map_from_arrays(F.transform(columns, lambda f: f["field"]), columns)
 
 
-def _byte(h: Column, i: Column) -> Column:
-    """Byte i (0-based) of a hex string, as a number."""
-    return F.conv(F.substr(h, i * 2 + 1, F.lit(2)), 16, 10).cast("decimal(38,0)")
+def encodings_of(schema_text: str, side: str = "after") -> Column | None:
+    """`column_encodings` of one record schema's text, worked out once on the driver as a literal map.
+
+    None where the text is not a schema `column_encodings` reads the same way (the record's own schema is
+    then decoded per record, as before).
+    """
+    try:
+        schema = json.loads(schema_text)
+        images = [f for f in schema.get("fields") or [] if isinstance(f, dict) and f.get("field") == side]
+        columns = (images[0].get("fields") if images else None) or []
+        if not isinstance(columns, list) or not all(isinstance(c, dict) for c in columns):
+            return None
+        names = [c.get("field") for c in columns]
+        if None in names or len(set(names)) != len(names) or not all(isinstance(n, str) for n in names):
+            return None
+        entries = []
+        for c in columns:
+            parameters = c.get("parameters")
+            if parameters is not None and not isinstance(parameters, dict):
+                return None
+            for key in ("type", "name"):
+                if c.get(key) is not None and not isinstance(c.get(key), str):
+                    return None
+            params = None if parameters is None else F.create_map(*(
+                x for k, v in parameters.items()
+                for x in (F.lit(k), F.lit(None if v is None else v if isinstance(v, str)
+                                           else json.dumps(v, separators=(",", ":"))))))
+            entries += [F.lit(c["field"]), F.struct(
+                F.lit(c["field"]).alias("field"), F.lit(c.get("type")).cast("string").alias("type"),
+                F.lit(c.get("name")).cast("string").alias("name"),
+                (params if params is not None else F.lit(None)).cast(_FIELD["parameters"].dataType).alias("parameters"))]
+        if not entries:
+            return F.create_map().cast(T.MapType(T.StringType(), _FIELD))
+        return F.create_map(*entries)
+    except (ValueError, AttributeError, TypeError):
+        return None
+
+
+def _signed64(hex_digits: Column) -> Column:
+    """Up to 16 hex digits of two's complement, as signed decimal text (sign-extended to 64 bits)."""
+    negative = F.substr(hex_digits, F.lit(1), F.lit(1)) >= "8"
+    return F.conv(F.when(negative, F.call_function("lpad", hex_digits, F.lit(16), F.lit("F"))).otherwise(hex_digits),
+                  16, -10)
 
 
 def _unscaled_text(b64: Column) -> Column:
-    """The signed integer held by base64 big-endian two's-complement bytes, as decimal text."""
+    """The signed integer held by base64 big-endian two's-complement bytes, as decimal text.
+
+    Up to 8 bytes in one base conversion; up to 16 (every value of 38 digits) as the high part's
+    signed value times 2^64 plus the low 8 bytes unsigned. Longer holds no decimal(38): null.
+    """
     h = F.hex(F.unbase64(b64))
-    n = (F.length(h) / 2).cast("int")
-    unsigned = F.aggregate(F.sequence(F.lit(0), n - 1), F.lit(0).cast("decimal(38,0)"),
-                           lambda acc, i: (acc * F.lit(256) + _byte(h, i)).cast("decimal(38,0)"))
-    modulus = F.aggregate(F.sequence(F.lit(1), n), F.lit(1).cast("decimal(38,0)"),
-                          lambda acc, _i: (acc * F.lit(256)).cast("decimal(38,0)"))
-    negative = _byte(h, F.lit(0)) >= 128
-    value = F.when(negative, (unsigned - modulus).cast("decimal(38,0)")).otherwise(unsigned)
-    return F.when(n > 0, value.cast("string"))
+    digits = F.length(h)
+    wide = "decimal(38,0)"
+    high = _signed64(F.substr(h, F.lit(1), digits - 16)).cast(wide)
+    low = F.conv(F.substr(h, digits - 15, F.lit(16)), 16, 10).cast(wide)
+    return (F.when(digits > 32, F.lit(None).cast("string"))
+            .when(digits > 16, (high * F.lit(str(2**64)).cast(wide) + low).cast("string"))
+            .when(digits > 0, _signed64(h)))
 
 
 def _scaled(unscaled: Column, scale: Column) -> Column:
-    """Decimal text from an integer's text and a scale, exactly (no floating point)."""
-    negative = unscaled.startswith("-")
-    digits = F.regexp_replace(unscaled, "^-", "")
-    scale = F.coalesce(scale.cast("int"), F.lit(0))
-    padded = F.call_function("lpad", digits, F.greatest(F.length(digits), scale + 1), F.lit("0"))
-    cut = F.length(padded) - scale
-    text = F.when(scale > 0, F.concat(F.substr(padded, F.lit(1), cut), F.lit("."),
-                                      F.substr(padded, cut + 1, scale))).otherwise(padded)
-    return F.when(unscaled.isNotNull(), F.concat(F.when(negative, F.lit("-")).otherwise(F.lit("")), text))
+    """Decimal text of an integer's text and a scale, exact: `<unscaled>E<-scale>` (a decimal cast reads it)."""
+    return F.concat(unscaled, F.lit("E"), (-F.coalesce(scale.cast("int"), F.lit(0))).cast("string"))
 
 
 def decode(text: Column, type_name: str, encoding: Column, modes: Modes) -> Column:
