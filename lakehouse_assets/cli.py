@@ -1,4 +1,8 @@
-"""The `lakehouse` command: look at the tables and feed the landing zone, without Spark."""
+"""The `lakehouse` command: look at the tables and feed the landing zone, without Spark.
+
+A command imports what it uses when it runs: `lakehouse --help` and `lakehouse sql` import
+neither Spark nor Dagster, and reading a declaration does not import Dagster.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +18,31 @@ from collections import Counter
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
-
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from .errors import LakehouseError
-from .project import Project, load_project
-from .runtime.catalog import catalog_for
-from .runtime.freshness import freshness_state
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .project import Project
+
+
+def load_project(path: Path | str) -> Project:
+    from .project import load_project as load
+
+    return load(path)
+
+
+def catalog_for(settings: Settings) -> Any:
+    from .runtime.catalog import catalog_for as catalog
+
+    return catalog(settings)
+
+
+def freshness_state(*args: Any, **kwargs: Any) -> Any:
+    from .runtime.freshness import freshness_state as state
+
+    return state(*args, **kwargs)
 
 
 def table_summaries(settings: Settings) -> list[dict]:
@@ -300,6 +321,8 @@ def _count_lines(data: bytes, name: str) -> int:
 
 def reconcile(settings: Settings, project: Project, source: str | None = None) -> list[dict]:
     """Per landing source and day: lines in the landing files vs rows kept in bronze + rows quarantined."""
+    import pyarrow.compute as pc
+
     from .sources.zones import escapes, landing_zone, source_root
 
     if source is None:

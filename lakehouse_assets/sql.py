@@ -5,7 +5,9 @@ snapshot_from_id=<snapshot>)`. DuckDB plans and reads the table itself: it prune
 files by partition and column statistics with the statement's filters, reads only the
 columns used, applies merge-on-read delete files, and streams the files instead of
 holding a table in memory. pyiceberg only resolves names, metadata locations and the
-snapshot each table is read at (`as_of`).
+snapshot each table is read at (`as_of`); a statement on the current state of a SQLite
+catalog's local tables reads the catalog row and the metadata file itself, so that the
+command costs what DuckDB's reader costs and no more.
 
 The DuckDB session runs in UTC: naive timestamps and dates compared with TIMESTAMPTZ
 columns mean UTC, as they do for `as_of`. DuckDB's extensions (iceberg, avro, httpfs)
@@ -18,20 +20,21 @@ import datetime as dt
 import importlib
 import json
 import re
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlparse
 
 import duckdb
 import pyarrow as pa
-from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
 
-from .runtime.catalog import catalog_for
-from .runtime.main_log import main_at, on_main_since
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 UTC = dt.timezone.utc
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -121,11 +124,10 @@ def connect(settings: Settings, profile: bool = False) -> duckdb.DuckDBPyConnect
     return con
 
 
-def iceberg_scan(table: Table, snapshot: Snapshot | None) -> str:
-    """The `iceberg_scan(...)` call that reads `table` at `snapshot` (its current state when None)."""
-    location = _duckdb_path(table.metadata_location)
-    at = f", snapshot_from_id => {snapshot.snapshot_id}" if snapshot is not None else ""
-    return f"iceberg_scan('{_sql_string(location)}'{at})"
+def iceberg_scan(metadata_location: str, snapshot_id: int | None) -> str:
+    """The `iceberg_scan(...)` call that reads a table at a snapshot (its current state when None)."""
+    at = f", snapshot_from_id => {snapshot_id}" if snapshot_id is not None else ""
+    return f"iceberg_scan('{_sql_string(_duckdb_path(metadata_location))}'{at})"
 
 
 # ---------------------------------------------------------------------------------------
@@ -173,17 +175,92 @@ def _s3_secret(settings: Settings) -> str:
 
 def _namespace_tables(settings: Settings) -> dict[str, str]:
     """Lower-cased name -> name of the namespace's tables."""
+    rows = _sqlite_rows(settings)
+    if rows is not None:
+        return {name.lower(): name for name in rows}
+    from .runtime.catalog import catalog_for
+
     catalog = catalog_for(settings)
     if not catalog.namespace_exists(settings.namespace):
-        raise ValueError(f"namespace {settings.namespace!r} does not exist in catalog {settings.catalog_name!r}")
+        raise ValueError(_no_namespace(settings))
     return {ident[-1].lower(): ident[-1] for ident in catalog.list_tables(settings.namespace)}
+
+
+def _no_namespace(settings: Settings) -> str:
+    return f"namespace {settings.namespace!r} does not exist in catalog {settings.catalog_name!r}"
+
+
+def _sqlite_rows(settings: Settings) -> dict[str, str] | None:
+    """Name -> metadata location of the namespace's tables, read from a SQLite catalog's own tables (the
+    ones pyiceberg and Spark's JDBC catalog share) with the standard library; None for other catalogs."""
+    uri = settings.catalog
+    if uri.kind != "sqlite" or not Path(uri.path).is_file():
+        return None
+    with closing(sqlite3.connect(f"file:{quote(str(Path(uri.path).resolve()))}?mode=ro", uri=True)) as con:
+        columns = {row[1] for row in con.execute("PRAGMA table_info(iceberg_tables)")}
+        if not {"catalog_name", "table_namespace", "table_name", "metadata_location"} <= columns:
+            return None
+        views_too = "iceberg_type" in columns  # a catalog that holds views marks tables as TABLE (or leaves it null)
+        rows = dict(con.execute(
+            "SELECT table_name, metadata_location FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ?"
+            + (" AND (iceberg_type IS NULL OR iceberg_type = 'TABLE')" if views_too else ""),
+            (settings.catalog_name, settings.namespace)).fetchall())
+        if not rows:
+            try:
+                declared = con.execute("SELECT 1 FROM iceberg_namespace_properties WHERE catalog_name = ? AND "
+                                       "namespace = ? LIMIT 1", (settings.catalog_name, settings.namespace)).fetchone()
+            except sqlite3.OperationalError:
+                declared = None
+            if declared is None:
+                raise ValueError(_no_namespace(settings))
+    return rows
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    snapshot_id: int
+    timestamp_ms: int
+    summary: Any  # .get(key) of the snapshot's summary; None when it has none
 
 
 @dataclass(frozen=True)
 class _View:
     name: str
-    table: Table
-    snapshot: Snapshot | None
+    location: str  # the table's location (its files lie under it)
+    metadata_location: str
+    snapshot: _Snapshot | None  # None: the table has no snapshot (empty)
+
+
+def _local_path(location: str) -> Path | None:
+    if location.startswith("file:"):
+        return Path(urlparse(location).path)
+    return Path(location) if location.startswith("/") else None
+
+
+def _current_views(settings: Settings, selected: list[str]) -> list[_View] | None:
+    """Each table's view at its current snapshot, from the catalog row and the metadata file (local files only);
+    None where that cannot be read this way."""
+    rows = _sqlite_rows(settings)
+    if rows is None:
+        return None
+    views = []
+    for name in selected:
+        path = _local_path(rows.get(name) or "")
+        if path is None or not path.is_file():
+            return None
+        metadata = json.loads(path.read_text())
+        current = metadata.get("current-snapshot-id")
+        snap = next((s for s in metadata.get("snapshots") or [] if s.get("snapshot-id") == current), None)
+        if current not in (None, -1) and snap is None:
+            return None
+        views.append(_View(name, metadata["location"], rows[name], None if snap is None else _Snapshot(
+            snap["snapshot-id"], snap["timestamp-ms"], {k: str(v) for k, v in (snap.get("summary") or {}).items()})))
+    return views
+
+
+def _view(name: str, table: Table, snapshot: Any) -> _View:
+    return _View(name, table.location(), table.metadata_location, None if snapshot is None else _Snapshot(
+        snapshot.snapshot_id, snapshot.timestamp_ms, snapshot.summary))
 
 
 def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] | None,
@@ -200,12 +277,15 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
         selected = list(dict.fromkeys(names[t.lower()] for t in tables))
     else:
         selected = sorted(_tokenized_tables(sql, names))
-    catalog = catalog_for(settings)
-    loaded = {name: catalog.load_table((settings.namespace, name)) for name in selected}
-    snapshots: dict[str, Snapshot | None] = (
-        dict(_snapshots_as_of(as_of, loaded, settings, names)) if as_of
-        else {name: table.current_snapshot() for name, table in loaded.items()})
-    views = [_View(name, table, snapshots[name]) for name, table in loaded.items()]
+    views = None if as_of else _current_views(settings, selected)
+    if views is None:
+        from .runtime.catalog import catalog_for
+
+        catalog = catalog_for(settings)
+        loaded = {name: catalog.load_table((settings.namespace, name)) for name in selected}
+        snapshots = (dict(_snapshots_as_of(as_of, loaded, settings, names)) if as_of
+                     else {name: table.current_snapshot() for name, table in loaded.items()})
+        views = [_view(name, table, snapshots[name]) for name, table in loaded.items()]
     con = connect(settings, profile)
     try:
         qualified = settings.namespace.lower() not in ("main", "temp", "memory", "system", "information_schema",
@@ -213,7 +293,7 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
         if qualified and views:
             con.execute(f'CREATE SCHEMA "{_identifier(settings.namespace)}"')
         for view in views:
-            scan = iceberg_scan(view.table, view.snapshot)
+            scan = iceberg_scan(view.metadata_location, view.snapshot.snapshot_id if view.snapshot else None)
             con.execute(f'CREATE VIEW main."{_identifier(view.name)}" AS SELECT * FROM {scan}')
             if qualified:
                 con.execute(f'CREATE VIEW "{_identifier(settings.namespace)}"."{_identifier(view.name)}" '
@@ -283,7 +363,7 @@ def _scan_infos(namespace: str, views: list[_View], scans: list[dict]) -> list[S
     if there is exactly one (otherwise its filters are not attributed; it read nothing).
     """
     def location(view: _View) -> str:
-        return _duckdb_path(view.table.location()).rstrip("/") + "/"
+        return _duckdb_path(view.location).rstrip("/") + "/"
 
     mine: dict[str, list[dict]] = {view.name: [] for view in views}
     unmatched = []
@@ -340,9 +420,12 @@ def parse_as_of(as_of: str) -> int | dt.datetime:
 
 
 def _snapshots_as_of(as_of: str, loaded: dict[str, Table], settings: Settings,
-                     names: dict[str, str]) -> dict[str, Snapshot]:
+                     names: dict[str, str]) -> dict[str, Any]:
+    from .runtime.catalog import catalog_for
+    from .runtime.main_log import main_at, on_main_since
+
     target = parse_as_of(as_of)
-    result: dict[str, Snapshot] = {}
+    result: dict[str, Any] = {}
     if isinstance(target, int):
         owners = {name: (table, snap) for name, table in loaded.items() if (snap := table.snapshot_by_id(target))}
         if not owners:

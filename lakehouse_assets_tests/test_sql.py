@@ -239,3 +239,35 @@ def test_the_cli_table_format_and_as_of(lake):
     counts = Counter(r["kind"] for r in lake["per_day"][DAYS[0]])
     assert lines[0].split() == ["kind", "n"]
     assert [line.split() for line in lines[1:]] == [[k, str(n)] for k, n in sorted(counts.items())]
+
+
+def test_the_command_reads_the_catalog_row_itself_and_imports_neither_spark_nor_dagster_nor_pyiceberg(lake):
+    """`lakehouse sql` on a SQLite catalog reads the catalog row and the metadata file with the standard
+    library: the current snapshot's rows, and no Spark, Dagster or pyiceberg imported; nor by `--help`."""
+    settings = lake["settings"]
+    assert settings.catalog.kind == "sqlite"
+    sql = "SELECT count(*) AS n, sum(amount) AS total FROM events"
+    script = (
+        "import json, sys\n"
+        "from lakehouse_assets.cli import main\n"
+        "try:\n"
+        "    code = main(sys.argv[1:])\n"
+        "except SystemExit as stop:\n"
+        "    code = stop.code\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'dagster', 'pyiceberg', 'sqlalchemy'})\n"
+        "print(json.dumps(heavy), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace}
+    done = subprocess.run([sys.executable, "-c", script, "sql", sql, "--format", "json", "--explain"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stderr.splitlines()[-1]) == []
+    rows = _all(lake)
+    assert json.loads(done.stdout) == [{"n": len(rows), "total": str(sum(r["amount"] for r in rows))}]
+    current = lake["snapshots"][-1].snapshot_id
+    assert f"snapshot {current} " in done.stderr
+    helped = subprocess.run([sys.executable, "-c", script, "--help"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert helped.returncode == 0 and "sql" in helped.stdout
+    assert json.loads(helped.stderr.splitlines()[-1]) == []

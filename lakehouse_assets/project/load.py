@@ -12,7 +12,6 @@ from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
 
-from dagster._utils.schedules import is_valid_cron_string
 from pydantic import ValidationError
 from pyspark.sql import types as T
 
@@ -344,6 +343,8 @@ def _maintenance(c: _Checker, decl: MaintenanceDecl, tables: list[str]) -> Maint
         c.member(("maintenance", "tables", name), name, tables, "table", "declared tables")
         per_table[name] = _policy(c, ("maintenance", "tables", name), table_decl, defaults)
     interval = c.duration(("maintenance", "check_interval"), decl.check_interval)
+    from dagster._utils.schedules import is_valid_cron_string  # Dagster's own reading of a cron string
+
     if not is_valid_cron_string(decl.nightly):
         c.fail(("maintenance", "nightly"), f"{decl.nightly!r} is not a cron expression (e.g. \"0 3 * * *\")")
     return Maintenance(defaults=defaults, tables=per_table, nightly=decl.nightly, check_interval=interval)

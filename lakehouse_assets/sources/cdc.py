@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.window import Window
 
 from ..project import CdcTable
 from ..tables.registry import col
@@ -281,7 +280,7 @@ class CdcSurvey:
     """What one pass over a run's lines finds before they are parsed."""
 
     new_fields: list[tuple[str, str]]  # (column path, type) of image fields the table lacks
-    schemas: list[str]  # the most frequent distinct schema texts of wrapped records, decoded once each
+    schemas: list[str]  # record schemas of wrapped records, each decoded once (the first line of each file)
 
 
 MAX_SCHEMAS = 16  # literal encodings per run; records of any other schema decode theirs one by one
@@ -289,36 +288,39 @@ MAX_SCHEMAS = 16  # literal encodings per run; records of any other schema decod
 
 def survey_cdc(lines: DataFrame, table_schema: T.StructType) -> CdcSurvey:
     """One pass over the lines: the fields in before/after images that the table's image struct lacks
-    (a column added upstream), and the distinct schemas of the wrapped records.
+    (a column added upstream), from every image, and the record schema of each file's first line.
 
     New fields become nullable fields of both `before` and `after`, typed from the
-    records' schema where they have one (a string otherwise).
+    records' schema where they have one (a string otherwise). A schema is the same on
+    every record of a table until its columns change, so the first line of each file
+    finds it; a record with another schema is decoded with its own, only slower.
     """
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
     known = {f.name for f in after.fields}
     images = T.StructType([T.StructField("before", T.StringType()), T.StructField("after", T.StringType())])
-    shape = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", images), *images.fields])
-    s = F.from_json("payload", shape)
+    # The schema is skipped, not copied: only the images are read as text.
+    s = F.from_json("payload", T.StructType([T.StructField("payload", images), *images.fields]))
     envelope = F.when(s["payload"].isNotNull(), s["payload"]).otherwise(F.struct(s["before"], s["after"]))
 
     def keys(image: Column) -> Column:
-        return F.when(image.startswith("{"), F.json_object_keys(image))
+        return F.coalesce(F.when(image.startswith("{"), F.json_object_keys(image)),
+                          F.array().cast(T.ArrayType(T.StringType())))
 
-    no_keys = F.array().cast(T.ArrayType(T.StringType()))
-    per_line = lines.select(s["schema"].alias("schema"), F.array_distinct(F.concat(
-        F.coalesce(keys(envelope["after"]), no_keys), F.coalesce(keys(envelope["before"]), no_keys))).alias("keys"))
-    by_schema = per_line.groupBy(F.xxhash64("schema").alias("h")).agg(
-        F.first("schema").alias("schema"), F.count(F.lit(1)).alias("n"),
-        F.array_distinct(F.flatten(F.collect_set("keys"))).alias("keys"))
-    ranked = by_schema.withColumn("rank", F.row_number().over(Window.orderBy(F.desc("n"), "h")))
-    found = ranked.agg(
-        F.array_distinct(F.flatten(F.collect_list("keys"))).alias("keys"),
-        F.collect_list(F.when((F.col("rank") <= MAX_SCHEMAS) & F.col("schema").isNotNull(), F.col("schema")))
-        .alias("schemas"),
-    ).first()
-    schemas = list(found.schemas) if found else []
-    new = sorted(k for k in (found.keys if found else []) if _DRIFT_NAME.match(k) and k not in known)[:32]
+    first_schema = F.when(F.col("source_line") == 1, F.get_json_object("payload", "$.schema"))
+    found = lines.select(first_schema.alias("schema"),
+                         F.array_distinct(F.concat(keys(envelope["after"]), keys(envelope["before"]))).alias("keys")
+                         ).agg(F.collect_set("schema").alias("schemas"), F.collect_set("keys").alias("keys")).first()
+    schemas = sorted(found.schemas)[:MAX_SCHEMAS] if found else []
+    seen = {k for ks in (found.keys if found else []) for k in ks}
+    new = sorted(k for k in seen if _DRIFT_NAME.match(k) and k not in known)[:32]
+    if new:  # a column added upstream: the schemas of the records that have it type it (and decode them once)
+        named = F.lit(False)
+        for name in new:
+            named = named | F.col("payload").contains(json.dumps(name))
+        later = lines.where(named).select(F.get_json_object("payload", "$.schema").alias("schema")).where(
+            F.col("schema").isNotNull()).distinct().limit(MAX_SCHEMAS).collect()
+        schemas = list(dict.fromkeys([*(r.schema for r in later), *schemas]))[:MAX_SCHEMAS]
     types: dict[str, str] = {}
     for text in schemas:
         for name, connect_type, semantic, parameters in _schema_columns(text):

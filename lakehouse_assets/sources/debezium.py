@@ -122,8 +122,11 @@ def _unscaled_text(b64: Column) -> Column:
     wide = "decimal(38,0)"
     high = _signed64(F.substr(h, F.lit(1), digits - 16)).cast(wide)
     low = F.conv(F.substr(h, digits - 15, F.lit(16)), 16, 10).cast(wide)
+    step = F.lit(str(2**64)).cast(wide)
+    # A negative value as (high + 1) * 2^64 + (low - 2^64): no partial sum beyond the value (38 digits hold it).
+    wide_value = F.when(high < 0, (high + 1) * step + (low - step)).otherwise(high * step + low)
     return (F.when(digits > 32, F.lit(None).cast("string"))
-            .when(digits > 16, (high * F.lit(str(2**64)).cast(wide) + low).cast("string"))
+            .when(digits > 16, wide_value.cast("string"))
             .when(digits > 0, _signed64(h)))
 
 

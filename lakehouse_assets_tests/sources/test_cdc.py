@@ -1,0 +1,147 @@
+"""Debezium records into typed bronze rows: the same rows however a record is read.
+
+A clean record is parsed in one pass, its schema's encodings decoded once per run; any
+other line takes the layer-by-layer path that names what is wrong with it. Both paths,
+and both ways of decoding a schema, must give the same row for the same line.
+"""
+
+import base64
+import datetime as dt
+import json
+from decimal import Decimal
+
+import pytest
+from pyspark.sql import functions as F
+
+from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
+from lakehouse_assets.sources import cdc
+from lakehouse_assets.sources.cdc import bronze_cdc_schema, parse_cdc, survey_cdc
+from lakehouse_assets.sources.debezium import Modes, decode, encodings_of
+from lakehouse_assets.sources.landing import read_lines
+
+from ..shop import SHOP
+
+ORDERS = SHOP.cdc["orders"]
+DAY = dt.date(2025, 1, 1)
+
+
+def _two_complement(value: int) -> str:
+    width = max(1, (value.bit_length() + 8) // 8)
+    return base64.b64encode(value.to_bytes(width, "big", signed=True)).decode()
+
+
+def _field(name: str, kind: str, semantic: str | None = None, **parameters: str) -> dict:
+    field = {"type": kind, "optional": name != "order_id", "field": name}
+    if semantic:
+        field["name"] = semantic
+    if parameters:
+        field["parameters"] = parameters
+    return field
+
+
+def _schema(*extra: dict) -> dict:
+    columns = [
+        _field("order_id", "int64"), _field("customer_id", "int64"), _field("status", "string"),
+        _field("total", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2",
+               **{"connect.decimal.precision": "12"}),
+        _field("order_ts", "int64", "io.debezium.time.MicroTimestamp"),
+        _field("updated_at", "int64", "io.debezium.time.MicroTimestamp"), *extra,
+    ]
+    image = {"type": "struct", "fields": columns, "optional": True, "name": "shop.public.orders.Value"}
+    return {"type": "struct", "name": "shop.public.orders.Envelope", "optional": False, "fields": [
+        {**image, "field": "before"}, {**image, "field": "after"},
+        {"type": "struct", "field": "source", "optional": False, "fields": [_field("lsn", "int64")]},
+        _field("op", "string"), _field("ts_ms", "int64"),
+    ]}
+
+
+def _wrapped(n: int, total_cents: int, schema: dict | None = None, **extra) -> str:
+    micros = 1735725600000000 + n
+    after = {"order_id": n, "customer_id": 7, "status": "paid", "total": _two_complement(total_cents),
+             "order_ts": micros, "updated_at": micros, **extra}
+    envelope = {"before": None, "after": after, "op": "c", "ts_ms": 1735725601000,
+                "source": {"lsn": 1000 + n, "ts_ms": 1735725600000, "sequence": f'["{900 + n}","{1000 + n}"]'}}
+    return json.dumps({"schema": schema or _schema(), "payload": envelope}, separators=(",", ":"))
+
+
+def _lines(spark, texts: list[str]):
+    return spark.createDataFrame(
+        [(f"file:/landing/cdc/orders/date={DAY}/x.jsonl", n, DAY, text) for n, text in enumerate(texts, start=1)],
+        "source_file string, source_line int, landing_date date, payload string")
+
+
+WIDTHS = [0, 1, -1, 127, 128, -128, -129, 2**31, -(2**31), 2**63 - 1, -(2**63), 2**63, -(2**63) - 1,
+          2**64, -(2**64), 10**37, -(10**37), 10**38 - 1, -(10**38 - 1)]
+
+
+def test_connect_decimals_decode_exactly_at_every_width(spark):
+    """Two's-complement bytes of 1 to 16 bytes, each side of the 8-byte boundary, as decimal(38,0) and (38,10)."""
+    schema = {"fields": [{"field": "after", "fields": [
+        _field("v", "bytes", "org.apache.kafka.connect.data.Decimal", scale="0"),
+        _field("w", "bytes", "org.apache.kafka.connect.data.Decimal", scale="10")]}]}
+    encodings = encodings_of(json.dumps(schema))
+    assert encodings is not None
+    rows = spark.createDataFrame([(str(v), _two_complement(v)) for v in WIDTHS], "v string, b string").select(
+        "v", decode(F.col("b"), "decimal(38,0)", encodings["v"], Modes()).alias("as_integer"),
+        decode(F.col("b"), "decimal(38,10)", encodings["w"], Modes()).alias("scaled")).collect()
+    assert [r.as_integer for r in rows] == [Decimal(v) for v in WIDTHS]
+    assert [r.scaled for r in rows] == [Decimal(f"{v}E-10") for v in WIDTHS]
+    too_wide = spark.createDataFrame([(_two_complement(2**130),)], "b string")
+    assert too_wide.select(decode(F.col("b"), "decimal(38,0)", encodings["v"], Modes())).first()[0] is None
+
+
+@pytest.fixture(scope="module")
+def landed(spark, tmp_path_factory):
+    """The shop generator's change files (bare and wrapped, 6% broken, a column added on the second day)."""
+    landing = tmp_path_factory.mktemp("cdc_parse")
+    days = [DAY, DAY + dt.timedelta(days=1)]
+    generate_cdc(landing, days, changes_per_day=120, malformed_rate=0.06, drift_day=days[1],
+                 binlog_events_per_file=40)
+    return landing
+
+
+def _rows(df) -> list[tuple]:
+    return sorted((tuple(r) for r in df.collect()), key=lambda r: (r[-4], r[-3]))  # by file and line
+
+
+@pytest.mark.parametrize("table", list(CDC_TABLES))
+def test_every_line_parses_the_same_on_the_one_pass_and_the_layer_by_layer_path(spark, landed, table, monkeypatch):
+    info = SHOP.cdc[table]
+    files = sorted(f"file:{p}" for p in (landed / "cdc" / table).rglob("*.jsonl"))
+    lines = read_lines(spark, files)
+    schema = bronze_cdc_schema(info)
+    survey = survey_cdc(lines, schema)
+    assert survey.schemas, "the generator's wrapped files carry a schema on their first line"
+    one_pass = _rows(parse_cdc(info, lines, schema, schemas=survey.schemas))
+    per_record = _rows(parse_cdc(info, lines, schema))
+    monkeypatch.setattr(cdc, "MAX_RECORD_BYTES", -1)  # no line is read in one pass
+    layered = _rows(parse_cdc(info, lines, schema, schemas=survey.schemas))
+    assert one_pass == layered == per_record
+    assert sum(r[-1] is not None for r in one_pass) > 0  # the broken lines are among them
+
+
+def test_connect_decimals_and_micro_timestamps_parse_the_same_either_way(spark, monkeypatch):
+    texts = [_wrapped(n, cents) for n, cents in enumerate([0, 1999, -1, 12_345_678_901, 10**12, -(2**63)], 1)]
+    lines = _lines(spark, texts)
+    schema = bronze_cdc_schema(ORDERS)
+    survey = survey_cdc(lines, schema)
+    assert survey.schemas == [json.dumps(_schema(), separators=(",", ":"))]
+    rows = parse_cdc(ORDERS, lines, schema, schemas=survey.schemas)
+    got = {r.source_line: (r.after.total if r.after else None, r.reason) for r in rows.collect()}
+    assert got[2] == (Decimal("19.99"), None) and got[3] == (Decimal("-0.01"), None)
+    assert got[4] == (Decimal("123456789.01"), None)
+    assert got[5][1] == f"after.total is not a decimal(12,2): {_two_complement(10**12)}"  # 13 digits
+    assert rows.first().after.order_ts == dt.datetime(2025, 1, 1, 10, 0, 0, 1)  # host zone: UTC in tests
+    monkeypatch.setattr(cdc, "MAX_RECORD_BYTES", -1)
+    assert _rows(parse_cdc(ORDERS, lines, schema, schemas=survey.schemas)) == _rows(rows)
+    assert _rows(parse_cdc(ORDERS, lines, schema)) == _rows(rows)
+
+
+def test_a_column_added_after_a_files_first_line_is_typed_from_the_schema_that_has_it(spark):
+    credit = _field("credit", "bytes", "org.apache.kafka.connect.data.Decimal", scale="3",
+                    **{"connect.decimal.precision": "9"})
+    texts = [_wrapped(1, 100), _wrapped(2, 200), _wrapped(3, 300, _schema(credit), credit=_two_complement(1500))]
+    lines = _lines(spark, texts)
+    survey = survey_cdc(lines, bronze_cdc_schema(ORDERS))
+    assert survey.new_fields == [("before.credit", "decimal(9,3)"), ("after.credit", "decimal(9,3)")]
+    assert len(survey.schemas) == 2  # the new schema is decoded once too
