@@ -92,9 +92,10 @@ lint: setup
 	$(BIN)/ruff check lakehouse_assets lakehouse_assets_tests examples benchmarks
 	$(BIN)/mypy
 
-# Benchmarks (not part of the tests): SCALE=N multiplies the data sizes.
+# Benchmarks (not part of the tests): SCALE=N multiplies the data sizes; ONLY=ingest,cdc_capture runs some
+# (their sections of benchmarks/RESULTS.md are replaced, the others kept).
 bench: setup
-	$(BIN)/python -m benchmarks.run --scale $(or $(SCALE),1)
+	$(BIN)/python -m benchmarks.run --scale $(or $(SCALE),1) $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf $(LAKEHOUSE_HOME)

@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             # Its own stream process: events land at 1,000/s (times the scale) for five minutes.
             ("freshness", freshness, lambda: freshness.run(rate=int(1_000 * max(1.0, scale)), duration=300)),
         ]
+        unknown = only - {name for name, _, _ in benchmarks}
+        if unknown:
+            parser.error(f"no benchmark named {', '.join(sorted(unknown))}; "
+                         f"the benchmarks: {', '.join(name for name, _, _ in benchmarks)}")
         for name, module, action in benchmarks:
             if only and name not in only:
                 continue

@@ -134,7 +134,7 @@ def stage_new_files(table: TableHandle, df: DataFrame, files: list[str], run_id:
     # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
     staged = table.stage(run_id, asset, label, base, evolve=True, scope=scope).with_watermarks(*watermarks)
     staged.properties.update(properties or {})
-    return staged.append(rows)
+    return staged.append(rows, fanout=True)
 
 
 def _conform(df: DataFrame, schema: T.StructType) -> DataFrame:
@@ -190,7 +190,9 @@ def ingest(
             parsed = source.parse(lines, bronze_schema, **hints).withColumns(
                 {"ingested_at": F.current_timestamp(), "run_id": F.lit(run_id)}
             )
-            checked = parsed.unionByName(unread, allowMissingColumns=True).cache()
+            # Judged once and kept (a local checkpoint: the rows as they are, not a columnar cache, which costs
+            # more to build than the parse) for the writes, the counts and the watermark after.
+            checked = parsed.unionByName(unread, allowMissingColumns=True).localCheckpoint()
             good = checked.where(F.col("reason").isNull())
             bad = checked.where(F.col("reason").isNotNull())
             landed = max(modification_times(spark, todo).values())
@@ -237,8 +239,16 @@ def ingest(
         report.records_in = records_in
     finally:
         if checked is not None:
-            checked.unpersist()
+            _release(checked)
     return report
+
+
+def _release(checkpointed: DataFrame) -> None:
+    """Drop the blocks of a local checkpoint now, not when the JVM's garbage collector finds them."""
+    try:
+        checkpointed._jdf.queryExecution().logical().rdd().unpersist(False)
+    except Exception:  # noqa: BLE001 - Spark's context cleaner drops them later anyway
+        pass
 
 
 def _verify_balance(source: LandingSource, staged: list[StagedWrite], files: list[str], records_in: int) -> None:

@@ -176,10 +176,12 @@ class StagedWrite:
         return {WRITE_ID: self.write_id, RUN_ID: self.run_id, ASSET: self.asset, PARTITIONS: self.label,
                 **self.properties}
 
-    def _writer(self, df: DataFrame):
+    def _writer(self, df: DataFrame, fanout: bool = False):
         writer = conform(self.spark, self.table_id, df, evolve=self.evolve).writeTo(self.target)
         for key, value in self.stamp().items():
             writer = writer.option(f"snapshot-property.{key}", value)
+        if fanout:  # each task writes its rows to their partitions' files as they come: no shuffle, no sort
+            writer = writer.option("distribution-mode", "none").option("fanout-enabled", "true")
         self.stamped = True
         return writer
 
@@ -191,8 +193,10 @@ class StagedWrite:
             raise
         return self
 
-    def append(self, df: DataFrame) -> StagedWrite:
-        return self._write(lambda: self._writer(df).append())
+    def append(self, df: DataFrame, fanout: bool = False) -> StagedWrite:
+        """Append `df`. `fanout`: write each task's rows where they stand instead of shuffling them by partition
+        first (for rows that span few partitions per task, such as landed files: a few more files, one pass)."""
+        return self._write(lambda: self._writer(df, fanout).append())
 
     def overwrite(self, df: DataFrame, window: Window) -> StagedWrite:
         """Replace exactly the rows of `window` (rows of df outside it are dropped: Iceberg
