@@ -118,7 +118,7 @@ def _wall(args: list[str], env: dict[str, str], repeats: int = 5) -> float:
 def _commands(settings: Settings, table: str) -> dict:
     """`lakehouse sql` as a whole command vs a bare DuckDB script on the same snapshot; --help; SELECT 1."""
     from lakehouse_assets.runtime.catalog import catalog_for
-    from lakehouse_assets.sql import EXTENSIONS, _extension_file, iceberg_scan
+    from lakehouse_assets.sql import _extension_file, extensions, iceberg_scan
 
     iceberg = catalog_for(settings).load_table((settings.namespace, table))
     snapshot = iceberg.current_snapshot()
@@ -126,12 +126,12 @@ def _commands(settings: Settings, table: str) -> dict:
     env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace,
            "LAKEHOUSE_CATALOG_URI": settings.catalog_uri, "LAKEHOUSE_WAREHOUSE": settings.warehouse}
     command = str(Path(sys.executable).with_name("lakehouse"))
-    extensions = [str(_extension_file(name)) for name in EXTENSIONS]
+    loads = [str(_extension_file(name)) for name in extensions(settings)]
     figures = {}
     for name, sql in QUERIES.items():
         figures[name] = {
             "command_s": _wall([command, "sql", sql.format(t=table), "--format", "csv"], env),
-            "bare_duckdb_s": _wall([sys.executable, "-c", _BARE, scan, sql, *extensions], env),
+            "bare_duckdb_s": _wall([sys.executable, "-c", _BARE, scan, sql, *loads], env),
         }
     figures["help_s"] = _wall([command, "--help"], env)
     figures["select_1_s"] = _wall([command, "sql", "SELECT 1"], env)

@@ -453,16 +453,11 @@ def _unique_names(names: list[str]) -> list[str]:
 
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
-    from .sql import run
+    from .sql import fetch
 
-    result = run(settings, args.query, as_of=args.as_of)
-    if args.explain:
-        for scan in result.scans:
-            print(f"scan {scan.describe()}", file=sys.stderr)
-    table = result.table
-    names = list(table.column_names)
-    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    rows = list(zip(*columns)) if columns else []
+    names, rows, scans = fetch(settings, args.query, as_of=args.as_of, explain=args.explain)
+    for scan in scans:
+        print(f"scan {scan.describe()}", file=sys.stderr)
     if args.format == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(names)

@@ -29,16 +29,21 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlparse
 
 import duckdb
-import pyarrow as pa
 
 from .settings import Settings
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.table import Table
 
 UTC = dt.timezone.utc
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 EXTENSIONS = ("avro", "httpfs", "iceberg")  # iceberg needs avro (manifests) and httpfs (S3)
+
+
+def extensions(settings: Settings) -> tuple[str, ...]:
+    """The extensions a session loads: httpfs only for a lake on S3."""
+    return EXTENSIONS if settings.uses_s3 else tuple(e for e in EXTENSIONS if e != "httpfs")
 
 
 # ---------------------------------------------------------------------------------------
@@ -108,7 +113,7 @@ def connect(settings: Settings, profile: bool = False) -> duckdb.DuckDBPyConnect
     con = duckdb.connect(":memory:")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
-    for name in EXTENSIONS:
+    for name in extensions(settings):
         con.execute(f"LOAD '{_sql_string(str(_extension_file(name)))}'")
     con.execute("SET TimeZone = 'UTC'")
     if profile:  # what each scan read, for `run`
@@ -309,11 +314,33 @@ def _identifier(name: str) -> str:
 
 
 def _execute(con: duckdb.DuckDBPyConnection, sql: str, namespace: str, names: dict[str, str]) -> pa.Table:
+    import pyarrow as pa
+
     try:
         relation = con.sql(sql)
         return relation.to_arrow_table() if relation is not None else pa.table({})
     except duckdb.Error as exc:
         raise _sql_error(exc, namespace, names) from None
+
+
+def fetch(settings: Settings, sql: str, as_of: str | None = None,
+          explain: bool = False) -> tuple[list[str], list[tuple], list[ScanInfo]]:
+    """`query` as the column names and rows of Python values (no Arrow: what the command prints), and with
+    `explain` what was read from each table."""
+    con, views, names = _prepare(settings, sql, as_of, None, profile=explain)
+    try:
+        try:
+            relation = con.sql(sql)
+            columns, rows = (list(relation.columns), relation.fetchall()) if relation is not None else ([], [])
+        except duckdb.Error as exc:
+            raise _sql_error(exc, settings.namespace, names) from None
+        scans = []
+        if explain:
+            profile = json.loads(con.get_profiling_information(format="json") or "{}")
+            scans = _scan_infos(settings.namespace, views, list(_iceberg_scans(profile)))
+        return columns, rows, scans
+    finally:
+        con.close()
 
 
 def _unknown_message(name: str, namespace: str, names: dict[str, str]) -> str:

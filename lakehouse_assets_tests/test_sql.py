@@ -241,9 +241,9 @@ def test_the_cli_table_format_and_as_of(lake):
     assert [line.split() for line in lines[1:]] == [[k, str(n)] for k, n in sorted(counts.items())]
 
 
-def test_the_command_reads_the_catalog_row_itself_and_imports_neither_spark_nor_dagster_nor_pyiceberg(lake):
+def test_the_command_reads_the_catalog_row_itself_and_imports_neither_spark_dagster_pyiceberg_nor_arrow(lake):
     """`lakehouse sql` on a SQLite catalog reads the catalog row and the metadata file with the standard
-    library: the current snapshot's rows, and no Spark, Dagster or pyiceberg imported; nor by `--help`."""
+    library: the current snapshot's rows, and no Spark, Dagster, pyiceberg or Arrow imported; nor by `--help`."""
     settings = lake["settings"]
     assert settings.catalog.kind == "sqlite"
     sql = "SELECT count(*) AS n, sum(amount) AS total FROM events"
@@ -254,7 +254,7 @@ def test_the_command_reads_the_catalog_row_itself_and_imports_neither_spark_nor_
         "    code = main(sys.argv[1:])\n"
         "except SystemExit as stop:\n"
         "    code = stop.code\n"
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'dagster', 'pyiceberg', 'sqlalchemy'})\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'dagster', 'pyiceberg', 'sqlalchemy', 'pyarrow'})\n"
         "print(json.dumps(heavy), file=sys.stderr)\n"
         "sys.exit(code)\n"
     )
