@@ -83,6 +83,13 @@ def _capture(root: Path, dsn: str) -> dict:
     return report
 
 
+def _stages(result) -> dict:
+    """The bronze asset's own time by stage (`seconds_by_stage` in its metadata)."""
+    entries = [m.metadata["seconds_by_stage"].value for m in result.asset_materializations_for_node("bronze_cdc_items")
+               if "seconds_by_stage" in m.metadata]
+    return dict(entries[0]) if entries else {}
+
+
 def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000) -> dict:
     root = settings.home / "bench_cdc"
     root.mkdir(parents=True, exist_ok=True)
@@ -111,11 +118,15 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
     by_name = {k.to_user_string(): a for a in defs.assets for k in a.keys}
     resource = lakehouse(settings, "bench_cdc", root / "landing")
     timings = {}
+    stages: dict[str, dict] = {}
     for stage, names in (("bronze", ["bronze_cdc_items"]), ("silver", ["silver_items"])):
         started = time.perf_counter()
-        if not materialize_partition([by_name[n] for n in names], resource, today.isoformat()).success:
+        done = materialize_partition([by_name[n] for n in names], resource, today.isoformat())
+        if not done.success:
             raise RuntimeError(f"{stage} failed")
         timings[stage] = time.perf_counter() - started
+        if stage == "bronze":
+            stages["wrapped"] = _stages(done)
     silver_rows = spark.table(resource.table_id("silver_items")).count()
     if silver_rows != source_rows:
         raise RuntimeError(f"silver holds {silver_rows} rows, the source {source_rows}")
@@ -134,9 +145,11 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.bench_cdc_bare")
     bare_resource = lakehouse(settings, "bench_cdc_bare", root / "landing_bare")
     started = time.perf_counter()
-    if not materialize_partition([by_name["bronze_cdc_items"]], bare_resource, today.isoformat()).success:
+    done = materialize_partition([by_name["bronze_cdc_items"]], bare_resource, today.isoformat())
+    if not done.success:
         raise RuntimeError("bronze of bare records failed")
     timings["bronze_bare"] = time.perf_counter() - started
+    stages["bare"] = _stages(done)
     bare_rows = spark.table(bare_resource.table_id("bronze_cdc_items")).count()
     if bare_rows != bronze_rows:
         raise RuntimeError(f"bronze kept {bronze_rows} wrapped records but {bare_rows} bare ones")
@@ -144,7 +157,7 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         "params": {"initial_rows": initial, "changes": made, "records_landed": records},
         "workload_s": workload_s, "capture_snapshot_s": snapshot["wall_s"], "capture_stream_s": streamed["wall_s"],
         "bronze_s": timings["bronze"], "silver_s": timings["silver"], "source_rows": source_rows,
-        "bronze_bare_s": timings["bronze_bare"], "landed_mb": sum(
+        "bronze_bare_s": timings["bronze_bare"], "bronze_stages_s": stages, "landed_mb": sum(
             p.stat().st_size for p in (root / "landing").rglob("*.jsonl")) / 2**20,
         "bare_mb": sum(p.stat().st_size for p in (root / "landing_bare").rglob("*.jsonl")) / 2**20,
         "rates": {
@@ -180,6 +193,7 @@ def markdown(results: dict) -> str:
         f"{r['silver_records_per_s']:,.0f} records/s |",
         f"| end to end (capture + bronze + silver) | | {r['end_to_end_changes_per_s']:,.0f} changes/s |",
         "",
+        *_breakdown(results),
         "Targets: bronze at least 20,000 records/s wrapped and bare: "
         f"**{'reached' if min(r['bronze_records_per_s'], r['bronze_bare_records_per_s']) >= 20_000 else 'not reached'}**"
         f"; capture at least 15,000 records/s: **{'reached' if r['capture_changes_per_s'] >= 15_000 else 'not reached'}** "
@@ -187,3 +201,20 @@ def markdown(results: dict) -> str:
         f"**{'reached' if r['end_to_end_changes_per_s'] >= 8_000 else 'not reached'}**.",
         "",
     ])
+
+
+def _breakdown(results: dict) -> list[str]:
+    stages = results.get("bronze_stages_s") or {}
+    if not stages:
+        return []
+    names = sorted({n for by_form in stages.values() for n in by_form},
+                   key=lambda n: -stages.get("wrapped", {}).get(n, 0.0))
+    lines = ["Where bronze's time goes (the asset's own `seconds_by_stage`; the rest is Dagster's run around it):", "",
+             "| stage | wrapped, s | bare, s |", "|---|---|---|"]
+    lines += [f"| {n} | {stages.get('wrapped', {}).get(n, 0.0):.2f} | {stages.get('bare', {}).get(n, 0.0):.2f} |"
+              for n in names]
+    return [*lines, "",
+            "A wrapped record repeats its schema: 2.6 KB a line here against 0.45 KB bare, which every pass over the "
+            "text pays (the survey of new fields, the parse, the raw line written to bronze). Next: find new fields "
+            "in the parse itself (images read as maps) instead of a pass of their own, and write bronze straight from "
+            "the parse (see the ingest section).", ""]
