@@ -205,6 +205,7 @@ def markdown(results: dict) -> str:
 
 def _breakdown(results: dict) -> list[str]:
     stages = results.get("bronze_stages_s") or {}
+    records = results["params"]["records_landed"]
     if not stages:
         return []
     names = sorted({n for by_form in stages.values() for n in by_form},
@@ -214,7 +215,8 @@ def _breakdown(results: dict) -> list[str]:
     lines += [f"| {n} | {stages.get('wrapped', {}).get(n, 0.0):.2f} | {stages.get('bare', {}).get(n, 0.0):.2f} |"
               for n in names]
     return [*lines, "",
-            "A wrapped record repeats its schema: 2.6 KB a line here against 0.45 KB bare, which every pass over the "
-            "text pays (the survey of new fields, the parse, the raw line written to bronze). Next: find new fields "
+            f"A wrapped record repeats its schema: {results['landed_mb'] * 1024 / records:.1f} KB a line here against "
+            f"{results['bare_mb'] * 1024 / records:.2f} KB bare, which every pass over the text pays (the survey of "
+            "new fields, the parse, the raw line written to bronze). Next: find new fields "
             "in the parse itself (images read as maps) instead of a pass of their own, and write bronze straight from "
             "the parse (see the ingest section).", ""]
