@@ -178,9 +178,8 @@ def _s3_secret(settings: Settings) -> str:
     return "CREATE SECRET lake_s3 (" + ", ".join(f"{k} {v}" for k, v in parts) + ")"
 
 
-def _namespace_tables(settings: Settings) -> dict[str, str]:
-    """Lower-cased name -> name of the namespace's tables."""
-    rows = _sqlite_rows(settings)
+def _namespace_tables(settings: Settings, rows: dict[str, str] | None) -> dict[str, str]:
+    """Lower-cased name -> name of the namespace's tables (`rows`: the SQLite catalog's, when read)."""
     if rows is not None:
         return {name.lower(): name for name in rows}
     from .runtime.catalog import catalog_for
@@ -242,18 +241,20 @@ def _local_path(location: str) -> Path | None:
     return Path(location) if location.startswith("/") else None
 
 
-def _current_views(settings: Settings, selected: list[str]) -> list[_View] | None:
-    """Each table's view at its current snapshot, from the catalog row and the metadata file (local files only);
-    None where that cannot be read this way."""
-    rows = _sqlite_rows(settings)
+def _current_views(rows: dict[str, str] | None, selected: list[str]) -> list[_View] | None:
+    """Each table's view at its current snapshot, from the catalog row and the metadata file (local, plain
+    JSON files only); None where that cannot be read this way (pyiceberg reads it then)."""
     if rows is None:
         return None
     views = []
     for name in selected:
         path = _local_path(rows.get(name) or "")
-        if path is None or not path.is_file():
+        if path is None or not path.is_file() or not path.name.endswith(".metadata.json") or ".gz." in path.name:
             return None
-        metadata = json.loads(path.read_text())
+        try:
+            metadata = json.loads(path.read_text())
+        except (ValueError, OSError):
+            return None
         current = metadata.get("current-snapshot-id")
         snap = next((s for s in metadata.get("snapshots") or [] if s.get("snapshot-id") == current), None)
         if current not in (None, -1) and snap is None:
@@ -273,7 +274,8 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
     """A session with a view per table the statement names, each at its snapshot."""
     if not isinstance(sql, str) or not sql.strip():
         raise ValueError("empty SQL statement")
-    names = _namespace_tables(settings)
+    rows = _sqlite_rows(settings)
+    names = _namespace_tables(settings, rows)
     if tables is not None:
         tables = [tables] if isinstance(tables, str) else list(tables)
         missing = [t for t in tables if t.lower() not in names]
@@ -282,7 +284,7 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
         selected = list(dict.fromkeys(names[t.lower()] for t in tables))
     else:
         selected = sorted(_tokenized_tables(sql, names))
-    views = None if as_of else _current_views(settings, selected)
+    views = None if as_of else _current_views(rows, selected)
     if views is None:
         from .runtime.catalog import catalog_for
 
