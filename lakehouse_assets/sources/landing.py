@@ -89,7 +89,7 @@ def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict
     without a word. Counting the lines reads every file whole, which is where a bad one fails.
 
     The lines are not cached: landed files do not change, each later scan reads them again (cheaper than
-    holding every line in memory beside the parsed rows, which are cached).
+    holding every line in memory beside the judged rows, which ingest keeps as a local checkpoint).
     """
     try:
         lines, count = _read_lines(spark, files)
