@@ -36,6 +36,7 @@ from typing import Any
 from .errors import ConfigurationError, LakehouseError
 from .project import CdcTable, Project
 from .runtime.failpoints import failpoint
+from .runtime.status import add_to_status, capture_status_file
 from .settings import Settings, validate_identifier
 from .sources.zones import landing_zone
 
@@ -318,6 +319,7 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
         signalled.append(signum)
         stop.set()
 
+    totals = _Totals(capture_status_file(settings.home, source.server), report)
     previous = _on_stop_signals(on_signal)
     try:
         thread.start()
@@ -326,6 +328,7 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
             stop.wait(0.5)
             with handler.lock:
                 writer.roll_due()
+                totals.add(log)
             now = time.monotonic()
             # Idle once records flowed and stopped; with none at all, after a start-up allowance.
             idle = now - handler.last_record if handler.seen_any else now - started - STARTUP_SECONDS
@@ -340,6 +343,7 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
         thread.join(timeout=60)
         with handler.lock:
             writer.close_all()
+            totals.add(log, every=0)
         _restore_signals(previous)
     if failure:
         raise LakehouseError(f"Debezium stopped with an error: {failure[0]}") from failure[0]
@@ -349,7 +353,31 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
         report.retained_wal_bytes = source.retained_wal_bytes()
     except Exception as exc:  # noqa: BLE001 - a report without it is still a report
         log(f"could not read the slot's retained WAL: {exc}")
+    if report.retained_wal_bytes is not None:
+        totals.add(log, every=0, retained_wal_bytes=report.retained_wal_bytes, retained_wal_read_at=time.time())
     return report
+
+
+@dataclass
+class _Totals:
+    """The capture's running totals on disk (runtime/status.py): what it landed since the last update."""
+
+    path: Path
+    report: CaptureReport
+    records: int = 0
+    tombstones: int = 0
+    written: float = 0.0
+
+    def add(self, log, every: float = 10.0, **values: Any) -> None:
+        if time.monotonic() - self.written < every:
+            return
+        records, tombstones = self.report.records - self.records, self.report.tombstones - self.tombstones
+        try:
+            add_to_status(self.path, {"records": records, "tombstones": tombstones}, **values)
+        except OSError as exc:  # the records are landed whatever happens to the totals
+            log(f"could not update the capture's status file: {exc}")
+            return
+        self.records, self.tombstones, self.written = self.report.records, self.report.tombstones, time.monotonic()
 
 
 def _on_stop_signals(stop) -> dict[int, Any]:

@@ -159,6 +159,30 @@ def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if args.check and any(not r["healthy"] for r in rows) else 0
 
 
+def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
+    """The lakehouse's figures in Prometheus's text format: printed once, or served until stopped."""
+    import signal
+    import threading
+
+    from prometheus_client import generate_latest, start_http_server
+
+    from .metrics import collector
+
+    registry = collector(settings, load_project(settings.project)).registry()
+    if args.action == "print":
+        sys.stdout.write(generate_latest(registry).decode())
+        return 0
+    server, thread = start_http_server(args.port, addr=args.host, registry=registry)
+    print(f"serving metrics on http://{args.host}:{server.server_port}/metrics", flush=True)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    thread.join(timeout=10)
+    return 0
+
+
 def cmd_snapshots(args: argparse.Namespace, settings: Settings) -> int:
     from .maintenance.snapshots import snapshot_history
 
@@ -414,6 +438,43 @@ def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
+    """The catalog's backup, or the catalog rebuilt from the warehouse's metadata files (no Spark)."""
+    from .maintenance.catalog_recovery import CatalogRebuildError, backup, rebuild
+
+    if args.action == "backup":
+        if not args.path or args.backup or args.dry_run or args.replace or args.all:
+            raise ValueError("usage: lakehouse catalog backup PATH")
+        summary = backup(settings, args.path)
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            tables, namespaces = summary["tables"], summary["namespaces"]
+            print(f"{summary['catalog']} ({summary['catalog_name']}): {tables} table{'s' * (tables != 1)} in "
+                  f"{namespaces} namespace{'s' * (namespaces != 1)} -> {summary['path']} ({summary['bytes']} bytes, "
+                  f"{summary['seconds']} s)")
+        return 0
+    if args.path:
+        raise ValueError("usage: lakehouse catalog rebuild [--backup PATH] [--dry-run] [--replace] [--all]")
+    refusal = None
+    try:
+        results = rebuild(settings, load_project(settings.project), backup=args.backup, dry_run=args.dry_run,
+                          replace=args.replace, all_tables=args.all, log=lambda line: print(line, file=sys.stderr))
+    except CatalogRebuildError as exc:
+        refusal, results = exc, exc.results
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        _print_table([{**r.as_dict(), "metadata": Path(r.metadata_location or "").name,
+                       "note": "; ".join(([r.reason] if r.reason else []) + [f"skipped {s}" for s in r.skipped])}
+                      for r in results],
+                     ["table", "status", "version", "snapshot_id", "source", "metadata", "note"])
+    if refusal is not None:
+        print(f"lakehouse catalog rebuild: {refusal}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _plain(value):
     """A JSON-ready value: dates, timestamps, decimals and the like as strings."""
     if isinstance(value, (dt.date, dt.time)):
@@ -655,6 +716,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="exit 1 when a table crosses a threshold of its policy")
     p.set_defaults(func=cmd_health)
 
+    p = sub.add_parser("metrics", help="the lakehouse's figures for Prometheus: printed once, or `serve` for scraping")
+    p.add_argument("action", nargs="?", choices=("print", "serve"), default="print")
+    p.add_argument("--port", type=int, default=9464, help="serve: the port of /metrics (default 9464; 0: any free)")
+    p.add_argument("--host", default="127.0.0.1", help="serve: the address to listen on (0.0.0.0: every interface)")
+    p.set_defaults(func=cmd_metrics)
+
     p = sub.add_parser("snapshots", help="a table's snapshots: operation, run, rows added and removed, refs")
     p.add_argument("table")
     p.add_argument("--json", action="store_true")
@@ -699,6 +766,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cores", type=int, default=1, help="cores per worker")
     p.add_argument("--memory", default="2g", help="memory per worker")
     p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("catalog", help="back the catalog up, or rebuild it from the warehouse's metadata files")
+    p.add_argument("action", choices=("backup", "rebuild"))
+    p.add_argument("path", nargs="?", help="backup: the SQLite file to write")
+    p.add_argument("--backup", metavar="PATH", help="rebuild: a backup whose pointers decide between metadata files")
+    p.add_argument("--dry-run", action="store_true", help="rebuild: only say what would be registered")
+    p.add_argument("--replace", action="store_true", help="rebuild: also move rows of tables the catalog has")
+    p.add_argument("--all", action="store_true", help="rebuild: also register undeclared table folders")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_catalog)
     return parser
 
 

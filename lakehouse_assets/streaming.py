@@ -60,6 +60,7 @@ from .runtime.commit import CommitResult
 from .runtime.failpoints import failpoint
 from .runtime.freshness import freshness_check_result, freshness_state
 from .runtime.resource import LakehouseResource
+from .runtime.status import add_to_status, heartbeat_file, stream_status_file
 from .silver.events import StreamedEvents, rejected_spec, silver_spec, take_new_events
 from .sources.landing import of_files
 from .sources.zones import landing_day, source_root
@@ -186,6 +187,13 @@ class EventStream:
         report.seconds = round(time.monotonic() - began, 3)
         self.reports.append(report)
         self.last_activity = time.monotonic()
+        try:  # running totals for `lakehouse metrics`; the batch is committed whatever happens to them
+            add_to_status(stream_status_file(self.lakehouse.settings.home, self.landing.name),
+                          {"batches": 1, "batch_seconds": report.seconds, "files": report.files,
+                           "records_in": report.records_in},
+                          last_batch_seconds=report.seconds, last_batch_at=time.time())
+        except OSError as exc:
+            self.log(f"could not update the stream's status file: {exc}")
         self.log(f"batch {batch_id}: {report.files} files, {report.records_in} records, {report.silver_added} "
                  f"events to silver, {report.minutes} minutes to gold in {report.seconds:.1f}s")
 
@@ -343,19 +351,6 @@ class EventStream:
         self._report(AssetCheckEvaluation(
             asset_key=check.asset_key or AssetKey(asset), check_name=check.check_name or "", passed=check.passed,
             metadata=check.metadata, severity=check.severity, description=check.description))
-
-
-def heartbeat_file(home: Path, landing: str) -> Path:
-    """Touched every half second while a stream of `landing/` runs: its landing sensor stands aside."""
-    return Path(home) / "streams" / landing / "heartbeat"
-
-
-def stream_is_running(home: Path, landing: str, within_s: float = 30.0) -> bool:
-    beat = heartbeat_file(home, landing)
-    try:
-        return time.time() - beat.stat().st_mtime < within_s
-    except FileNotFoundError:
-        return False
 
 
 def dagster_instance(log: Callable[[str], None] = print) -> DagsterInstance | None:

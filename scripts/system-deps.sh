@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks what the machine must provide (Java 17 and the JDBC drivers from Debian, and
+# Checks what the machine must provide (Java 17, the JDBC drivers and Prometheus from Debian, and
 # any package named as an argument) and installs what is missing when apt-get is
 # available and we may use it.
 set -euo pipefail
@@ -11,6 +11,8 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
 fi
 [ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni)
 [ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
+# Prometheus and promtool: the metrics and alert-rule tests run the real ones.
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

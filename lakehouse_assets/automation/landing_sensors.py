@@ -33,6 +33,7 @@ from pyiceberg.expressions.literals import literal
 
 from ..bronze.ingest import INGEST_LOG, LandingSource
 from ..runtime.resource import LakehouseResource
+from ..runtime.status import stream_is_running
 from ..sources.zones import escapes, landing_day, landing_zone, source_root
 
 # Files modified this long before the watermark are still compared by name: clocks
@@ -80,8 +81,6 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
         default_status=DefaultSensorStatus.RUNNING,
     )
     def _sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-        from ..streaming import stream_is_running
-
         if stream_is_running(lakehouse.settings.home, source.name):
             return SkipReason(f"lakehouse stream is taking the new files of {source.name}/")
         state: dict[str, Any] = json.loads(context.cursor) if context.cursor else {"watermark": 0.0, "recent": []}

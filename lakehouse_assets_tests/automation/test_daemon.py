@@ -24,8 +24,8 @@ from pyiceberg.expressions import EqualTo
 
 from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.runtime.status import heartbeat_file
 from lakehouse_assets.settings import Settings
-from lakehouse_assets.streaming import heartbeat_file
 
 from ..shop import temporary_instance
 from ..silver.test_cdc_silver import expected_row

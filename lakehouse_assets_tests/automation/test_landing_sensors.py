@@ -13,8 +13,8 @@ from lakehouse_assets.automation.landing_sensors import landing_sensor
 from lakehouse_assets.bronze.sources import event_landing_source
 from lakehouse_assets.partitions import daily_partitions
 from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.runtime.status import heartbeat_file
 from lakehouse_assets.sources.zones import landing_zone
-from lakehouse_assets.streaming import heartbeat_file
 
 from ..shop import SHOP, asset
 
