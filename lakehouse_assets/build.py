@@ -17,6 +17,7 @@ from dagster import (
     in_process_executor,
 )
 
+from .automation.alerts import alert_sensors
 from .automation.bi import automation_sensor
 from .automation.landing_sensors import landing_sensor
 from .automation.late_events import late_events_sensor
@@ -104,7 +105,7 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
         assets=assets,
         asset_checks=checks,
         jobs=jobs,
-        sensors=[*sensors, *maintenance_sensors],
+        sensors=[*sensors, *maintenance_sensors, *alert_sensors(settings)],
         schedules=[*schedules, *maintenance_schedules],
         resources={"lakehouse": LakehouseResource()},
         # One JVM for the whole run: a process per step would start Spark each time.

@@ -124,6 +124,7 @@ ENV_SETTINGS = {
     "s3_secret_key": ("LAKEHOUSE_S3_SECRET_KEY", ""),
     "s3_region": ("LAKEHOUSE_S3_REGION", "us-east-1"),
     "pii_key": ("LAKEHOUSE_PII_KEY", ""),
+    "alert_webhook": ("LAKEHOUSE_ALERT_WEBHOOK", ""),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -198,6 +199,14 @@ def parse_spark_conf(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _is_web_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unbalanced [ in the host
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(c.isspace() for c in url)
+
+
 def _as_uri(location: str) -> str:
     """Turn a bare local path into a file:// URI; leave s3://, file:// etc. alone."""
     if "://" in location:
@@ -232,6 +241,9 @@ class Settings:
     s3_region: str = "us-east-1"
     # Key of the keyed hash that pseudonymises personal data (see runtime/pii.py).
     pii_key: str = field(default="", repr=False)
+    # Where failed runs and asset checks are posted (Slack-compatible webhook; see automation/alerts.py).
+    # Empty: no alerts. The URL holds the webhook's token.
+    alert_webhook: str = field(default="", repr=False)
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -245,6 +257,10 @@ class Settings:
         validate_identifier(self.catalog_name, "catalog name")
         validate_identifier(self.namespace, "namespace")
         CatalogUri.parse(self.catalog_uri)  # fail early on a malformed URI
+        if self.alert_webhook and not _is_web_url(self.alert_webhook):
+            # Not the value itself: a webhook URL holds its token.
+            raise ValueError("LAKEHOUSE_ALERT_WEBHOOK must be an http:// or https:// URL "
+                             "(e.g. https://hooks.slack.com/services/...), or empty for no alerts")
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -283,6 +299,7 @@ class Settings:
             "s3_access_key": self.s3_access_key,
             "s3_secret_key": hidden if self.s3_secret_key else "",
             "pii_key": hidden if self.pii_key else "(the key file under the home)",
+            "alert_webhook": hidden if self.alert_webhook else "",
         }
 
     @property
