@@ -465,7 +465,8 @@ def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     else:
-        _print_table([{**r.as_dict(), "metadata": Path(r.metadata_location or "").name,
+        _print_table([{**{k: "" if v is None else v for k, v in r.as_dict().items()},
+                       "metadata": Path(r.metadata_location or "").name,
                        "note": "; ".join(([r.reason] if r.reason else []) + [f"skipped {s}" for s in r.skipped])}
                       for r in results],
                      ["table", "status", "version", "snapshot_id", "source", "metadata", "note"])
