@@ -45,17 +45,19 @@ demo-cdc: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
 	$(BIN)/python -m examples.cdc.demo
 
-# The UI, the daemon and (STREAM=0 leaves it out) the stream of the event source, stopped together.
+# The UI, the daemon, the metrics for Prometheus (METRICS_PORT) and (STREAM=0 leaves it out) the stream of the
+# event source, stopped together.
+METRICS_PORT ?= 9464
 dev: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS) $(LAKEHOUSE_HOME)
-	@if [ "$(STREAM)" != "0" ]; then \
-		$(BIN)/lakehouse stream > $(LAKEHOUSE_HOME)/stream.log 2>&1 & stream=$$!; \
-		echo "lakehouse stream running (pid $$stream, log $(LAKEHOUSE_HOME)/stream.log)"; \
-		trap "kill $$stream 2>/dev/null" EXIT INT TERM; \
-		$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000; \
-	else \
-		$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000; \
-	fi
+	@$(BIN)/lakehouse metrics serve --port $(METRICS_PORT) > $(LAKEHOUSE_HOME)/metrics.log 2>&1 & pids=$$!; \
+	echo "metrics for Prometheus on http://127.0.0.1:$(METRICS_PORT)/metrics (log $(LAKEHOUSE_HOME)/metrics.log)"; \
+	if [ "$(STREAM)" != "0" ]; then \
+		$(BIN)/lakehouse stream > $(LAKEHOUSE_HOME)/stream.log 2>&1 & pids="$$pids $$!"; \
+		echo "lakehouse stream running (log $(LAKEHOUSE_HOME)/stream.log)"; \
+	fi; \
+	trap "kill $$pids 2>/dev/null" EXIT INT TERM; \
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 # Landing files to bronze, silver and gold_minute_activity in micro-batches, until stopped.
 stream: setup
