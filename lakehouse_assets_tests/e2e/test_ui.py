@@ -1,18 +1,16 @@
 """The Dagster UI in a real browser: headless Chromium renders the pages a person opens after a run.
 
-One day of the shop goes through bronze, silver and gold on a temporary instance; then
-`dagster-webserver` serves it and Chromium (Debian's package, installed by `make e2e`)
+The demo lakehouse (one day of the shop through the whole graph, on a temporary instance) is served
+by `dagster-webserver` and Chromium (Debian's package, installed by `make e2e`)
 renders the asset catalogue, an asset's page and its checks. The test reads the rendered
 DOM, not the GraphQL answers behind it. Screenshots are kept under `test-artefacts/`.
 """
 
-import datetime as dt
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -21,14 +19,12 @@ import pytest
 
 from lakehouse_assets.runtime.catalog import catalog_for
 
-from ..shop import ROOT, temporary_instance
+from ..shop import ROOT
+from .conftest import BIN, DemoLake
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-BIN = Path(sys.executable).parent
 ARTEFACTS = ROOT / "test-artefacts"
-DAY = dt.date(2025, 1, 1)
-SELECTION = "bronze_events,bronze_events_quarantine,silver_events,gold_daily_activity"
 
 
 def _chromium() -> str:
@@ -53,19 +49,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_the_ui_shows_assets_checks_freshness_snapshots_and_columns(tmp_path):
-    env, settings, dagster_home = temporary_instance(tmp_path, "ui-test-key")
-    for command in ([str(BIN / "lakehouse"), "generate", "--start", DAY.isoformat(), "--days", "1",
-                     "--events-per-day", "300", "--no-cdc"],
-                    [str(BIN / "dagster"), "asset", "materialize", "-m", "lakehouse_assets.definitions",
-                     "--select", SELECTION, "--partition", DAY.isoformat()]):
-        done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
+def test_the_ui_shows_assets_checks_freshness_snapshots_and_columns(demo_lake: DemoLake, tmp_path):
+    env, settings, dagster_home = demo_lake.env, demo_lake.settings, demo_lake.dagster_home
     snapshot_id = catalog_for(settings).load_table(("lake", "silver_events")).current_snapshot().snapshot_id
 
     port = _free_port()
     server = subprocess.Popen([str(BIN / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port), "-w",
-                               str(dagster_home / "workspace.yaml")], env=env, cwd=tmp_path,
+                               str(dagster_home / "workspace.yaml")], env=env, cwd=demo_lake.root,
                               stdout=open(tmp_path / "webserver.log", "w"), stderr=subprocess.STDOUT,
                               start_new_session=True)
     base = f"http://127.0.0.1:{port}"
