@@ -36,6 +36,7 @@ from . import (
     merge_modes,
     one_row_update,
     pruning,
+    sensor_tick,
     sql_reader,
     time_travel,
 )
@@ -47,6 +48,7 @@ INGEST_EVENTS = 5_000_000  # JSON lines through bronze_events, plain Spark and p
 GROWTH_ROWS, GROWTH_DAY = 50_000_000, 500_000  # a bronze table this large, one more day this large
 MERGE_ROWS, MERGE_CHANGES = 10_000_000, 1_000_000
 SQL_ROWS = 10_000_000
+SENSOR_FILES = 100_000  # landed files in the zone a sensor's tick must not pay for
 
 
 def machine() -> str:
@@ -79,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             ("ingest", ingest, lambda: ingest.run(spark, settings, events=int(INGEST_EVENTS * scale), days=3)),
             ("growth", growth, lambda: growth.run(spark, settings, rows=int(GROWTH_ROWS * scale),
                                                   events_per_day=int(GROWTH_DAY * scale))),
+            ("sensor", sensor_tick, lambda: sensor_tick.run(settings, files=int(SENSOR_FILES * scale))),
             ("sql", sql_reader, lambda: sql_reader.run(spark, settings, "bench_sql", rows=int(SQL_ROWS * scale))),
             ("one_row_update", one_row_update,
              lambda: one_row_update.run(spark, catalog, "bench", settings.home, rows=int(500_000 * scale))),

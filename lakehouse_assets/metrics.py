@@ -255,9 +255,10 @@ class LakehouseCollector:
             try:
                 root = source_root(self.settings, name)
                 waiting = refused = 0
+                resolved: dict[str, str] = {}
                 for f in zone.list(name):
                     day = f.day
-                    if escapes(f.uri, root) or day is None or day < first or day > today:
+                    if escapes(f.uri, root, resolved) or day is None or day < first or day > today:
                         refused += 1
                     elif f.uri not in taken[name]:
                         waiting += 1

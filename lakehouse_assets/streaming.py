@@ -49,7 +49,7 @@ from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .automation.landing_sensors import refusal
+from .automation.landing_sensors import refusals
 from .bronze.ingest import IngestReport, ingest
 from .bronze.sources import event_landing_source
 from .errors import ConfigurationError
@@ -204,7 +204,7 @@ class EventStream:
         run_id = f"stream-{query_id[:8]}-{batch_id}"
         label = f"stream batch {batch_id}"
         root = source_root(lakehouse.settings, self.landing.name)
-        refused = {p: why for p in paths if (why := refusal(p, root, self.partitions))}
+        refused = refusals(paths, root, self.partitions)
         files = [p for p in paths if p not in refused]
         report = BatchReport(batch_id, len(files), refused=len(refused))
         if refused:

@@ -10,9 +10,12 @@ While `lakehouse stream` runs for the source (its heartbeat is fresh), the senso
 stands aside: the stream takes the files, and the sensor resumes when it stops.
 """
 
+import datetime as dt
 import hashlib
 import json
+import time
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from dagster import (
@@ -28,7 +31,7 @@ from dagster import (
     SkipReason,
     sensor,
 )
-from pyiceberg.expressions import EqualTo, Reference
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, In, Reference
 from pyiceberg.expressions.literals import literal
 
 from ..bronze.ingest import INGEST_LOG, LandingSource
@@ -39,13 +42,22 @@ from ..sources.zones import escapes, landing_day, landing_zone, source_root
 # Files modified this long before the watermark are still compared by name: clocks
 # and uploads are not perfectly ordered.
 LOOKBACK_SECONDS = 600
+# A tick lists the folders that changed since the watermark (local zones: by the folders' modification
+# times) or the day folders from the day before the watermark's on (object stores). The whole source
+# folder is listed this often (and on a sensor's first tick): on an object store, for files that land in
+# older day folders (a replayed archive); everywhere, to report files outside any day folder.
+FULL_LISTING_SECONDS = 600
 
 
-def ingested_files(lakehouse: LakehouseResource, source: str) -> set[str]:
+def ingested_files(lakehouse: LakehouseResource, source: str, days: Iterable[dt.date] | None = None) -> set[str]:
+    """The files of `source` the ingest log lists (of those landing `days` only: the scan then reads the
+    log's data files whose landing dates can hold them, not the whole log)."""
     catalog, identifier = lakehouse.catalog, (lakehouse.settings.namespace, INGEST_LOG.name)
     if not catalog.table_exists(identifier):
         return set()
-    row_filter = EqualTo(term=Reference("source"), value=literal(source))
+    row_filter: BooleanExpression = EqualTo(term=Reference("source"), value=literal(source))
+    if days is not None:
+        row_filter = And(row_filter, In("landing_date", {d.isoformat() for d in days}))  # type: ignore[arg-type, call-arg]
     log = catalog.load_table(identifier).scan(row_filter=row_filter, selected_fields=("source_file",))
     return set(log.to_arrow().column("source_file").to_pylist())
 
@@ -53,18 +65,29 @@ def ingested_files(lakehouse: LakehouseResource, source: str) -> set[str]:
 def refusal(uri: str, root: str, partitions: DailyPartitionsDefinition) -> str | None:
     """Why a landed file of the source folder `root` is not taken (None when it is): its path leads out
     of the folder, or it cannot be placed in a bronze partition."""
-    escaped = escapes(uri, root)
-    if escaped:
-        return escaped
-    day = landing_day(uri)
-    if day is None:
-        return "not in a date=YYYY-MM-DD folder"
+    return refusals([uri], root, partitions).get(uri)
+
+
+def refusals(uris: Iterable[str], root: str, partitions: DailyPartitionsDefinition) -> dict[str, str]:
+    """`refusal` of many files: {uri: why} for those not taken (the partitions' bounds are read once)."""
     first = partitions.start.date()
-    if day < first:
-        return f"landing day {day} is before the first partition ({first})"
-    if not partitions.has_partition_key(day.isoformat()):
-        return f"landing day {day} is in the future"
-    return None
+    last_key = partitions.get_last_partition_key()
+    last = dt.date.fromisoformat(last_key) if last_key else first - dt.timedelta(days=1)
+    resolved: dict[str, str] = {}
+    refused = {}
+    for uri in uris:
+        why = escapes(uri, root, resolved)
+        if why is None:
+            day = landing_day(uri)
+            if day is None:
+                why = "not in a date=YYYY-MM-DD folder"
+            elif day < first:
+                why = f"landing day {day} is before the first partition ({first})"
+            elif day > last:
+                why = f"landing day {day} is in the future"
+        if why is not None:
+            refused[uri] = why
+    return refused
 
 
 def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
@@ -85,10 +108,19 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
             return SkipReason(f"lakehouse stream is taking the new files of {source.name}/")
         state: dict[str, Any] = json.loads(context.cursor) if context.cursor else {"watermark": 0.0, "recent": []}
         watermark, recent = state["watermark"], set(state["recent"])
-        files = landing_zone(lakehouse.settings).list(source.name)
+        now = time.time()
+        whole = not watermark or now - state.get("listed_all_at", 0.0) >= FULL_LISTING_SECONDS
+        since = None if whole else (dt.datetime.fromtimestamp(watermark - LOOKBACK_SECONDS, dt.timezone.utc).date()
+                                    - dt.timedelta(days=1))
+        files = landing_zone(lakehouse.settings).list(
+            source.name, since=since, changed_after=None if whole else watermark - LOOKBACK_SECONDS)
+        if whole:
+            state["listed_all_at"] = now
         reported = set(state.get("refused", []))
         root = source_root(lakehouse.settings, source.name)
-        refused = {f.uri: why for f in files if (why := refusal(f.uri, root, partitions))}
+        refused = refusals((f.uri for f in files), root, partitions)
+        if not whole:  # what a whole listing found stays reported until the next one
+            refused.update({uri: "" for uri in reported if uri not in refused})
         events = []
         if set(refused) - reported:
             newly = {uri: why for uri, why in refused.items() if uri not in reported}
@@ -100,13 +132,16 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
         new = [f for f in files if f.modified > watermark - LOOKBACK_SECONDS and f.uri not in recent
                and f.uri not in refused]
         if new:
-            taken = ingested_files(lakehouse, source.name)
+            taken = ingested_files(lakehouse, source.name, {f.day for f in new if f.day is not None})
             new = [f for f in new if f.uri not in taken]
         if not new:
             if events:  # reported, and remembered so that it is reported once
                 state["refused"] = sorted(refused)
                 return SensorResult(asset_events=events, cursor=json.dumps(state))
-            return SkipReason(f"no new files under {source.name}/ ({len(files)} listed)")
+            skip = f"no new files under {source.name}/ ({len(files)} listed{'' if whole else ' in recent folders'})"
+            if whole:  # remembered, so that the next ticks list from the watermark's day
+                return SensorResult(skip_reason=skip, cursor=json.dumps(state))
+            return SkipReason(skip)
 
         by_day = defaultdict(list)
         for f in new:
@@ -122,9 +157,12 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
             for day, uris in sorted(by_day.items())
         ]
         watermark = max([watermark, *(f.modified for f in new)])
-        still_recent = sorted(f.uri for f in files if f.modified > watermark - LOOKBACK_SECONDS)
+        still_recent = {f.uri for f in files if f.modified > watermark - LOOKBACK_SECONDS}
+        if not whole:  # files of folders this listing did not read stay remembered until a whole listing
+            still_recent |= recent - {f.uri for f in files}
         context.log.info(f"{len(new)} new files under {source.name}/ on {len(by_day)} landing days")
-        cursor = {"watermark": watermark, "recent": still_recent, "refused": sorted(refused)}
+        cursor = {"watermark": watermark, "recent": sorted(still_recent), "refused": sorted(refused),
+                  "listed_all_at": state.get("listed_all_at", 0.0)}
         return SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(cursor))
 
     return _sensor

@@ -55,6 +55,8 @@ INGEST_LOG = TableSpec(
         col("ingested_at", T.TimestampType(), False),
         col("run_id", T.StringType(), False),
     ]),
+    # A look-up of some landing days' files (the sensors', each tick) reads only their manifests.
+    partitioned_by=("landing_date",),
 )
 
 

@@ -42,18 +42,27 @@ def landing_day(uri: str) -> dt.date | None:
         return None
 
 
-def escapes(uri: str, root: str) -> str | None:
+def escapes(uri: str, root: str, resolved: dict[str, str] | None = None) -> str | None:
     """Why a landed file is not safely inside its source's folder `root` (None when it is).
 
     A local file is judged by where it really is: a symbolic link (of the file or of a day folder)
     that leads out of the folder is refused, whatever it points at. An object key is a name, not a
     path, but readers resolve `..` and `.` in it as a path: a key with such a segment, or an empty
     one, is refused, so no file is read from outside the folder it was listed in.
+
+    `resolved`: a cache of folders' real paths for judging many files of the same folders (a folder's
+    real path is resolved once; a file that is itself a link is resolved whole).
     """
     file, folder = urlsplit(uri), urlsplit(root)
     path, base = unquote(file.path), unquote(folder.path).rstrip("/")
     if file.scheme in ("", "file"):
-        real, real_base = os.path.realpath(path), os.path.realpath(base)
+        cache: dict[str, str] = {} if resolved is None else resolved
+        real_base = cache.get(base) or cache.setdefault(base, os.path.realpath(base))
+        parent, name = os.path.split(path)
+        if name in ("", ".", "..") or os.path.islink(path):
+            real = os.path.realpath(path)
+        else:
+            real = os.path.join(cache.get(parent) or cache.setdefault(parent, os.path.realpath(parent)), name)
         if os.path.commonpath([real, real_base]) != real_base or real == real_base:
             return f"refused: the path leads out of the landing zone (to {real})"
         return None
@@ -73,13 +82,26 @@ class LocalZone:
     def __init__(self, root: Path):
         self.root = root
 
-    def list(self, source: str) -> list[LandedFile]:
+    def list(self, source: str, since: dt.date | None = None, changed_after: float | None = None) -> list[LandedFile]:
+        """The source's files, one folder deep. `changed_after` (epoch seconds): only those of folders whose
+        entries changed since (a file landing in a folder, by creation or rename, changes the folder's
+        modification time), whatever their day; else `since`: only those of day folders from that day on."""
         base = self.root / source
         if not base.exists():
             return []
+        if changed_after is not None:
+            paths = (p for folder in base.iterdir() if folder.is_dir() and folder.stat().st_mtime > changed_after
+                     for p in folder.iterdir())
+        elif since is not None:
+            first = f"date={since.isoformat()}"
+            paths = (p for folder in base.iterdir()
+                     if folder.name.startswith("date=") and folder.name >= first and folder.is_dir()
+                     for p in folder.iterdir())
+        else:
+            paths = base.glob("*/*")
         return sorted(
             (LandedFile(f"file:{p}", (st := p.stat()).st_size, st.st_mtime)
-             for p in base.glob("*/*") if p.is_file() and p.name.endswith(LANDING_SUFFIXES)),
+             for p in paths if p.is_file() and p.name.endswith(LANDING_SUFFIXES)),
             key=lambda f: f.uri,
         )
 
@@ -102,11 +124,18 @@ class S3Zone:
     def _key(self, *parts: str) -> str:
         return "/".join(p for p in (self.prefix, *parts) if p)
 
-    def list(self, source: str) -> list[LandedFile]:
+    def list(self, source: str, since: dt.date | None = None, changed_after: float | None = None) -> list[LandedFile]:
+        """The source's objects. `since`: only those from that day's folder on (keys in order: a listing
+        that starts after the day before, never reading the keys of older days). `changed_after` is not
+        used: an object store has no folder times to tell which old folders changed."""
         client = self.s3.get_client()
         files = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(source) + "/"):
+        start = {"StartAfter": self._key(source, f"date={since.isoformat()}")} if since is not None else {}
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(source) + "/",
+                                                                     **start):
             for obj in page.get("Contents", []):
+                if since is not None and not obj["Key"][len(self._key(source)) + 1:].startswith("date="):
+                    continue  # past the day folders: other folders are read by a whole listing
                 if obj["Key"].endswith(LANDING_SUFFIXES):
                     files.append(LandedFile(f"{self.scheme}://{self.bucket}/{obj['Key']}", obj["Size"],
                                             obj["LastModified"].timestamp()))
