@@ -22,15 +22,16 @@ from pathlib import Path
 import pyarrow as pa
 from dagster import DagsterInstance, Definitions, build_sensor_context
 
-from lakehouse_assets.automation.landing_sensors import FULL_LISTING_SECONDS, landing_sensor
+from lakehouse_assets.automation.landing_sensors import FULL_LISTING_SECONDS, LOOKBACK_SECONDS, ingested_files, landing_sensor
 from lakehouse_assets.bronze.ingest import INGEST_LOG
 from lakehouse_assets.bronze.sources import event_landing_source
 from lakehouse_assets.partitions import daily_partitions
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.catalog import append_retrying, catalog_for
 from lakehouse_assets.settings import Settings
+from lakehouse_assets.sources.zones import landing_zone
 
-from .common import SHOP_FILE, lakehouse, shop_assets
+from .common import SHOP_FILE, lakehouse, shop_assets, timed
 
 TARGET = 1.3
 DAYS = 365
@@ -48,6 +49,8 @@ def _fill(landing: Path, files: int, today: dt.date) -> list[str]:
         path.write_bytes(b'{"event_id": "e"}\n')
         os.utime(path, (stamp, stamp))
         uris.append(f"file:{path}")
+    for folder in (landing / "events").iterdir():  # a folder's time is its last file's landing
+        os.utime(folder, (stamp, stamp))
     return uris
 
 
@@ -75,8 +78,10 @@ def _case(settings: Settings, name: str, files: int) -> dict:
     fill_s = time.perf_counter() - started
     definitions = Definitions(assets=shop_assets("bronze_events"), sensors=[sensor], resources={"lakehouse": resource})
 
+    instance = DagsterInstance.ephemeral()
+
     def tick(cursor: str | None):
-        context = build_sensor_context(instance=DagsterInstance.ephemeral(), cursor=cursor, definitions=definitions,
+        context = build_sensor_context(instance=instance, cursor=cursor, definitions=definitions,
                                        resources={"lakehouse": resource})
         begun = time.perf_counter()
         result = sensor.evaluate_tick(context)
@@ -100,9 +105,16 @@ def _case(settings: Settings, name: str, files: int) -> dict:
         _, seconds = tick(json.dumps(full))
         whole.append(seconds)
         cursor = json.loads(result.cursor)
-    log_files = int(catalog.load_table(identifier).current_snapshot().summary["total-data-files"])
-    return {"files": files, "log_data_files": log_files, "fill_s": fill_s, "first_tick_s": whole_first_s,
-            "tick_s": statistics.median(steady), "whole_listing_tick_s": statistics.median(whole)}
+    log = catalog.load_table(identifier)
+    log_files = int(log.current_snapshot().summary["total-data-files"])
+    # The tick's two reads on their own: the folders that changed, and the log within today's files.
+    zone = landing_zone(resource.settings)
+    changed_after = cursor["watermark"] - LOOKBACK_SECONDS
+    list_s = statistics.median(timed(lambda: zone.list("events", changed_after=changed_after)) for _ in range(REPEATS))
+    lookup_s = statistics.median(timed(lambda: ingested_files(resource, "events", {today})) for _ in range(REPEATS))
+    return {"files": files, "log_data_files": log_files, "log_manifests": len(log.current_snapshot().manifests(log.io)),
+            "fill_s": fill_s, "first_tick_s": whole_first_s, "tick_s": statistics.median(steady),
+            "whole_listing_tick_s": statistics.median(whole), "list_s": list_s, "lookup_s": lookup_s}
 
 
 def run(settings: Settings, files: int = 100_000) -> dict:
@@ -116,14 +128,16 @@ def markdown(results: dict) -> str:
     small, large, ratio = results["small"], results["large"], results["ratio"]
     verdict = (f"**Target reached**: {ratio:.2f}x (target: at most {TARGET}x)." if ratio <= TARGET else
                f"**Target not reached**: {ratio:.2f}x (target: at most {TARGET}x).")
-    rows = [f"| {c['files']:,} files over {DAYS} day folders, log in {c['log_data_files']:,} data files | "
-            f"{c['tick_s'] * 1000:.0f} | {c['whole_listing_tick_s'] * 1000:.0f} | {c['first_tick_s'] * 1000:.0f} |"
+    rows = [f"| {c['files']:,} files over {DAYS} day folders; the log in {c['log_data_files']:,} data files, "
+            f"{c['log_manifests']:,} manifests | {c['tick_s'] * 1000:.1f} | {c['list_s'] * 1000:.1f} | "
+            f"{c['lookup_s'] * 1000:.1f} | {c['whole_listing_tick_s'] * 1000:.0f} | {c['first_tick_s'] * 1000:.0f} |"
             for c in (small, large)]
     return "\n".join([
         f"### Growth: a landing sensor's tick with {large['files']:,} files in the zone vs {small['files']:,}",
         "",
-        "| the zone holds | tick (ms, median of 5) | whole-listing tick (ms) | first tick (ms) |",
-        "|---|---|---|---|",
+        "| the zone holds | tick (ms, median of 5) | of which: listing | log look-up | whole-listing tick (ms) "
+        "| first tick (ms) |",
+        "|---|---|---|---|---|---|",
         *rows,
         "",
         f"Each tick finds one new file of today among files all ingested before (a local zone). A tick reads the "
@@ -132,6 +146,11 @@ def markdown(results: dict) -> str:
         f"{large['files']:,} over {small['files']:,} files: {verdict} Every {FULL_LISTING_SECONDS // 60} minutes a "
         f"tick lists the whole source folder (on S3, for files landing in old day folders; everywhere, files outside "
         f"any day folder): "
-        f"{results['whole_ratio']:.1f}x its small case, once per {FULL_LISTING_SECONDS // 60} minutes.",
+        f"{results['whole_ratio']:.1f}x its small case, once per {FULL_LISTING_SECONDS // 60} minutes. Before, every "
+        f"tick listed and judged every file and read the source's whole log: 5.3 s at 20,000 files.",
+        "",
+        "Where the large tick's extra milliseconds go: reading the folders' times (one stat per day folder), and "
+        "the log's manifest list and metadata, one manifest per ingest run until maintenance rewrites the manifests "
+        "(each ingest run is an append; `rewrite_manifests` runs with compaction).",
         "",
     ])

@@ -86,7 +86,7 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     if gold.events is not None:
         silver = specs[gold.events.silver]
         bi += gold_event_assets(gold, silver, partitions)
-        assets += ml_assets(gold, silver, partitions)
+        assets += ml_assets(gold, silver, partitions, project.maintenance.pin_retention)
     bi += [sql_table_asset(t, specs) for t in gold.sql_tables.values()]
     assets += bi
 

@@ -2,7 +2,9 @@
 
 An ML materialisation records `pinned_snapshots` in its Dagster metadata: for
 every Iceberg table it read and wrote, the snapshot id and a tag. The tag keeps
-snapshot expiry from removing that snapshot for as long as the tag exists.
+snapshot expiry from removing that snapshot for as long as the tag exists: the
+declared `maintenance.pin_retention` (90 days by default) after the snapshot's
+commit, when expiry drops the tag and may then reclaim the snapshot's files.
 
     from lakehouse_assets.pinning import read_pinned
     training = read_pinned("ml_training_set")                      # newest materialisation, Arrow
@@ -30,11 +32,16 @@ from .settings import Settings, validate_identifier
 PINNED = "pinned_snapshots"
 
 
-def pin_snapshots(lakehouse: LakehouseResource, run_id: str, asset: str, snapshots: dict[str, int]) -> dict:
-    """Tag each snapshot `pin_<asset>_<run>` (kept until the tag is dropped); returns what to record."""
+def pin_snapshots(lakehouse: LakehouseResource, run_id: str, asset: str, snapshots: dict[str, int],
+                  retain: dt.timedelta | None = None) -> dict:
+    """Tag each snapshot `pin_<asset>_<run>`; returns what to record. `retain`: the tag's retention (Iceberg's
+    max reference age, counted from the snapshot's commit): snapshot expiry drops it after that, and the
+    snapshot with it once the table's own retention allows. None: kept until the tag is dropped."""
     tag = validate_identifier(f"pin_{asset}_{run_id.replace('-', '')[:12]}", "pin tag")
+    retention = f" RETAIN {max(1, int(retain.total_seconds() // 60))} MINUTES" if retain is not None else ""
     for table_id, snapshot_id in snapshots.items():
-        lakehouse.spark.sql(f"ALTER TABLE {table_id} CREATE OR REPLACE TAG `{tag}` AS OF VERSION {int(snapshot_id)}")
+        lakehouse.spark.sql(f"ALTER TABLE {table_id} CREATE OR REPLACE TAG `{tag}` AS OF VERSION {int(snapshot_id)}"
+                            f"{retention}")
     return {table_id: {"snapshot_id": snapshot_id, "tag": tag} for table_id, snapshot_id in snapshots.items()}
 
 

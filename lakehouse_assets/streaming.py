@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -217,6 +218,7 @@ class EventStream:
             return report
 
         bronze = lakehouse.table(self.landing.bronze)
+        before = bronze.snapshot_id() if bronze.exists() else None  # this batch's commits come after it
         clock = time.monotonic()
 
         def lap(stage: str) -> None:
@@ -235,7 +237,7 @@ class EventStream:
         lap("bronze")
         failpoint("stream:after-bronze")
 
-        delivered = self._delivered(bronze, query_id, batch_id, files).cache()  # read by silver, gold, reports
+        delivered = self._delivered(bronze, query_id, batch_id, files, before).cache()  # read by silver, gold, reports
         try:
             streamed = take_new_events(lakehouse, source, delivered, run_id, label, props, self.log)
             report.retries += streamed.retries
@@ -268,11 +270,14 @@ class EventStream:
         report.visible_at = dt.datetime.now(dt.timezone.utc)
         return report
 
-    def _delivered(self, bronze: TableHandle, query_id: str, batch_id: int, files: list[str]) -> DataFrame:
+    def _delivered(self, bronze: TableHandle, query_id: str, batch_id: int, files: list[str],
+                   before: int | None) -> DataFrame:
         """The bronze rows of this batch: what its own commits appended (read incrementally), or, when
-        another writer took these files first, those files' rows."""
+        another writer took these files first, those files' rows. Main's history is walked back to `before`,
+        the head before the batch: a batch's cost does not grow with the table's history."""
         table = bronze.iceberg()
-        published = ancestors_of(table.current_snapshot(), table.metadata)  # not a staged write that lost
+        published = takewhile(lambda s: s.snapshot_id != before,  # main's, not a staged write that lost
+                              ancestors_of(table.current_snapshot(), table.metadata))
         mine = [s for s in published if s.summary is not None
                 and s.summary.additional_properties.get(QUERY_ID) == query_id
                 and s.summary.additional_properties.get(BATCH_ID) == str(batch_id)

@@ -120,7 +120,8 @@ def day_end(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.timezone.utc) - dt.timedelta(microseconds=1)
 
 
-def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -> list[AssetsDefinition]:
+def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
+              pin_retention: dt.timedelta | None = None) -> list[AssetsDefinition]:
     """Features and training set over the gold event source (none when the project has no user field)."""
     if not gold.ml_tables:
         return []
@@ -158,7 +159,8 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
                 ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
             table = lakehouse.table(ML_USER_FEATURES)
             result = table.stage(context.run_id, table.name, window.label, scope=window).overwrite(features, window).publish()
-            pins = pin_snapshots(lakehouse, context.run_id, table.name, {**read, table.id: result.snapshot_id})
+            pins = pin_snapshots(lakehouse, context.run_id, table.name, {**read, table.id: result.snapshot_id},
+                                 pin_retention)
             return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
 
         return materialize_with_retries(attempt, ML_USER_FEATURES.name, context.log.info)
@@ -204,7 +206,7 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -
             result = table.stage(context.run_id, table.name, window.label, scope=window).overwrite(training, window).publish()
             pins = pin_snapshots(lakehouse, context.run_id, table.name, {
                 **read_events_ids, feature_table.id: features_snapshot, table.id: result.snapshot_id,
-            })
+            }, pin_retention)
             return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
 
         return materialize_with_retries(attempt, ML_TRAINING_SET.name, context.log.info)

@@ -157,6 +157,7 @@ class TableMaintenanceDecl(_Decl):
 class MaintenanceDecl(TableMaintenanceDecl):
     nightly: str = "0 3 * * *"
     check_interval: str = "60s"
+    pin_retention: str = "90d"  # how long an ML materialisation's pin tags keep its snapshots from expiry
     tables: dict[str, TableMaintenanceDecl] = {}
 
 

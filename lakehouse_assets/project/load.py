@@ -347,7 +347,9 @@ def _maintenance(c: _Checker, decl: MaintenanceDecl, tables: list[str]) -> Maint
 
     if not is_valid_cron_string(decl.nightly):
         c.fail(("maintenance", "nightly"), f"{decl.nightly!r} is not a cron expression (e.g. \"0 3 * * *\")")
-    return Maintenance(defaults=defaults, tables=per_table, nightly=decl.nightly, check_interval=interval)
+    pin_retention = c.duration(("maintenance", "pin_retention"), decl.pin_retention)
+    return Maintenance(defaults=defaults, tables=per_table, nightly=decl.nightly, check_interval=interval,
+                       pin_retention=pin_retention)
 
 
 def _pydantic_error(file: str, document: Any, exc: ValidationError) -> DeclarationError:

@@ -215,6 +215,8 @@ class Maintenance:
     tables: dict[str, TablePolicy] = field(default_factory=dict)
     nightly: str = "0 3 * * *"
     check_interval: dt.timedelta = dt.timedelta(seconds=60)
+    # An ML materialisation's pin tags keep the snapshots it read and wrote this long; then expiry may take them.
+    pin_retention: dt.timedelta = dt.timedelta(days=90)
 
     def policy(self, table: str) -> TablePolicy:
         return self.tables.get(table, self.defaults)

@@ -121,7 +121,9 @@ def test_a_pinned_training_set_is_rebuilt_identically_after_later_writes_and_del
                       settings=lakehouse.settings, as_="pandas")
     assert len(day) == sum(1 for r in original if r.observed_at.date() == DAYS[1]) > 0
 
-    # The pinned snapshots are tagged, so snapshot expiry keeps them.
+    # The pinned snapshots are tagged, so snapshot expiry keeps them for the declared pin retention (90 days):
+    # then expiry drops the tag, and the snapshot's files can be reclaimed.
     for table_id, pin in meta.items():
         refs = lakehouse.catalog.load_table(tuple(table_id.split(".")[1:])).metadata.refs
         assert refs[pin["tag"]].snapshot_id == pin["snapshot_id"] and refs[pin["tag"]].snapshot_ref_type == "tag"
+        assert refs[pin["tag"]].max_ref_age_ms == SHOP.maintenance.pin_retention.total_seconds() * 1000 == 90 * 86_400_000
