@@ -128,7 +128,7 @@ def markdown(results: dict) -> str:
     small, large, ratio = results["small"], results["large"], results["ratio"]
     verdict = (f"**Target reached**: {ratio:.2f}x (target: at most {TARGET}x)." if ratio <= TARGET else
                f"**Target not reached**: {ratio:.2f}x (target: at most {TARGET}x).")
-    rows = [f"| {c['files']:,} files over {DAYS} day folders; the log in {c['log_data_files']:,} data files, "
+    rows = [f"| {c['files']:,} files over {min(c['files'], DAYS)} day folders; the log in {c['log_data_files']:,} data files, "
             f"{c['log_manifests']:,} manifests | {c['tick_s'] * 1000:.1f} | {c['list_s'] * 1000:.1f} | "
             f"{c['lookup_s'] * 1000:.1f} | {c['whole_listing_tick_s'] * 1000:.0f} | {c['first_tick_s'] * 1000:.0f} |"
             for c in (small, large)]
