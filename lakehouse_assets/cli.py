@@ -77,11 +77,8 @@ def table_summaries(settings: Settings) -> list[dict]:
 def freshness_rows(settings: Settings, project: Project) -> list[dict]:
     """Each BI table's freshness on event time, from its current snapshot's watermarks."""
     catalog = catalog_for(settings)
-    gold = project.gold
-    declared = {name: gold.freshness.get(name) for name in gold.event_tables}
-    declared.update({t.name: t.freshness for t in gold.sql_tables.values()})
     rows = []
-    for name, freshness in declared.items():
+    for name, freshness in project.gold.bi_freshness.items():
         identifier = (settings.namespace, name)
         if not catalog.table_exists(identifier):
             rows.append({"table": name, "status": "missing"})

@@ -161,18 +161,12 @@ class LakehouseCollector:
         self._tables[name] = (table.metadata_location, figures)
         return figures
 
-    def _declared_freshness(self) -> dict[str, Any]:
-        gold = self.project.gold
-        declared = {name: gold.freshness.get(name) for name in gold.event_tables}
-        declared.update({t.name: t.freshness for t in gold.sql_tables.values()})
-        return {name: f for name, f in declared.items() if f is not None}
-
     def _collect_tables(self, out: _Families) -> int:
         catalog = self.catalog
         if not catalog.namespace_exists(self.settings.namespace):
             return 0
         names = sorted(identifier[-1] for identifier in catalog.list_tables(self.settings.namespace))
-        freshness, now, errors = self._declared_freshness(), dt.datetime.now(UTC), 0
+        freshness, now, errors = self.project.gold.bi_freshness, dt.datetime.now(UTC), 0
         for name in names:
             try:
                 f = self._figures(name)
@@ -226,7 +220,7 @@ class LakehouseCollector:
         return self._ingest_log[1]
 
     def _collect_sources(self, out: _Families) -> int:
-        from .sources.zones import escapes, landing_zone, source_root
+        from .sources.zones import landing_zone, refused_files, source_root
 
         errors = 0
         try:
@@ -253,21 +247,15 @@ class LakehouseCollector:
             out.counter("source_records_kept", "Records kept in bronze", s, kept)
             out.counter("source_records_quarantined", "Records quarantined, each with its reason", s, quarantined)
             try:
-                root = source_root(self.settings, name)
-                waiting = refused = 0
-                resolved: dict[str, str] = {}
-                for f in zone.list(name):
-                    day = f.day
-                    if escapes(f.uri, root, resolved) or day is None or day < first or day > today:
-                        refused += 1
-                    elif f.uri not in taken[name]:
-                        waiting += 1
+                files = [f.uri for f in zone.list(name)]
+                refused = refused_files(files, source_root(self.settings, name), first, today)
+                waiting = sum(uri not in refused and uri not in taken[name] for uri in files)
             except Exception as exc:  # noqa: BLE001
                 errors += self._failed(f"the landing zone of {name}", exc)
                 continue
             out.gauge("source_landing_files_waiting", "Files landed and not ingested yet (the backlog)", s, waiting)
             out.gauge("source_landing_files_refused", "Files that will not be ingested: outside a day folder or the "
-                      "partition range (the landing sensor reports each)", s, refused)
+                      "partition range (the landing sensor reports each)", s, len(refused))
             if name in streamed and (self.settings.home / "streams" / name).exists():
                 out.gauge("stream_backlog_files", "Files landed and not taken by the stream yet", s, waiting)
         return errors

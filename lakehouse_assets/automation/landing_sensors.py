@@ -37,7 +37,7 @@ from pyiceberg.expressions.literals import literal
 from ..bronze.ingest import INGEST_LOG, LandingSource
 from ..runtime.resource import LakehouseResource
 from ..runtime.status import stream_is_running
-from ..sources.zones import escapes, landing_day, landing_zone, source_root
+from ..sources.zones import landing_zone, refused_files, source_root
 
 # Files modified this long before the watermark are still compared by name: clocks
 # and uploads are not perfectly ordered.
@@ -62,32 +62,12 @@ def ingested_files(lakehouse: LakehouseResource, source: str, days: Iterable[dt.
     return set(log.to_arrow().column("source_file").to_pylist())
 
 
-def refusal(uri: str, root: str, partitions: DailyPartitionsDefinition) -> str | None:
-    """Why a landed file of the source folder `root` is not taken (None when it is): its path leads out
-    of the folder, or it cannot be placed in a bronze partition."""
-    return refusals([uri], root, partitions).get(uri)
-
-
 def refusals(uris: Iterable[str], root: str, partitions: DailyPartitionsDefinition) -> dict[str, str]:
-    """`refusal` of many files: {uri: why} for those not taken (the partitions' bounds are read once)."""
+    """{uri: why} for the landed files of the source folder `root` that are not taken: their path leads out
+    of the folder, or they cannot be placed in a bronze partition (the partitions' bounds are read once)."""
     first = partitions.start.date()
     last_key = partitions.get_last_partition_key()
-    last = dt.date.fromisoformat(last_key) if last_key else first - dt.timedelta(days=1)
-    resolved: dict[str, str] = {}
-    refused = {}
-    for uri in uris:
-        why = escapes(uri, root, resolved)
-        if why is None:
-            day = landing_day(uri)
-            if day is None:
-                why = "not in a date=YYYY-MM-DD folder"
-            elif day < first:
-                why = f"landing day {day} is before the first partition ({first})"
-            elif day > last:
-                why = f"landing day {day} is in the future"
-        if why is not None:
-            refused[uri] = why
-    return refused
+    return refused_files(uris, root, first, dt.date.fromisoformat(last_key) if last_key else first - dt.timedelta(days=1))
 
 
 def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,

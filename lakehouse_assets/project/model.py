@@ -181,6 +181,13 @@ class Gold:
     def ml_tables(self) -> tuple[str, ...]:
         return ML_TABLES if self.events and self.events.user else ()
 
+    @property
+    def bi_freshness(self) -> dict[str, Freshness | None]:
+        """Each BI table (the event gold tables, the declared SQL tables) and its declared freshness."""
+        declared = {name: self.freshness.get(name) for name in self.event_tables}
+        declared.update({t.name: t.freshness for t in self.sql_tables.values()})
+        return declared
+
 
 @dataclass(frozen=True)
 class TablePolicy:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -71,6 +72,26 @@ def escapes(uri: str, root: str, resolved: dict[str, str] | None = None) -> str 
     if any(part in ("", ".", "..") for part in path[len(base) + 1:].split("/")):
         return "refused: the key has a '..', '.' or empty path segment, which readers resolve out of its folder"
     return None
+
+
+def refused_files(uris: Iterable[str], root: str, first: dt.date, last: dt.date) -> dict[str, str]:
+    """{uri: why} for the files of the source folder `root` that are not taken: a path leading out of the
+    folder, or no landing day in [first, last] (the daily partitions' range)."""
+    resolved: dict[str, str] = {}
+    refused = {}
+    for uri in uris:
+        why = escapes(uri, root, resolved)
+        if why is None:
+            day = landing_day(uri)
+            if day is None:
+                why = "not in a date=YYYY-MM-DD folder"
+            elif day < first:
+                why = f"landing day {day} is before the first partition ({first})"
+            elif day > last:
+                why = f"landing day {day} is in the future"
+        if why is not None:
+            refused[uri] = why
+    return refused
 
 
 def source_root(settings: Settings, source: str) -> str:
