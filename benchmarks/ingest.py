@@ -128,17 +128,15 @@ def markdown(results: dict) -> str:
                if ratio <= TARGET else
                f"**Target not reached**: ours takes {ratio:.2f}x plain Spark Parquet (target: at most {TARGET}x). "
                "Plain Spark converts JSON to Parquet in one pass. Ours, per line: keeps the raw line and its file "
-               "and line number; finds new top-level keys (schema drift, one more pass); parses each declared field "
-               "as text and then types it, so that a bad value becomes a reason rather than a null; judges every "
-               "line against the required fields and types, and keeps the judged lines (a local checkpoint) for "
-               "the writes after; then writes bronze (raw payload included, so bronze holds about twice the "
-               "bytes; each task writes its rows to their days' files, no shuffle), the quarantine and the ingest "
-               "log as three Iceberg commits staged on branches, and counts records in = kept + quarantined. "
-               "The breakdown below is measured by the asset itself. Next: the judged lines are kept only because "
-               "three writes and the event-time watermark read them; writing bronze straight from the parse, "
-               "the watermark from the written files' statistics and the quarantine from a second pass run only "
-               "when the counts show bad lines would make it one pass over clean data, and drift would then be "
-               "found in that pass (images and payloads parsed as maps), not in a pass of its own.")
+               "and line number (the lines of each file's splits are counted first, a scan of the text); finds "
+               "new top-level keys (schema drift, a pass of its own); parses each declared field as text and then "
+               "types it, so that a bad value becomes a reason rather than a null, and writes the good lines "
+               "straight from that parse into bronze (raw payload included, so bronze holds about twice the bytes; "
+               "each task writes its rows to their days' files, no shuffle). The quarantine parses again only "
+               "when bronze's counts show bad lines. Records in = kept + quarantined is checked file by file on "
+               "the staged tables (one scan of their lineage columns, which also gives the event-time "
+               "watermark), and bronze, the quarantine and the ingest log publish together. The breakdown below "
+               "is measured by the asset itself.")
     return "\n".join([
         f"### Ingest: {rows:,} JSON lines ({p['days']} days, {p['files']} files) to Parquet",
         "",

@@ -34,7 +34,7 @@ from ..partitions import SINGLE_RUN
 from ..project.model import INGEST_LOG as INGEST_LOG_NAME
 from ..runtime.commit import EVERYTHING, CommitResult, StagedWrite, Window, publish_all, retry_metadata, with_commit_retries
 from ..runtime.files import modification_times
-from ..runtime.freshness import newest_event_time
+from ..runtime.freshness import from_spark
 from ..runtime.resource import LakehouseResource
 from ..sources.landing import day_folders, landing_date_of, landing_date_value, list_landing_files, of_files, read_landing
 from ..sources.zones import source_root
@@ -169,99 +169,111 @@ def ingest(
         return report
 
     with timed("read files"):
-        lines, unreadable, lines_read = read_landing(spark, todo)
+        lines, unreadable, line_counts = read_landing(spark, todo)
     for f, why in unreadable.items():
         log(f"{source.name}: {f}: {why}: quarantined whole")
+    # One time for every row of the run, whichever pass writes it.
+    stamps = {"ingested_at": F.lit(dt.datetime.now(dt.timezone.utc)), "run_id": F.lit(run_id)}
     # An unreadable file is one record, quarantined with the reason (its raw bytes stay in the landing zone).
     unread = spark.createDataFrame([(f, why) for f, why in unreadable.items()], "source_file string, reason string")
     unread = unread.select("source_file", "reason", F.lit(0).alias("source_line"), F.lit("").alias("payload"),
-                           landing_date_of(F.col("source_file")).alias("landing_date"),
-                           F.current_timestamp().alias("ingested_at"), F.lit(run_id).alias("run_id"))
-    checked = None
+                           landing_date_of(F.col("source_file")).alias("landing_date")).withColumns(stamps)
+    records = {**line_counts, **dict.fromkeys(unreadable, 1)}  # records in, per file
     hints: dict[str, Any] = {}
-    try:
-        if source.survey:
-            with timed("new fields"):
-                added, hints = source.survey(lines, bronze.schema())
-                if added:
-                    bronze.add_columns(added)
-                    report.new_columns = [name for name, _ in added]
-                    log(f"{source.bronze.name}: new fields in the data became columns: {report.new_columns}")
-        with timed("parse and judge"):
-            bronze_schema = bronze.schema()
-            parsed = source.parse(lines, bronze_schema, **hints).withColumns(
-                {"ingested_at": F.current_timestamp(), "run_id": F.lit(run_id)}
-            )
-            # Judged once and kept (a local checkpoint: the rows as they are, not a columnar cache, which costs
-            # more to build than the parse) for the writes, the counts and the watermark after.
-            checked = parsed.unionByName(unread, allowMissingColumns=True).localCheckpoint()
-            good = checked.where(F.col("reason").isNull())
-            bad = checked.where(F.col("reason").isNotNull())
-            landed = max(modification_times(spark, todo).values())
-            report.newest_landed_at = dt.datetime.fromtimestamp(landed, dt.timezone.utc)
-            newest_event = newest_event_time(good, source.event_time) if source.event_time else None
-        per_file = checked.groupBy("source_file", "landing_date").agg(
-            F.count(F.lit(1)).alias("records"),
-            F.count(F.when(F.col("reason").isNull(), True)).alias("kept"),
-            F.count(F.when(F.col("reason").isNotNull(), True)).alias("quarantined"),
-            F.max("ingested_at").alias("ingested_at"),
-        ).withColumns({"source": F.lit(source.name), "run_id": F.lit(run_id)})
-        records_in = lines_read + len(unreadable)
-        # Whether a file was taken is decided on the rows of its landing day: writes of other days never conflict.
-        days = [landing_date_value(f) for f in todo]
-        scope: Any = EVERYTHING if None in days else Window(
-            "landing_date", min(days), max(days) + dt.timedelta(days=1), label)  # type: ignore[type-var,operator]
+    if source.survey:
+        with timed("new fields"):
+            added, hints = source.survey(lines, bronze.schema())
+            if added:
+                bronze.add_columns(added)
+                report.new_columns = [name for name, _ in added]
+                log(f"{source.bronze.name}: new fields in the data became columns: {report.new_columns}")
+    bronze_schema = bronze.schema()
+    # Not kept between the writes: bronze is written straight from the parse (one pass over clean data), and
+    # the quarantine parses again only when bronze's counts show bad lines (the lines are re-read, not held).
+    parsed = source.parse(lines, bronze_schema, **hints).withColumns(stamps)
+    # The filters on `reason` stay above the parse: pushed down through its projections, each step would
+    # inline the expressions below it into the condition, which then grows with every layer (on CDC images it
+    # exhausted the heap) and computes the parse twice. Spark pushes no filter below a non-deterministic column.
+    parsed = parsed.withColumn("reason", F.when(F.spark_partition_id() >= 0, F.col("reason")))
+    landed = max(modification_times(spark, todo).values())
+    report.newest_landed_at = dt.datetime.fromtimestamp(landed, dt.timezone.utc)
+    # Whether a file was taken is decided on the rows of its landing day: writes of other days never conflict.
+    days = [landing_date_value(f) for f in todo]
+    scope: Any = EVERYTHING if None in days else Window(
+        "landing_date", min(days), max(days) + dt.timedelta(days=1), label)  # type: ignore[type-var,operator]
 
-        def attempt() -> list[CommitResult]:
-            # Each table takes what its main does not hold yet; the three publish together or not at all,
-            # and only once records in = kept + quarantined on what was staged.
-            staged: list[StagedWrite] = []
-            try:
-                with timed("stage"):
-                    staged.append(stage_new_files(
-                        bronze, _conform(good, bronze_schema), todo, run_id, source.bronze.name, label, scope,
-                        properties, (newest_event, report.newest_landed_at)))
-                    staged.append(stage_new_files(
-                        quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
-                        todo, run_id, source.quarantine.name, label, scope, properties,
-                        (None, report.newest_landed_at)))
-                    staged.append(stage_new_files(ingest_log, _conform(per_file, INGEST_LOG.schema), todo, run_id,
-                                                  INGEST_LOG.name, label, scope, properties))
-                with timed("records in = kept + quarantined"):
-                    _verify_balance(source, staged[:2], todo, records_in)
-            except Exception:
-                for write in staged:
-                    write.discard(quietly=True)
-                raise
-            with timed("publish"):
-                return publish_all(staged)
+    def attempt() -> list[CommitResult]:
+        # Each table takes what its main does not hold yet; the three publish together or not at all,
+        # and only once records in = kept + quarantined, file by file, on what was staged.
+        staged: list[StagedWrite] = []
+        try:
+            with timed("parse, judge and write bronze"):
+                staged.append(stage_new_files(
+                    bronze, _conform(parsed.where(F.col("reason").isNull()), bronze_schema), todo, run_id,
+                    source.bronze.name, label, scope, properties))
+            with timed("count kept"):
+                kept, newest_event = _held(staged[0], todo, source.event_time)
+            bad = unread
+            if sum(kept.values()) < sum(line_counts.values()):
+                bad = parsed.where(F.col("reason").isNotNull()).unionByName(unread, allowMissingColumns=True)
+            with timed("write quarantine"):
+                staged.append(stage_new_files(
+                    quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
+                    todo, run_id, source.quarantine.name, label, scope, properties,
+                    (None, report.newest_landed_at)))
+            with timed("records in = kept + quarantined"):
+                quarantined, _ = _held(staged[1], todo)
+                per_file = _verify_balance(source, records, kept, quarantined)
+            # The event-time watermark is known once bronze is written: an empty commit on top carries it.
+            staged[0].with_watermarks(newest_event, report.newest_landed_at)
+            staged[0].stamped = False
+            # An empty file has no record to decide: it is not logged, and is looked at again next time.
+            log_rows = [(source.name, f, landing_date_value(f), n, k, q, run_id)
+                        for f, (n, k, q) in per_file.items() if n]
+            log_df = spark.createDataFrame(
+                log_rows, "source string, source_file string, landing_date date, records long, kept long, "
+                          "quarantined long, run_id string").withColumn("ingested_at", stamps["ingested_at"])
+            staged.append(stage_new_files(ingest_log, _conform(log_df, INGEST_LOG.schema), todo, run_id,
+                                          INGEST_LOG.name, label, scope, properties))
+        except Exception:
+            for write in staged:
+                write.discard(quietly=True)
+            raise
+        with timed("publish"):
+            return publish_all(staged)
 
-        published, report.retries = with_commit_retries(attempt, source.bronze.name, log)
-        report.kept, report.quarantined = published[0], published[1]
-        report.records_in = records_in
-    finally:
-        if checked is not None:
-            _release(checked)
+    published, report.retries = with_commit_retries(attempt, source.bronze.name, log)
+    report.kept, report.quarantined = published[0], published[1]
+    report.records_in = sum(records.values())
     return report
 
 
-def _release(checkpointed: DataFrame) -> None:
-    """Drop the blocks of a local checkpoint now, not when the JVM's garbage collector finds them."""
-    try:
-        checkpointed._jdf.queryExecution().logical().rdd().unpersist(False)
-    except Exception:  # noqa: BLE001 - Spark's context cleaner drops them later anyway
-        pass
+def _held(write: StagedWrite, files: list[str], event_time: str | None = None) -> tuple[dict[str, int], Any]:
+    """Rows per file that the staged branch holds for `files` (one scan of its lineage columns), and the
+    newest `event_time` among them that is not in the future (runtime/freshness.py: newest_event_time)."""
+    figures = [F.count(F.lit(1)).alias("n")]
+    if event_time:
+        figures.append(F.max(F.when(F.col(event_time) <= F.current_timestamp(), F.col(event_time))).alias("newest"))
+    counts = write.read().where(of_files(files)).groupBy("source_file").agg(*figures).collect()
+    newest = max((r.newest for r in counts if r.newest is not None), default=None) if event_time else None
+    return {r.source_file: r.n for r in counts}, from_spark(newest)
 
 
-def _verify_balance(source: LandingSource, staged: list[StagedWrite], files: list[str], records_in: int) -> None:
-    """Records in = rows kept + rows quarantined, for the files of this run, as the staged branches hold them."""
-    held = sum(write.read().where(of_files(files)).count() for write in staged)
-    if held != records_in:
+def _verify_balance(source: LandingSource, records: dict[str, int], kept: dict[str, int],
+                    quarantined: dict[str, int]) -> dict[str, tuple[int, int, int]]:
+    """Records in = rows kept + rows quarantined, file by file, as the staged branches hold them:
+    {file: (records, kept, quarantined)}."""
+    per_file = {f: (n, kept.get(f, 0), quarantined.get(f, 0)) for f, n in records.items()}
+    wrong = {f: c for f, c in per_file.items() if c[0] != c[1] + c[2]}
+    stray = sorted((set(kept) | set(quarantined)) - set(records))
+    if wrong or stray:
+        f, (n, k, q) = next(iter(wrong.items())) if wrong else (stray[0], (0, kept.get(stray[0], 0), 0))
         raise BalanceError(
-            f"{source.bronze.name}: the {len(files)} files read had {records_in} records but bronze and "
-            f"quarantine would hold {held} rows for them; records would be lost or duplicated, so nothing "
-            "was published"
+            f"{source.bronze.name}: {len(wrong) + len(stray)} of the {len(records)} files read would not balance, "
+            f"e.g. {f}: {n} records, but bronze would hold {k} rows and the quarantine {q}; records would be "
+            "lost or duplicated, so nothing was published"
         )
+    return per_file
 
 
 def quarantine_spec(name: str, description: str) -> TableSpec:
@@ -319,7 +331,7 @@ def landing_asset(source: LandingSource, partitions: PartitionsDefinition,
         metadata = report.metadata(report.kept)
         if report.files_read and report.kept is not None and report.kept.snapshot_id is not None:
             # Which event days this commit holds rows of, however old: the days silver must decide again.
-            days = lakehouse.table(source.bronze).days_added(report.kept.snapshot_id)
+            days = lakehouse.table(source.bronze).days_added(report.kept.snapshot_id, report.kept.since)
             metadata[EVENT_DAYS] = MetadataValue.json([d.isoformat() for d in days])
         yield MaterializeResult(asset_key=bronze, metadata=metadata)
         yield MaterializeResult(asset_key=quarantine, metadata=report.metadata(report.quarantined))

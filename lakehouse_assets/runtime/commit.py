@@ -80,6 +80,7 @@ class CommitResult:
     operation: str
     summary: dict[str, str]
     replays: int = 0  # times the write was replayed on a main another writer had moved
+    since: int | None = None  # the snapshot of main it was published on top of (its commits are those after it)
 
     def _int(self, key: str) -> int:
         return int(self.summary.get(key, 0) or 0)
@@ -246,7 +247,7 @@ class StagedWrite:
             snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
         summary.update({k: str(v) for k, v in totals.items()})
         operation = head.summary.operation.value if head.summary.operation else ""
-        return CommitResult(self.table_id, head.snapshot_id, operation, summary, self.replays)
+        return CommitResult(self.table_id, head.snapshot_id, operation, summary, self.replays, self.on)
 
 
 def publish_all(writes: list[StagedWrite]) -> list[CommitResult]:

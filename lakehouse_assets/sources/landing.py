@@ -41,8 +41,8 @@ def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
     return _read_lines(spark, files)[0]
 
 
-def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, int]:
-    """`read_lines`, and how many lines there are.
+def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, int]]:
+    """`read_lines`, and how many lines each file has.
 
     Files are read line by line, in splits (a large plain file is read by several tasks, and
     no file is ever held whole in memory). A line's number is its index within its split plus
@@ -52,27 +52,33 @@ def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, int]:
     """
     schema = "source_file string, source_line int, landing_date date, payload string"
     if not files:
-        return spark.createDataFrame([], schema), 0
+        return spark.createDataFrame([], schema), {}
     raw = spark.read.option("lineSep", "\n").text(files).select(
-        F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_path").alias("_path"),
         F.col("_metadata.file_block_start").alias("_split"),
         F.monotonically_increasing_id().alias("_id"),  # ascending through each split, as it is read
         F.col("value").alias("payload"),
     )
-    splits = raw.groupBy("source_file", "_split").agg(F.min("_id").alias("_first"), F.count(F.lit(1)).alias("_n"))
-    before: dict[str, int] = {}
+    # Spark names a file by its URI (`a%20b.jsonl`), a listing by its path (`a b.jsonl`): a line keeps the
+    # name it was listed under, which is the name every look-up of taken files asks for.
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # set while the SparkContext is running
+    listed = {str(jvm.org.apache.hadoop.fs.Path(f).toUri().toString()): f for f in files}
+    splits = raw.groupBy("_path", "_split").agg(F.min("_id").alias("_first"), F.count(F.lit(1)).alias("_n"))
+    before = dict.fromkeys(files, 0)
     starts = []
-    for split in sorted(splits.collect(), key=lambda r: (r.source_file, r._split)):
-        starts.append((split.source_file, split._split, split._first, before.get(split.source_file, 0),
-                       landing_date_value(split.source_file)))  # per file, not a pattern match per line
-        before[split.source_file] = before.get(split.source_file, 0) + split._n
+    for split in sorted(splits.collect(), key=lambda r: (r._path, r._split)):
+        name = listed.get(split._path, split._path)
+        starts.append((split._path, split._split, split._first, before.get(name, 0), name,
+                       landing_date_value(name)))  # per file, not a pattern match per line
+        before[name] = before.get(name, 0) + split._n
     if not starts:  # only empty files
-        return spark.createDataFrame([], schema), 0
+        return spark.createDataFrame([], schema), before
     offsets = spark.createDataFrame(
-        starts, "source_file string, _split long, _first long, _before long, landing_date date")
+        starts, "_path string, _split long, _first long, _before long, source_file string, landing_date date")
     payload = F.col("payload")
     # (A UTF-8 byte order mark opening a file never reaches here: Hadoop's line reader skips it.)
-    lines = raw.join(F.broadcast(offsets), ["source_file", "_split"]).select(
+    lines = raw.join(F.broadcast(offsets), ["_path", "_split"]).select(
         "source_file",
         (F.col("_id") - F.col("_first") + F.col("_before") + 1).cast("int").alias("source_line"),
         "landing_date",
@@ -80,20 +86,20 @@ def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, int]:
         F.when(payload.endswith("\r"), F.expr("substring(payload, 1, length(payload) - 1)"))
         .otherwise(payload).alias("payload"),
     )
-    return lines, sum(before.values())
+    return lines, before
 
 
-def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str], int]:
+def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str], dict[str, int]]:
     """`read_lines` of the files that can be read, why each other file cannot be (a truncated gzip, say),
-    and how many lines were read: one bad file must not stop the good files of its day, nor be lost
+    and how many lines each file read has: one bad file must not stop the good files of its day, nor be lost
     without a word. Counting the lines reads every file whole, which is where a bad one fails.
 
     The lines are not cached: landed files do not change, each later scan reads them again (cheaper than
     holding every line in memory beside the judged rows, which ingest keeps as a local checkpoint).
     """
     try:
-        lines, count = _read_lines(spark, files)
-        return lines, {}, count
+        lines, counts = _read_lines(spark, files)
+        return lines, {}, counts
     except Exception:  # noqa: BLE001 - which file failed is found below, one by one
         pass
     unreadable = {}
@@ -102,8 +108,8 @@ def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict
             spark.read.text(f).count()
         except Exception as exc:  # noqa: BLE001 - the reason is kept with the file
             unreadable[f] = _first_line(exc)
-    lines, count = _read_lines(spark, [f for f in files if f not in unreadable])
-    return lines, unreadable, count
+    lines, counts = _read_lines(spark, [f for f in files if f not in unreadable])
+    return lines, unreadable, counts
 
 
 def _first_line(exc: Exception) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import DayTransform
 from pyspark.sql import DataFrame
 
@@ -71,13 +72,23 @@ class TableHandle:
         snapshot = self.iceberg().current_snapshot()
         return snapshot.snapshot_id if snapshot else None
 
-    def days_added(self, snapshot_id: int) -> list[dt.date]:
-        """The days (of the table's `days(...)` partitioning) that commit `snapshot_id` added data files to,
-        read from that commit's manifests: metadata only, no scan."""
+    def days_added(self, snapshot_id: int, since: int | None) -> list[dt.date]:
+        """The days (of the table's `days(...)` partitioning) that commit `snapshot_id` and its ancestors after
+        `since` (None: all of them) added data files to, read from those commits' manifests: metadata only."""
         table = self.iceberg()
-        snapshot = table.snapshot_by_id(snapshot_id)
         days: set[dt.date] = set()
-        for manifest in snapshot.manifests(table.io) if snapshot else []:
+        snapshot = table.snapshot_by_id(snapshot_id)
+        while snapshot is not None:
+            days.update(self._days_added(table, snapshot))
+            parent = snapshot.parent_snapshot_id
+            snapshot = table.snapshot_by_id(parent) if parent is not None and parent != since else None
+        return sorted(days)
+
+    @staticmethod
+    def _days_added(table: Table, snapshot: Snapshot) -> set[dt.date]:
+        snapshot_id = snapshot.snapshot_id
+        days: set[dt.date] = set()
+        for manifest in snapshot.manifests(table.io):
             if manifest.added_snapshot_id != snapshot_id or manifest.content != ManifestContent.DATA:
                 continue
             fields = table.specs()[manifest.partition_spec_id].fields
@@ -88,7 +99,7 @@ class TableHandle:
                 value = entry.data_file.partition[day]
                 if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot_id and value is not None:
                     days.add(_EPOCH + dt.timedelta(days=value))
-        return sorted(days)
+        return days
 
     def read(self, snapshot_id: int | None = None, branch: str | None = None, reader: str = "") -> DataFrame:
         """The table's rows (main now, at a snapshot, or on a branch); UpstreamMissingError if it does not exist."""

@@ -184,3 +184,20 @@ def test_an_event_stamped_in_the_future_does_not_pin_the_event_time_watermark(la
     assert held(lakehouse)[0] == 6, "the event is kept in bronze, as landed"
     snapshot = lakehouse.iceberg_table("bronze_events").current_snapshot()
     assert snapshot.summary.additional_properties[NEWEST_EVENT] == f"{DAY}T04:00:00+00:00"
+
+
+def test_a_file_whose_name_needs_escaping_in_a_uri_is_taken_once_under_its_own_name(lakehouse):
+    """Spark names a file read by its URI (`a%20b%25.jsonl`), a listing by its path (`a b%.jsonl`): the
+    rows, the ingest log and every look-up of taken files use the listed name, so the file balances and a
+    re-run finds it taken."""
+    land(lakehouse, "a b%.jsonl", [json.dumps(_event(n)) for n in range(3)] + ["{cut"])
+    first = ingest(lakehouse)
+    assert (first["records_in"].value, first["records_kept"].value, first["records_quarantined"].value) == (4, 3, 1)
+    assert ingest(lakehouse)["landing_files_taken"].value == 0
+    assert held(lakehouse) == (3, 1, 4)
+    spark = lakehouse.spark
+    names = {r.source_file.rsplit("/", 1)[1] for t in ("bronze_events", "bronze_events_quarantine", "bronze_ingest_log")
+             for r in spark.table(lakehouse.table_id(t)).select("source_file").collect()}
+    assert names == {"a b%.jsonl"}
+    bad = spark.table(lakehouse.table_id("bronze_events_quarantine")).first()
+    assert (bad.source_line, bad.payload, bad.reason) == (4, "{cut", "malformed JSON")

@@ -123,7 +123,8 @@ def test_the_same_landed_files_always_ask_for_the_same_run_key_so_the_daemon_lau
 def test_records_in_not_equal_to_kept_plus_quarantined_fails_the_run_loudly_with_nothing_published(lakehouse,
                                                                                                     monkeypatch):
     """The balance is checked on the staged branches, before anything is published: a record lost between
-    reading and the tables (here a bug that drops line 3 on its way to bronze) fails the run naming the count,
+    reading and the tables (here a bug that drops line 3 on its way to bronze) fails the run naming the file and
+    its counts,
     and none of bronze, quarantine or the ingest log moves, so the re-run takes the files afresh."""
     from dagster import DagsterInstance, materialize
 
@@ -141,7 +142,7 @@ def test_records_in_not_equal_to_kept_plus_quarantined_fails_the_run_loudly_with
         return conformed.where("source_line != 3") if "event_id" in schema.fieldNames() else conformed
 
     monkeypatch.setattr(bronze_ingest, "_conform", losing)
-    with pytest.raises(BalanceError, match="had 7 records but bronze and quarantine would hold 6 rows"):
+    with pytest.raises(BalanceError, match="a.jsonl: 7 records, but bronze would hold 5 rows and the quarantine 1"):
         materialize([asset("bronze_events")], resources={"lakehouse": lakehouse}, partition_key="2025-01-01",
                     instance=DagsterInstance.ephemeral())
     for name in ("bronze_events", "bronze_events_quarantine", "bronze_ingest_log"):
