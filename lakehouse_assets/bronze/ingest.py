@@ -25,7 +25,7 @@ from dagster import (
     PartitionsDefinition,
     multi_asset,
 )
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -60,6 +60,7 @@ INGEST_LOG = TableSpec(
 )
 
 
+MAX_NEW_COLUMNS = 32  # per run: a flood of new keys is more likely garbage than schema
 EVENT_DAYS = "event_days"  # bronze materialisation metadata: the event days its commit added rows to
 
 
@@ -72,6 +73,9 @@ class LandingSource:
     survey(lines, table_schema): one pass before parsing, giving (column path, type)
     pairs the table lacks for fields that appeared in the data (added before parsing,
     so nothing is dropped) and the hints parse takes (what it need not find per record).
+    new_keys(table_schema): instead of a survey, a column of each line's top-level keys the table
+    lacks, gathered while bronze is written; when any are found, they become string columns and
+    bronze is written again (once per new field, ever).
     """
 
     name: str  # the landing folder, e.g. events or cdc/customers
@@ -79,6 +83,7 @@ class LandingSource:
     quarantine: TableSpec
     parse: Callable[..., DataFrame]
     survey: Callable[[DataFrame, T.StructType], tuple[list[tuple[str, str]], dict[str, Any]]] | None = None
+    new_keys: Callable[[T.StructType], Column] | None = None
     event_time: str | None = None  # the bronze column whose newest value is the table's event-time watermark
 
 
@@ -184,17 +189,8 @@ def ingest(
         with timed("new fields"):
             added, hints = source.survey(lines, bronze.schema())
             if added:
-                bronze.add_columns(added)
-                report.new_columns = [name for name, _ in added]
-                log(f"{source.bronze.name}: new fields in the data became columns: {report.new_columns}")
-    bronze_schema = bronze.schema()
-    # Not kept between the writes: bronze is written straight from the parse (one pass over clean data), and
-    # the quarantine parses again only when bronze's counts show bad lines (the lines are re-read, not held).
-    parsed = source.parse(lines, bronze_schema, **hints).withColumns(stamps)
-    # The filters on `reason` stay above the parse: pushed down through its projections, each step would
-    # inline the expressions below it into the condition, which then grows with every layer (on CDC images it
-    # exhausted the heap) and computes the parse twice. Spark pushes no filter below a non-deterministic column.
-    parsed = parsed.withColumn("reason", F.when(F.spark_partition_id() >= 0, F.col("reason")))
+                _add_columns(report, bronze, added, log)
+
     landed = max(modification_times(spark, todo).values())
     report.newest_landed_at = dt.datetime.fromtimestamp(landed, dt.timezone.utc)
     # Whether a file was taken is decided on the rows of its landing day: writes of other days never conflict.
@@ -202,20 +198,44 @@ def ingest(
     scope: Any = EVERYTHING if None in days else Window(
         "landing_date", min(days), max(days) + dt.timedelta(days=1), label)  # type: ignore[type-var,operator]
 
+    def judged() -> DataFrame:
+        parsed = source.parse(lines, bronze.schema(), **hints).withColumns(stamps)
+        # The filters on `reason` stay above the parse: pushed down through its projections, each step would
+        # inline the expressions below it into the condition, which then grows with every layer (on CDC images
+        # it exhausted the heap) and computes the parse twice. Spark pushes no filter below a non-deterministic
+        # column.
+        return parsed.withColumn("reason", F.when(F.spark_partition_id() >= 0, F.col("reason")))
+
+    def stage_bronze() -> StagedWrite:
+        """Bronze staged straight from the parse (one pass over clean data); with `new_keys`, the keys the table
+        lacks are gathered in that pass, and once they are columns, bronze is written again with them."""
+        parsed, keys = judged(), None
+        if source.new_keys is not None:
+            keys = Observation("new_keys")
+            found = F.array_distinct(F.flatten(F.collect_set(source.new_keys(bronze.schema()))))
+            parsed = parsed.observe(keys, F.concat_ws(",", found).alias("keys"))
+        write = stage_new_files(bronze, _conform(parsed.where(F.col("reason").isNull()), bronze.schema()), todo,
+                                run_id, source.bronze.name, label, scope, properties)
+        new = sorted(filter(None, (keys.get["keys"] or "").split(","))) if keys is not None else []
+        if not new:
+            return write
+        write.discard()
+        _add_columns(report, bronze, [(name, "string") for name in new[:MAX_NEW_COLUMNS]], log)
+        return stage_new_files(bronze, _conform(judged().where(F.col("reason").isNull()), bronze.schema()), todo,
+                               run_id, source.bronze.name, label, scope, properties)
+
     def attempt() -> list[CommitResult]:
         # Each table takes what its main does not hold yet; the three publish together or not at all,
         # and only once records in = kept + quarantined, file by file, on what was staged.
         staged: list[StagedWrite] = []
         try:
             with timed("parse, judge and write bronze"):
-                staged.append(stage_new_files(
-                    bronze, _conform(parsed.where(F.col("reason").isNull()), bronze_schema), todo, run_id,
-                    source.bronze.name, label, scope, properties))
+                staged.append(stage_bronze())
             with timed("count kept"):
                 kept, newest_event = _held(staged[0], todo, source.event_time)
             bad = unread
             if sum(kept.values()) < sum(line_counts.values()):
-                bad = parsed.where(F.col("reason").isNotNull()).unionByName(unread, allowMissingColumns=True)
+                bad = judged().where(F.col("reason").isNotNull()).unionByName(unread, allowMissingColumns=True)
             with timed("write quarantine"):
                 staged.append(stage_new_files(
                     quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
@@ -246,6 +266,13 @@ def ingest(
     report.kept, report.quarantined = published[0], published[1]
     report.records_in = sum(records.values())
     return report
+
+
+def _add_columns(report: IngestReport, bronze: TableHandle, added: list[tuple[str, str]],
+                 log: Callable[[str], None]) -> None:
+    bronze.add_columns(added)
+    report.new_columns += [name for name, _ in added]
+    log(f"{bronze.name}: new fields in the data became columns: {[name for name, _ in added]}")
 
 
 def _held(write: StagedWrite, files: list[str], event_time: str | None = None) -> tuple[dict[str, int], Any]:

@@ -17,7 +17,7 @@ from pyspark.sql import types as T
 
 from ..project import CdcTable, EventSource, Project
 from ..sources.cdc import bronze_cdc_schema, parse_cdc, survey_cdc
-from ..sources.events import new_event_fields, parse_events
+from ..sources.events import new_event_keys, parse_events
 from ..tables.registry import TableSpec, col
 from .ingest import LandingSource, lineage_columns, quarantine_spec
 
@@ -46,13 +46,9 @@ def event_landing_source(source: EventSource) -> LandingSource:
             source.quarantine, f"Lines of {source.landing}/ that could not be taken, with the reason.",
         ),
         parse=partial(parse_events, source),
-        survey=partial(_event_survey, source),
+        new_keys=partial(new_event_keys, source),
         event_time=source.timestamp,
     )
-
-
-def _event_survey(source: EventSource, lines: DataFrame, table_schema: T.StructType) -> tuple[list, dict]:
-    return new_event_fields(source, lines, table_schema), {}
 
 
 def _cdc_survey(lines: DataFrame, table_schema: T.StructType) -> tuple[list, dict]:

@@ -18,7 +18,6 @@ from ..project import EventSource
 from .landing import LINEAGE_COLUMNS, blank, json_reason, typed_value
 
 _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-MAX_NEW_COLUMNS = 32  # per run: a flood of new keys is more likely garbage than schema
 STAMP_COLUMNS = ("ingested_at", "run_id")
 
 
@@ -74,13 +73,12 @@ def drifted_columns(source: EventSource, table_schema: T.StructType | None) -> l
     return [f for f in (table_schema.fields if table_schema else []) if f.name not in taken]
 
 
-def new_event_fields(source: EventSource, lines: DataFrame, table_schema: T.StructType) -> list[tuple[str, str]]:
-    """Top-level keys in the lines that the table has no column for yet (schema drift).
+def new_event_keys(source: EventSource, table_schema: T.StructType) -> Column:
+    """Per line: the top-level keys the table has no column for yet (schema drift), an array, empty for most
+    lines. Keys that are not plain lower-case identifiers stay in the raw payload only.
 
-    They become nullable string columns; keys that are not plain lower-case
-    identifiers stay in the raw payload only.
+    A column, not a pass of its own: ingest gathers it while bronze is written, and the keys found become
+    nullable string columns.
     """
-    present = {f.name.lower() for f in table_schema.fields} | {p.split(".")[0] for p in source.paths.values()}
-    keys = lines.select(F.explode(F.json_object_keys("payload")).alias("key")).distinct().collect()
-    new = sorted(k.key for k in keys if _DRIFT_NAME.match(k.key) and k.key not in present)
-    return [(name, "string") for name in new[:MAX_NEW_COLUMNS]]
+    present = sorted({f.name.lower() for f in table_schema.fields} | {p.split(".")[0] for p in source.paths.values()})
+    return F.filter(F.json_object_keys("payload"), lambda k: ~k.isin(*present) & k.rlike(_DRIFT_NAME.pattern))
