@@ -7,7 +7,9 @@
   through pyiceberg each `check_interval`. It reports a health observation and
   check result whenever a table's snapshot changed, and requests
   `compact_tables` for a table whose compactable small files or deleted-row
-  ratio crosses its threshold (once per snapshot: the run key).
+  ratio crosses its threshold (once per snapshot: the run key), and
+  `expire_tables` for a table past `max_snapshots` with snapshots to thin (a
+  stream's tables commit every few seconds; once per `snapshot_detail`).
 - `lakehouse_nightly_maintenance` (schedule) runs `expire_tables` for every
   table: stale write branches, snapshot expiry, orphan removal.
 
@@ -16,6 +18,7 @@ maintenance history, and run in-process (one JVM), one run at a time (dagster.ya
 """
 
 import json
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -115,9 +118,11 @@ def maintenance_definitions(project: Project, tables: Iterable[str], asset_table
     def expire_tables():
         expire_table()
 
-    @sensor(name="lakehouse_table_health", job=compact_tables, default_status=DefaultSensorStatus.RUNNING,
+    @sensor(name="lakehouse_table_health", jobs=[compact_tables, expire_tables],
+            default_status=DefaultSensorStatus.RUNNING,
             minimum_interval_seconds=int(maintenance.check_interval.total_seconds()),
-            description="Measures every table's health (pyiceberg); requests compaction past its thresholds.")
+            description="Measures every table's health (pyiceberg); requests compaction past its thresholds, "
+                        "and expiry (thinning) past max_snapshots.")
     def health_sensor(context: SensorEvaluationContext, lakehouse: LakehouseResource) -> SensorResult:
         seen = json.loads(context.cursor) if context.cursor else {}
         requests: list[RunRequest] = []
@@ -138,6 +143,13 @@ def maintenance_definitions(project: Project, tables: Iterable[str], asset_table
                 requests.append(RunRequest(
                     partition_key=name, run_key=f"compact:{name}:{health.snapshot_id}",
                     tags={"lakehouse/health": "; ".join(health.problems)[:200]},
+                ))
+            if health.needs_thinning:  # at most once per snapshot_detail span: a stream commits all the time
+                span = int(time.time() // max(maintenance.policy(name).snapshot_detail.total_seconds(), 1))
+                requests.append(RunRequest(
+                    job_name=EXPIRE_JOB, partition_key=name, run_key=f"thin:{name}:{span}",
+                    tags={"lakehouse/health": f"{health.snapshots} snapshots, {health.thinnable_snapshots} "
+                                              "thinnable"},
                 ))
         return SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(seen))
 

@@ -43,6 +43,7 @@ class TableHealth:
     deleted_rows: int = 0  # rows removed by delete files
     deleted_ratio: float = 0.0
     snapshots: int = 0
+    thinnable_snapshots: int = 0  # of them, those a thinning would expire (`thinnable`)
     oldest_snapshot_age_s: float | None = None
     manifests: int = 0
     manifest_bytes: int = 0
@@ -56,6 +57,10 @@ class TableHealth:
     @property
     def healthy(self) -> bool:
         return not self.problems
+
+    @property
+    def needs_thinning(self) -> bool:
+        return self.snapshots > self.thresholds.get("max_snapshots", self.snapshots) and self.thinnable_snapshots > 0
 
     @property
     def needs_compaction(self) -> bool:
@@ -133,6 +138,7 @@ def table_health(table: Table, name: str, policy: TablePolicy, now: dt.datetime 
         "small_file_bytes": policy.small_file_bytes, "max_small_files": policy.max_small_files,
         "max_delete_ratio": policy.max_delete_ratio, "max_snapshots": policy.max_snapshots,
         "snapshot_retention_s": policy.snapshot_retention.total_seconds(),
+        "snapshot_detail_s": policy.snapshot_detail.total_seconds(),
         "branch_retention_s": policy.branch_retention.total_seconds(),
     }
     tags = tuple(sorted(n for n, r in table.metadata.refs.items() if r.snapshot_ref_type == "tag"))
@@ -162,8 +168,10 @@ def table_health(table: Table, name: str, policy: TablePolicy, now: dt.datetime 
         problems.append(f"compactable_small_files {compactable} > {policy.max_small_files}")
     if ratio > policy.max_delete_ratio:
         problems.append(f"deleted_ratio {ratio:.3f} > {policy.max_delete_ratio}")
+    thinned = 0
     if len(table.metadata.snapshots) > policy.max_snapshots:
         problems.append(f"snapshots {len(table.metadata.snapshots)} > {policy.max_snapshots}")
+        thinned = len(thinnable(table, policy, now))
     if len(table.metadata.snapshots) > policy.retain_last and oldest_age > 2 * policy.snapshot_retention.total_seconds():
         problems.append(f"oldest_snapshot_age_s {oldest_age:.0f} > twice the retention: expiry is not running")
     if stale:
@@ -174,8 +182,55 @@ def table_health(table: Table, name: str, policy: TablePolicy, now: dt.datetime 
         avg_file_bytes=int(sum(sizes) / len(sizes)) if sizes else 0,
         median_file_bytes=int(statistics.median(sizes)) if sizes else 0, records=records,
         delete_files=len(deletes), deleted_rows=deleted, deleted_ratio=round(ratio, 4),
-        snapshots=len(table.metadata.snapshots), oldest_snapshot_age_s=round(oldest_age, 1),
+        snapshots=len(table.metadata.snapshots), thinnable_snapshots=thinned, oldest_snapshot_age_s=round(oldest_age, 1),
         manifests=len(manifests), manifest_bytes=sum(m.manifest_length for m in manifests),
         metadata_file_bytes=metadata_bytes, tags=tags, write_branches=tuple(write_branches),
         stale_branches=tuple(stale), problems=tuple(problems), thresholds=thresholds,
     )
+
+
+def thinnable(table: Table, policy: TablePolicy, now: dt.datetime) -> list[int]:
+    """The snapshots a thinning expires: a table that commits every few seconds (a stream) would otherwise
+    hold thousands a day, every one written again into each commit's metadata file.
+
+    Time travel stays possible to every commit of the last `snapshot_detail`, and before that to the last
+    commit of each `snapshot_detail` span (on main's line); older commits no ref needs go too. Always kept:
+    main's last `retain_last`, the snapshot of every ref (tags, ML pins included), and main's commits since
+    the oldest live write branch was cut (a staged write is replayed from its base: runtime/publish.py).
+    Expiry by age (`snapshot_retention`) then removes the spans' survivors.
+    """
+    snapshots = {s.snapshot_id: s for s in table.metadata.snapshots}
+    refs = table.metadata.refs
+
+    def line(snapshot_id: int | None) -> list[Any]:
+        out, s = [], snapshots.get(snapshot_id) if snapshot_id is not None else None
+        while s is not None:
+            out.append(s)
+            s = snapshots.get(s.parent_snapshot_id) if s.parent_snapshot_id is not None else None
+        return out
+
+    main = line(refs["main"].snapshot_id) if "main" in refs else []
+    on_main = {s.snapshot_id for s in main}
+    kept = {ref.snapshot_id for ref in refs.values()} | {s.snapshot_id for s in main[:policy.retain_last]}
+    detail_ms = max(int(policy.snapshot_detail.total_seconds() * 1000), 1)
+    since = int(now.timestamp() * 1000) - detail_ms
+    needed: set[int] = set()  # on some ref's line
+    for name, ref in refs.items():
+        if ref.snapshot_ref_type != "branch" or name == "main":
+            continue
+        branch = line(ref.snapshot_id)
+        needed.update(s.snapshot_id for s in branch)
+        fork = next((s for s in branch if s.snapshot_id in on_main), None)
+        if fork is not None:
+            since = min(since, fork.timestamp_ms)
+    spans: set[int] = set()
+    out = []
+    for s in main:  # newest first: the first commit seen of a span is its last
+        span = s.timestamp_ms // detail_ms
+        if s.timestamp_ms >= since or s.snapshot_id in kept or span not in spans:
+            spans.add(span)
+            continue
+        out.append(s.snapshot_id)
+    needed |= on_main
+    out += [sid for sid, s in snapshots.items() if sid not in needed and sid not in kept and s.timestamp_ms < since]
+    return out

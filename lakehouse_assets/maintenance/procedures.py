@@ -33,11 +33,12 @@ from ..errors import MaintenanceError
 from ..project.model import TablePolicy
 from ..runtime.resource import LakehouseResource
 from ..settings import validate_identifier
-from .health import TableHealth, table_health, write_branch_ages
+from .health import TableHealth, table_health, thinnable, write_branch_ages
 
 T = TypeVar("T")
 UTC = dt.timezone.utc
 ATTEMPTS = 5
+THIN_CHUNK = 500  # snapshot ids per expiry call
 # What Iceberg raises when a maintenance commit collides with another writer's (it then re-runs from scratch).
 _CONFLICTS = ("CommitFailedException", "ValidationException", "Cannot commit", "conflicting files", "not an ancestor")
 
@@ -165,7 +166,8 @@ class TableMaintenance:
         return dropped
 
     def expire(self, now: dt.datetime | None = None) -> MaintenanceReport:
-        """Drop stale write branches, then expire snapshots older than the retention (tags keep theirs)."""
+        """Drop stale write branches, then expire snapshots older than the retention (tags keep theirs); past
+        `max_snapshots`, thin the rest to one commit per `snapshot_detail` span (maintenance/health.py)."""
         now = now or dt.datetime.now(UTC)
         started = time.monotonic()
         before = self.health()
@@ -174,20 +176,39 @@ class TableMaintenance:
         older_than = spark_timestamp(now - self.policy.snapshot_retention)
         args = f", older_than => {older_than}, retain_last => {int(self.policy.retain_last)}"
         rows, report.retries = self._retrying(lambda: self._call("expire_snapshots", args), "snapshot expiry")
-        figures = rows[0] if rows else {}
+        thinned = False
+        table = self.lakehouse.iceberg_table(self.name)
+        if len(table.metadata.snapshots) > self.policy.max_snapshots:
+            # The ids are chosen again at each attempt: a collision means main moved.
+            def thin() -> list[dict[str, Any]]:
+                ids = thinnable(self.lakehouse.iceberg_table(self.name), self.policy, now)
+                out = []
+                for start in range(0, len(ids), THIN_CHUNK):
+                    listed = ", ".join(str(int(i)) for i in ids[start:start + THIN_CHUNK])
+                    out += self._call("expire_snapshots", f"{args}, snapshot_ids => array({listed})")
+                return out
+
+            more, retries = self._retrying(thin, "snapshot thinning")
+            rows, report.retries = rows + more, report.retries + retries
+            thinned = bool(more)
+
+        def total(key: str) -> int:
+            return sum(int(r.get(key) or 0) for r in rows)
+
         report.figures = {
             "dropped_branches": branches,
-            "deleted_data_files": int(figures.get("deleted_data_files_count") or 0),
-            "deleted_delete_files": int((figures.get("deleted_position_delete_files_count") or 0)
-                                        + (figures.get("deleted_equality_delete_files_count") or 0)),
-            "deleted_manifests": int(figures.get("deleted_manifests_count") or 0),
-            "deleted_manifest_lists": int(figures.get("deleted_manifest_lists_count") or 0),
+            "deleted_data_files": total("deleted_data_files_count"),
+            "deleted_delete_files": total("deleted_position_delete_files_count")
+            + total("deleted_equality_delete_files_count"),
+            "deleted_manifests": total("deleted_manifests_count"),
+            "deleted_manifest_lists": total("deleted_manifest_lists_count"),
         }
         report.after = after = self.health()
         report.figures["expired_snapshots"] = before.snapshots - after.snapshots
+        report.figures["thinned"] = thinned
         report.seconds = time.monotonic() - started
-        self.log(f"expired {self.table_id}: {before.snapshots} -> {after.snapshots} snapshots, "
-                 f"{len(branches)} stale branches dropped")
+        self.log(f"expired {self.table_id}: {before.snapshots} -> {after.snapshots} snapshots"
+                 f"{' (thinned: past max_snapshots)' if thinned else ''}, {len(branches)} stale branches dropped")
         return report
 
     def remove_orphans(self, now: dt.datetime | None = None) -> MaintenanceReport:

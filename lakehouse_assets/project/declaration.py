@@ -147,6 +147,8 @@ class TableMaintenanceDecl(_Decl):
                                               description="compact when this share of rows is deleted by delete files")
     max_snapshots: Optional[int] = Field(None, ge=1)
     snapshot_retention: Optional[str] = None
+    snapshot_detail: Optional[str] = Field(None, description="past max_snapshots, time travel to every commit of "
+                                                             "this last span, to one commit per span before it")
     retain_last: Optional[int] = Field(None, ge=1)
     orphan_after: Optional[str] = None
     branch_retention: Optional[str] = None

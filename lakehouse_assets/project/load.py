@@ -317,7 +317,7 @@ def _policy(c: _Checker, path: tuple[Any, ...], decl: TableMaintenanceDecl, base
     for name in ("target_file_size_mb", "max_small_files", "max_delete_ratio", "max_snapshots", "retain_last"):
         if getattr(decl, name) is not None:
             values[name] = getattr(decl, name)
-    for name in ("snapshot_retention", "orphan_after", "branch_retention"):
+    for name in ("snapshot_retention", "snapshot_detail", "orphan_after", "branch_retention"):
         if getattr(decl, name) is not None:
             values[name] = c.duration((*path, name), getattr(decl, name))
     if values.get("orphan_after", base.orphan_after) < dt.timedelta(hours=1):

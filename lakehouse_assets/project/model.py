@@ -198,6 +198,8 @@ class TablePolicy:
     max_delete_ratio: float = 0.10
     max_snapshots: int = 500
     snapshot_retention: dt.timedelta = dt.timedelta(days=7)
+    # Past max_snapshots, every commit of the last snapshot_detail is kept, older ones the last of each such span.
+    snapshot_detail: dt.timedelta = dt.timedelta(hours=1)
     retain_last: int = 10
     orphan_after: dt.timedelta = dt.timedelta(days=3)
     branch_retention: dt.timedelta = dt.timedelta(days=1)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, RunRequest, build_sensor_context
+from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -18,6 +19,7 @@ from lakehouse_assets.maintenance.snapshots import create_tag, rollback, snapsho
 from lakehouse_assets.pinning import content_hash
 from lakehouse_assets.project.model import Maintenance, Project, TablePolicy
 from lakehouse_assets.runtime.commit import with_commit_retries
+from lakehouse_assets.runtime.publish import NOTHING
 from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col
 
 UTC = dt.timezone.utc
@@ -186,3 +188,63 @@ def test_compaction_beside_a_writer_loses_no_appended_row(lakehouse):
     replaces = [s for s in lakehouse.iceberg_table(SPEC.name).metadata.snapshots
                 if s.summary and s.summary.operation.value == "replace"]
     assert replaces  # compaction did commit while the writer wrote
+
+
+def test_past_max_snapshots_expiry_thins_to_one_commit_per_span_and_keeps_tags_and_staged_writes(lakehouse):
+    """A table that commits all the time (a stream's) keeps every commit of the last `snapshot_detail`, and
+    before that the last commit of each span: its metadata stops growing with its history. A tag and the base
+    of a write still staged survive, and that write still publishes on top."""
+    spark = lakehouse.spark
+    table = many_small_commits(lakehouse, commits=9, per_commit=5)
+    staged = lakehouse.table(SPEC).stage("in-flight", SPEC.name, "t", scope=NOTHING).append(rows(spark, 1000, 5))
+    table = many_small_commits(lakehouse, commits=5, per_commit=5)  # ids 0..24 again: rows, not keys, matter
+    main = list(ancestors_of(table.current_snapshot(), table.metadata))  # newest first
+    base = [s.snapshot_id for s in main].index(staged.base_snapshot_id)
+    pinned = len(main) - 3
+    assert base == 5 and pinned > base + 2
+    create_tag(table, SPEC.name, "pin", main[pinned].snapshot_id)
+    head_hash = content_hash(table.scan().to_arrow())
+    pinned_hash = content_hash(table.scan(snapshot_id=main[pinned].snapshot_id).to_arrow())
+
+    policy = TablePolicy(max_snapshots=5, retain_last=2, snapshot_detail=dt.timedelta(hours=1))
+    later = dt.datetime.now(UTC) + dt.timedelta(hours=2)  # every commit is older than the detail kept
+    assert table_health(table, SPEC.name, policy, later).needs_thinning
+    report = TableMaintenance(lakehouse, SPEC.name, policy).expire(now=later)
+
+    # Kept: main since the staged write's base (its branch was cut there), the tag, and the newest commit of
+    # each hour before them that none of those speaks for.
+    expected = {s.snapshot_id for s in main[:base + 1]} | {main[pinned].snapshot_id}
+    hours = {main[n].timestamp_ms // 3_600_000 for n in (*range(base + 1), pinned)}
+    for s in main[base + 1:]:
+        if s.timestamp_ms // 3_600_000 not in hours:
+            hours.add(s.timestamp_ms // 3_600_000)
+            expected.add(s.snapshot_id)
+    table = lakehouse.iceberg_table(SPEC.name)
+    branch_head = table.metadata.refs[staged.branch].snapshot_id
+    assert {s.snapshot_id for s in table.metadata.snapshots} == expected | {branch_head}
+    assert report.figures["thinned"]
+    assert report.figures["expired_snapshots"] >= len(main) - len(expected)
+    assert content_hash(table.scan().to_arrow()) == head_hash
+    assert content_hash(table.scan(snapshot_id=main[pinned].snapshot_id).to_arrow()) == pinned_hash
+    assert not table_health(table, SPEC.name, policy, later).needs_thinning  # nothing left to thin
+
+    staged.publish()  # replayed on the new main from its base, which thinning kept
+    assert spark.table(lakehouse.table_id(SPEC.name)).count() == 14 * 5 + 5
+
+
+def test_the_health_sensor_requests_thinning_of_a_table_past_max_snapshots(lakehouse):
+    spark = lakehouse.spark
+    many_small_commits(lakehouse, commits=4, per_commit=5)
+    lakehouse.table(SPEC).stage("died", SPEC.name, "t").append(rows(spark, 1000, 5)).discard()  # unreferenced
+    policy = TablePolicy(max_snapshots=3, retain_last=1, snapshot_detail=dt.timedelta(seconds=1))
+    time.sleep(1.5)  # the discarded write's snapshot is older than the detail kept
+    jobs, sensors, _, _ = maintenance_definitions(project_with(policy), [SPEC.name], {SPEC.name})
+    instance = DagsterInstance.ephemeral()
+    result = sensors[0](build_sensor_context(instance=instance, resources={"lakehouse": lakehouse}))
+    thin = [r for r in result.run_requests if isinstance(r, RunRequest) and r.job_name == "expire_tables"]
+    assert [(r.partition_key, r.run_key.split(":")[:2]) for r in thin] == [(SPEC.name, ["thin", SPEC.name])]
+    before = len(lakehouse.iceberg_table(SPEC.name).metadata.snapshots)
+    run = jobs[1].execute_in_process(partition_key=SPEC.name, instance=instance, resources={"lakehouse": lakehouse})
+    assert run.success
+    assert len(lakehouse.iceberg_table(SPEC.name).metadata.snapshots) < before
+    assert spark.table(lakehouse.table_id(SPEC.name)).count() == 20
