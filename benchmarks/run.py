@@ -38,6 +38,7 @@ from . import (
     pruning,
     sensor_tick,
     sql_reader,
+    stream_history,
     time_travel,
 )
 
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             ("growth", growth, lambda: growth.run(spark, settings, rows=int(GROWTH_ROWS * scale),
                                                   events_per_day=int(GROWTH_DAY * scale))),
             ("sensor", sensor_tick, lambda: sensor_tick.run(settings, files=int(SENSOR_FILES * scale))),
+            ("stream_history", stream_history, lambda: stream_history.run(spark, settings,
+                                                                          history=int(5_000 * scale))),
             ("sql", sql_reader, lambda: sql_reader.run(spark, settings, "bench_sql", rows=int(SQL_ROWS * scale))),
             ("one_row_update", one_row_update,
              lambda: one_row_update.run(spark, catalog, "bench", settings.home, rows=int(500_000 * scale))),

@@ -38,7 +38,7 @@ from .health import TableHealth, table_health, thinnable, write_branch_ages
 T = TypeVar("T")
 UTC = dt.timezone.utc
 ATTEMPTS = 5
-THIN_CHUNK = 500  # snapshot ids per expiry call
+THIN_CHUNK = 10_000  # snapshot ids named in one expiry call
 # What Iceberg raises when a maintenance commit collides with another writer's (it then re-runs from scratch).
 _CONFLICTS = ("CommitFailedException", "ValidationException", "Cannot commit", "conflicting files", "not an ancestor")
 
@@ -175,22 +175,23 @@ class TableMaintenance:
         branches = self.drop_stale_branches(now)
         older_than = spark_timestamp(now - self.policy.snapshot_retention)
         args = f", older_than => {older_than}, retain_last => {int(self.policy.retain_last)}"
-        rows, report.retries = self._retrying(lambda: self._call("expire_snapshots", args), "snapshot expiry")
         thinned = False
-        table = self.lakehouse.iceberg_table(self.name)
-        if len(table.metadata.snapshots) > self.policy.max_snapshots:
-            # The ids are chosen again at each attempt: a collision means main moved.
-            def thin() -> list[dict[str, Any]]:
-                ids = thinnable(self.lakehouse.iceberg_table(self.name), self.policy, now)
-                out = []
-                for start in range(0, len(ids), THIN_CHUNK):
-                    listed = ", ".join(str(int(i)) for i in ids[start:start + THIN_CHUNK])
-                    out += self._call("expire_snapshots", f"{args}, snapshot_ids => array({listed})")
-                return out
 
-            more, retries = self._retrying(thin, "snapshot thinning")
-            rows, report.retries = rows + more, report.retries + retries
-            thinned = bool(more)
+        def expire() -> list[dict[str, Any]]:
+            """One expiry by age, with the thinnable snapshots named when the table is past max_snapshots: each
+            call reads every snapshot's manifest list to find the files freed. Chosen at each attempt (a
+            collision means main moved)."""
+            nonlocal thinned
+            table = self.lakehouse.iceberg_table(self.name)
+            ids = thinnable(table, self.policy, now) if len(table.metadata.snapshots) > self.policy.max_snapshots else []
+            thinned = bool(ids)
+            out = []
+            for start in range(0, max(len(ids), 1), THIN_CHUNK):
+                listed = ", ".join(str(int(i)) for i in ids[start:start + THIN_CHUNK])
+                out += self._call("expire_snapshots", f"{args}, snapshot_ids => array({listed})" if listed else args)
+            return out
+
+        rows, report.retries = self._retrying(expire, "snapshot expiry")
 
         def total(key: str) -> int:
             return sum(int(r.get(key) or 0) for r in rows)
