@@ -47,7 +47,7 @@ def graph_snapshot(defs: Definitions) -> dict:
     sensors = {
         s.name: {"status": s.default_status.value,
                  "targets": sorted(k.to_user_string() for k in s.asset_selection.resolve(graph))
-                 if s.asset_selection is not None else [f"job:{s.job_name}"]}
+                 if s.asset_selection is not None else sorted(f"job:{t.job_name}" for t in s.targets)}
         for s in sorted(defs.sensors or [], key=lambda s: s.name)
     }
     schedules = {s.name: {"cron": s.cron_schedule, "status": s.default_status.value, "job": s.job_name}
