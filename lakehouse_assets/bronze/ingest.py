@@ -34,7 +34,7 @@ from ..partitions import SINGLE_RUN
 from ..project.model import INGEST_LOG as INGEST_LOG_NAME
 from ..runtime.commit import EVERYTHING, CommitResult, StagedWrite, Window, publish_all, retry_metadata, with_commit_retries
 from ..runtime.files import modification_times
-from ..runtime.freshness import from_spark
+from ..runtime.freshness import from_spark, newest_event
 from ..runtime.resource import LakehouseResource
 from ..sources.landing import day_folders, landing_date_of, landing_date_value, list_landing_files, of_files, read_landing
 from ..sources.zones import source_root
@@ -277,10 +277,10 @@ def _add_columns(report: IngestReport, bronze: TableHandle, added: list[tuple[st
 
 def _held(write: StagedWrite, files: list[str], event_time: str | None = None) -> tuple[dict[str, int], Any]:
     """Rows per file that the staged branch holds for `files` (one scan of its lineage columns), and the
-    newest `event_time` among them that is not in the future (runtime/freshness.py: newest_event_time)."""
+    newest `event_time` among them that is not in the future (runtime/freshness.py: newest_event)."""
     figures = [F.count(F.lit(1)).alias("n")]
     if event_time:
-        figures.append(F.max(F.when(F.col(event_time) <= F.current_timestamp(), F.col(event_time))).alias("newest"))
+        figures.append(newest_event(event_time).alias("newest"))
     counts = write.read().where(of_files(files)).groupBy("source_file").agg(*figures).collect()
     newest = max((r.newest for r in counts if r.newest is not None), default=None) if event_time else None
     return {r.source_file: r.n for r in counts}, from_spark(newest)

@@ -70,12 +70,17 @@ def from_spark(value: dt.datetime | None) -> dt.datetime | None:
     return None if value is None else value.astimezone(UTC)  # a naive value is taken as local time
 
 
-def newest_event_time(df: Any, column: str) -> dt.datetime | None:
-    """The newest `column` value of Spark DataFrame `df` that is not in the future: an event stamped in the
-    future (a wrong clock, a year 9999) is not a time the data has reached, and must not pin the watermark."""
+def newest_event(column: str) -> Any:
+    """The aggregate of the newest `column` value that is not in the future: an event stamped in the future
+    (a wrong clock, a year 9999) is not a time the data has reached, and must not pin the watermark."""
     from pyspark.sql import functions as F
 
-    row = df.where(F.col(column) <= F.current_timestamp()).agg(F.max(column)).first()
+    return F.max(F.when(F.col(column) <= F.current_timestamp(), F.col(column)))
+
+
+def newest_event_time(df: Any, column: str) -> dt.datetime | None:
+    """`newest_event` of Spark DataFrame `df`, aware UTC."""
+    row = df.agg(newest_event(column)).first()
     return from_spark(row[0] if row is not None else None)
 
 
