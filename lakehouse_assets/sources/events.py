@@ -21,36 +21,52 @@ _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 STAMP_COLUMNS = ("ingested_at", "run_id")
 
 
-def _raw_fields(source: EventSource, payload: Column, raw: Column) -> dict[str, Column]:
-    """Each declared field's text: top-level ones from one JSON parse, nested paths one by one."""
-    return {
-        name: raw[path] if "." not in path else F.get_json_object(payload, f"$.{path}")
-        for name, path in source.paths.items()
-    }
-
-
 def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
     """Typed event columns, the lineage columns, and `reason` (null when the line is a good event).
 
-    Columns the table gained from schema drift are filled from the payload by name.
+    Each line is parsed once with its map fields typed and every other top-level field as text (typed after,
+    so that a wrong type becomes a precise reason instead of Spark nulling the whole record). Only the lines
+    that parse refuses (not JSON, a map field that is not an object) are parsed again, all as text, which tells
+    which field is wrong. Columns the table gained from schema drift are filled from the payload by name.
     """
     top_level = sorted({p for p in source.paths.values() if "." not in p})
-    raw_schema = T.StructType([T.StructField(p, T.StringType()) for p in top_level]
-                              + [T.StructField("_corrupt_record", T.StringType())])
-    parsed = lines.withColumn(
-        "raw", F.from_json("payload", raw_schema, {"columnNameOfCorruptRecord": "_corrupt_record"})
-    )
+    maps = {name for name, path in source.paths.items()
+            if "." not in path and isinstance(source.fields[name], T.MapType)}
+    first_types = {source.paths[name]: source.fields[name] for name in maps}
+    corrupt = T.StructField("_corrupt_record", T.StringType())
+    options = {"columnNameOfCorruptRecord": "_corrupt_record"}
+    first_schema = T.StructType([T.StructField(p, first_types.get(p, T.StringType())) for p in top_level] + [corrupt])
+    text_schema = T.StructType([T.StructField(p, T.StringType()) for p in top_level] + [corrupt])
+    parsed = lines.withColumn("first", F.from_json("payload", first_schema, options)).withColumn(
+        "text", F.when(F.col("first._corrupt_record").isNotNull(), F.from_json("payload", text_schema, options)))
+    at_first = F.col("text").isNull()
+
+    def text(name: str) -> Column:
+        path = source.paths[name]
+        if "." in path:
+            return F.get_json_object(F.col("payload"), f"$.{path}")
+        if name in maps:  # typed by the first parse; its text only where the line was parsed again
+            return F.when(~at_first, F.col("text")[path])
+        return F.when(at_first, F.col("first")[path]).otherwise(F.col("text")[path])
+
     # Three projections: the texts, the typed values, then the reasons over both. A value is computed once;
     # in a single projection, a typed value used both as a column and inside the reason's CASE was computed twice.
-    text = _raw_fields(source, F.col("payload"), F.col("raw"))
-    texts = parsed.select(*LINEAGE_COLUMNS, F.col("raw._corrupt_record").alias("__corrupt"),
-                          *(text[name].alias(f"__text_{name}") for name in source.fields))
-    typed = texts.select("*", *(typed_value(F.col(f"__text_{name}"), dtype).alias(name)
-                               for name, dtype in source.fields.items()))
+    texts = parsed.select(*LINEAGE_COLUMNS, F.col("text._corrupt_record").alias("__corrupt"), at_first.alias("__first"),
+                          *(text(name).alias(f"__text_{name}") for name in source.fields),
+                          *(F.col("first")[source.paths[name]].alias(f"__map_{name}") for name in maps))
+
+    def typed(name: str, dtype: T.DataType) -> Column:
+        value = typed_value(F.col(f"__text_{name}"), dtype)
+        return F.when(F.col("__first"), F.col(f"__map_{name}")).otherwise(value) if name in maps else value
+
+    typed_columns = texts.select("*", *(typed(name, dtype).alias(name) for name, dtype in source.fields.items()))
 
     reason = json_reason(F.col("payload"), F.col("__corrupt"))
     for name in source.required:
-        reason = reason.when(blank(F.col(f"__text_{name}")), F.lit(f"missing required field {name}"))
+        missing = blank(F.col(f"__text_{name}"))
+        if name in maps:  # parsed as a map at once: absent or null, or (parsed as text) blank
+            missing = F.when(F.col("__first"), F.col(name).isNull()).otherwise(missing)
+        reason = reason.when(missing, F.lit(f"missing required field {name}"))
     for name, dtype in source.fields.items():
         what = "a JSON object" if isinstance(dtype, T.MapType) else f"a {dtype.simpleString()}"
         raw_text = F.col(f"__text_{name}")
@@ -58,7 +74,7 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
             raw_text.isNotNull() & F.col(name).isNull(),
             F.concat(F.lit(f"{name} is not {what}: "), F.substring(raw_text, 1, 200)),
         )
-    return typed.select(
+    return typed_columns.select(
         *source.fields,
         *LINEAGE_COLUMNS,
         *(F.get_json_object("payload", f"$.{f.name}").cast(f.dataType).alias(f.name)

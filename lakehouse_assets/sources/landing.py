@@ -157,7 +157,7 @@ def json_reason(payload: Column, corrupt: Column) -> Column:
     Further `.when(...)` clauses can be chained for source-specific rules.
     """
     reason = F.when(F.trim(payload) == "", F.lit("blank line"))
-    reason = reason.when(F.length(payload) > MAX_RECORD_BYTES, F.lit(f"record larger than {MAX_RECORD_BYTES} bytes"))
+    reason = reason.when(F.octet_length(payload) > MAX_RECORD_BYTES, F.lit(f"record larger than {MAX_RECORD_BYTES} bytes"))
     reason = reason.when(corrupt.isNotNull() & ~F.ltrim(payload).startswith("{"), F.lit("not a JSON object"))
     return reason.when(corrupt.isNotNull(), F.lit("malformed JSON"))
 

@@ -22,7 +22,7 @@ GOOD = {
 
 def _line(**changes) -> str:
     event = {**GOOD, **changes}
-    return json.dumps({k: v for k, v in event.items() if v is not ...})
+    return json.dumps({k: v for k, v in event.items() if v is not ...}, ensure_ascii=False)
 
 
 BAD_LINES = {
@@ -37,6 +37,15 @@ BAD_LINES = {
     _line(price="twelve"): "price is not a decimal(12,2): twelve",
     _line(properties="page=/deals"): "properties is not a JSON object: page=/deals",
     _line(ip="x" * MAX_RECORD_BYTES): f"record larger than {MAX_RECORD_BYTES} bytes",
+    # Bytes, not characters: 3 bytes each in UTF-8, a third of the limit in characters.
+    _line(ip="\u20ac" * (MAX_RECORD_BYTES // 3 + 1)): f"record larger than {MAX_RECORD_BYTES} bytes",
+    # A map field that is not an object makes the first (typed) parse refuse the line; the text parse names it.
+    _line(properties=[]): "properties is not a JSON object: []",
+    _line(properties=""): "properties is not a JSON object: ",
+    _line(properties=7): "properties is not a JSON object: 7",
+    # Two things wrong: the first field in declared order is named, whichever parse found it.
+    _line(event_ts="soon", properties="x"): "event_ts is not a timestamp: soon",
+    _line(price="free", properties={"page": "/"}): "price is not a decimal(12,2): free",
 }
 
 
@@ -44,9 +53,11 @@ BAD_LINES = {
 def landed(tmp_path):
     folder = tmp_path / "events" / "date=2025-01-01"
     folder.mkdir(parents=True)
-    good2 = _line(event_id="e-9", event_type="page_view", price=None, event_ts="2025-01-01T23:59:59+01:00")
-    lines = [_line(), *BAD_LINES, good2]
-    (folder / "part-0.jsonl").write_text("\n".join(lines) + "\n")
+    good2 = _line(event_id="e-9", event_type="page_view", price=None, event_ts="2025-01-01T23:59:59+01:00",
+                  properties={"page": "/", "cart": {"items": [1, 2]}, "page ": None})
+    good3 = _line(event_id="e-10", event_type="page_view", price=None, properties=None)
+    lines = [_line(), *BAD_LINES, good2, good3]
+    (folder / "part-0.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return tmp_path, lines
 
 
@@ -66,12 +77,14 @@ def test_each_bad_line_is_quarantined_with_its_reason_and_good_lines_are_typed(s
     assert {r.landing_date for r in rejected.values()} == {dt.date(2025, 1, 1)}
 
     good = sorted(events.collect(), key=lambda r: r.source_line)
-    assert [(r.event_id, r.source_line) for r in good] == [("e-1", 1), ("e-9", len(lines))]
-    first, second = good
+    assert [(r.event_id, r.source_line) for r in good] == [("e-1", 1), ("e-9", len(lines) - 1), ("e-10", len(lines))]
+    first, second, third = good
     assert first.event_ts == dt.datetime(2025, 1, 1, 10, 0, 0, 250_000)  # session time zone is UTC
     assert first.price == Decimal("19.99")
     assert first.properties == {"product_id": "p0001", "quantity": "2"}
     assert second.event_ts == dt.datetime(2025, 1, 1, 22, 59, 59) and second.price is None
+    assert second.properties == {"page": "/", "cart": '{"items":[1,2]}', "page ": None}  # nested values as JSON text
+    assert third.properties is None
 
     # Records in = records kept + records quarantined.
     assert read.count() == len(lines) == len(good) + len(rejected)
