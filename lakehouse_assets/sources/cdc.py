@@ -106,44 +106,93 @@ def _text_type(image: T.StructType) -> T.StructType:
     return T.StructType([T.StructField(f.name, T.StringType()) for f in image.fields])
 
 
-def _envelopes(lines: DataFrame, image: T.StructType, schemas: Iterable[str]) -> DataFrame:
-    """The lineage columns and one struct `u` per line: its envelope, as text, however it was written.
+_WRAPPED_HEAD, _WRAPPED_PAYLOAD = '{"schema":', ',"payload":'
 
-    A record Debezium wrote (an object, bare or wrapped as `{"schema", "payload"}`, whose
-    images are objects) is parsed once, images included, and a wrapped record's encodings
-    are the literal of its schema when it is one of `schemas` (the distinct schema texts of
-    these lines, worked out once). Every other line takes the path that names what is wrong
-    with it: the line, then the envelope, then each image, parsed as text one by one.
+
+def schema_prefix(schema: str) -> str:
+    """How a wrapped record with this schema text (as landed) begins, up to its payload."""
+    return f"{_WRAPPED_HEAD}{schema}{_WRAPPED_PAYLOAD}"
+
+
+def landed_schema(line: str) -> str | None:
+    """The schema text of a wrapped record exactly as it landed (`{"schema":<this>,"payload":...}`, the way
+    Debezium's JSON converter writes it); None for any other line."""
+    if not line.startswith(_WRAPPED_HEAD):
+        return None
+    try:
+        _, end = json.JSONDecoder().raw_decode(line, len(_WRAPPED_HEAD))
+    except ValueError:
+        return None
+    return line[len(_WRAPPED_HEAD):end] if line.startswith(_WRAPPED_PAYLOAD, end) else None
+
+
+def _known_schema(schemas: Iterable[str]) -> tuple[Column, list[tuple[int, str]]]:
+    """Per line, the index of the known schema it begins with (null for none), and the known schemas."""
+    known = [(n, text) for n, text in enumerate(dict.fromkeys(schemas)) if encodings_of(text) is not None]
+    index = F.lit(None).cast("int")
+    for n, text in reversed(known):
+        index = F.when(F.col("payload").startswith(schema_prefix(text)), F.lit(n)).otherwise(index)
+    return index, known
+
+
+def _envelopes(lines: DataFrame, image: T.StructType, schemas: Iterable[str]) -> DataFrame:
+    """The lineage columns, `clean` (read at once) and one struct `u` per line: its envelope, as text, however
+    it was written.
+
+    A wrapped record that begins with one of `schemas` (the schema texts of these lines' files as landed,
+    worked out once) has only its payload parsed: the schema, most of its bytes, is compared, not read, and
+    its encodings are that schema's literal. Any other record Debezium wrote (an object, bare or wrapped as
+    `{"schema", "payload"}`, whose images are objects) is parsed once, images included, and decodes a wrapped
+    record's own schema. Every other line takes the path that names what is wrong with it: the line, then
+    the envelope, then each image, parsed as text one by one.
     """
     text = _text_type(image)
     envelope = T.StructType([T.StructField("before", text), T.StructField("after", text),
                              T.StructField("op", T.StringType()), T.StructField("ts_ms", T.StringType()),
                              T.StructField("source", _SOURCE)])
+    corrupt = T.StructField("_corrupt_record", T.StringType())
+    options = {"columnNameOfCorruptRecord": "_corrupt_record"}
     one_pass = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", envelope),
-                             *envelope.fields, T.StructField("_corrupt_record", T.StringType())])
-    staged = lines.withColumn("f", F.from_json("payload", one_pass, {"columnNameOfCorruptRecord": "_corrupt_record"}))
-    f = F.col("f")
+                             *envelope.fields, corrupt])
+    index, known = _known_schema(schemas)
+    staged = lines.withColumn("k", index)
+    k = F.col("k")
+    # From the first byte after the schema's prefix: the payload object (the record's closing brace after it
+    # is past the end of the object, which is where parsing stops). Cut as bytes: a string's substring counts
+    # characters, a walk through the whole schema on every line.
+    after_prefix = F.lit(None).cast("string")
+    for n, schema in known:
+        start = len(schema_prefix(schema).encode()) + 1
+        after_prefix = F.when(k == n, F.expr(f"cast(substring(cast(payload as binary), {start}) as string)")
+                              ).otherwise(after_prefix)
+    staged = staged.withColumns({
+        "g": F.when(k.isNotNull(), F.from_json(after_prefix, T.StructType([*envelope.fields, corrupt]), options)),
+        "f": F.when(k.isNull(), F.from_json("payload", one_pass, options)),
+    })
+    f, g = F.col("f"), F.col("g")
     wrapped = f["schema"].isNotNull() & f["payload"].isNotNull()
     # A bare record with no payload key (one whose payload is null is a wrapped tombstone: the slow path sees it).
     bare = f["schema"].isNull() & f["payload"].isNull() & ~F.col("payload").contains('"payload"')
     # Bytes bound characters: a line under the limit in bytes is under it in characters.
-    clean = (f.isNotNull() & f["_corrupt_record"].isNull() & (F.octet_length("payload") <= MAX_RECORD_BYTES)
-             & (wrapped | bare))
+    small = F.octet_length("payload") <= MAX_RECORD_BYTES
+    clean = F.when(k.isNotNull(), g.isNotNull() & g["_corrupt_record"].isNull() & F.col("payload").endswith("}")
+                   & small).otherwise(f.isNotNull() & f["_corrupt_record"].isNull() & small & (wrapped | bare))
     staged = staged.withColumn("clean", F.coalesce(clean, F.lit(False)))
-    fast_env = F.when(f["schema"].isNotNull(), f["payload"]).otherwise(
-        F.struct(*(f[n].alias(n) for n in envelope.fieldNames())))
-    known = F.when(F.lit(False), F.lit(None))
-    for schema in schemas:
-        literal = encodings_of(schema)
-        if literal is not None:
-            known = known.when(f["schema"] == F.lit(schema), literal)
-    fast_encodings = F.when(wrapped, known.otherwise(column_encodings(F.from_json(f["schema"], SCHEMA))))
+    fast_env = F.when(k.isNotNull(), F.struct(*(g[n].alias(n) for n in envelope.fieldNames()))).when(
+        f["schema"].isNotNull(), f["payload"]).otherwise(F.struct(*(f[n].alias(n) for n in envelope.fieldNames())))
+    literal = F.lit(None)
+    for n, schema in reversed(known):
+        literal = F.when(k == n, encodings_of(schema)).otherwise(literal)
+    fast_encodings = F.when(k.isNotNull(), literal).when(wrapped, column_encodings(F.from_json(f["schema"], SCHEMA)))
 
     # The other lines, one layer at a time (null for the lines read above).
     slow = ~F.col("clean")
-    keys = F.json_object_keys("payload")
-    staged = staged.withColumn("line", F.when(slow, F.from_json(
-        "payload", _LINE, {"columnNameOfCorruptRecord": "_corrupt_record"})))
+    # Columns of their own, under `when(slow, ...)`: an expression met twice is computed for every line.
+    staged = staged.withColumns({
+        "line": F.when(slow, F.from_json("payload", _LINE, {"columnNameOfCorruptRecord": "_corrupt_record"})),
+        "line_keys": F.when(slow, F.json_object_keys("payload")),
+    })
+    keys = F.col("line_keys")
     staged = staged.withColumn("wrapped", slow & F.coalesce(
         F.array_contains(keys, "schema") & F.array_contains(keys, "payload"), F.lit(False)))
     staged = staged.withColumn("envelope_text", F.when(slow, F.when(F.col("wrapped"), F.col("line.payload"))
@@ -174,7 +223,7 @@ def _envelopes(lines: DataFrame, image: T.StructType, schemas: Iterable[str]) ->
         fast_env["before"].isNotNull().alias("before_object"), fast_env["after"].isNotNull().alias("after_object"),
         fast_encodings.alias("encodings"),
     )
-    return staged.select(*LINEAGE_COLUMNS, F.when(F.col("clean"), fast).otherwise(slow_env).alias("u"))
+    return staged.select(*LINEAGE_COLUMNS, "clean", F.when(F.col("clean"), fast).otherwise(slow_env).alias("u"))
 
 
 def _pg_position(op: Column, lsn: Column, sequence: Column) -> Column:
@@ -277,27 +326,31 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
 
 @dataclass(frozen=True)
 class CdcSurvey:
-    """What one pass over a run's lines finds before they are parsed."""
+    """What a look at a run's lines finds before they are parsed."""
 
     new_fields: list[tuple[str, str]]  # (column path, type) of image fields the table lacks
-    schemas: list[str]  # record schemas of wrapped records, each decoded once (the first line of each file)
+    schemas: list[str]  # record schemas of wrapped records as landed, each decoded once (the first line of each file)
 
 
 MAX_SCHEMAS = 16  # literal encodings per run; records of any other schema decode theirs one by one
 
 
 def survey_cdc(lines: DataFrame, table_schema: T.StructType) -> CdcSurvey:
-    """One pass over the lines: the fields in before/after images that the table's image struct lacks
-    (a column added upstream), from every image, and the record schema of each file's first line.
+    """The record schema of each file's first line, and the fields in before/after images that the table's
+    image struct lacks (a column added upstream).
 
-    New fields become nullable fields of both `before` and `after`, typed from the
-    records' schema where they have one (a string otherwise). A schema is the same on
-    every record of a table until its columns change, so the first line of each file
-    finds it; a record with another schema is decoded with its own, only slower.
+    A schema is the same on every record of a table until its columns change, so the first line of each
+    file finds it, and the records that begin with a schema found are not read further: their fields are
+    that schema's. The other lines (bare records, records of another schema) are read image by image. New
+    fields become nullable fields of both `before` and `after`, typed from the records' schema where they
+    have one (a string otherwise); a record with a schema not found here is decoded with its own, only slower.
     """
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
     known = {f.name for f in after.fields}
+    firsts = lines.where(F.col("source_line") == 1).select("payload").collect()
+    schemas = list(dict.fromkeys(s for r in firsts if (s := landed_schema(r.payload)) is not None))[:MAX_SCHEMAS]
+    index, _ = _known_schema(schemas)
     images = T.StructType([T.StructField("before", T.StringType()), T.StructField("after", T.StringType())])
     # The schema is skipped, not copied: only the images are read as text.
     s = F.from_json("payload", T.StructType([T.StructField("payload", images), *images.fields]))
@@ -307,20 +360,19 @@ def survey_cdc(lines: DataFrame, table_schema: T.StructType) -> CdcSurvey:
         return F.coalesce(F.when(image.startswith("{"), F.json_object_keys(image)),
                           F.array().cast(T.ArrayType(T.StringType())))
 
-    first_schema = F.when(F.col("source_line") == 1, F.get_json_object("payload", "$.schema"))
-    found = lines.select(first_schema.alias("schema"),
-                         F.array_distinct(F.concat(keys(envelope["after"]), keys(envelope["before"]))).alias("keys")
-                         ).agg(F.collect_set("schema").alias("schemas"), F.collect_set("keys").alias("keys")).first()
-    schemas = sorted(found.schemas)[:MAX_SCHEMAS] if found else []
+    found = lines.where(index.isNull()).select(
+        F.array_distinct(F.concat(keys(envelope["after"]), keys(envelope["before"]))).alias("keys")
+    ).agg(F.collect_set("keys").alias("keys")).first()
     seen = {k for ks in (found.keys if found else []) for k in ks}
+    seen |= {name for text in schemas for name, *_ in _schema_columns(text)}
     new = sorted(k for k in seen if _DRIFT_NAME.match(k) and k not in known)[:32]
     if new:  # a column added upstream: the schemas of the records that have it type it (and decode them once)
         named = F.lit(False)
         for name in new:
             named = named | F.col("payload").contains(json.dumps(name))
-        later = lines.where(named).select(F.get_json_object("payload", "$.schema").alias("schema")).where(
-            F.col("schema").isNotNull()).distinct().limit(MAX_SCHEMAS).collect()
-        schemas = list(dict.fromkeys([*(r.schema for r in later), *schemas]))[:MAX_SCHEMAS]
+        later = lines.where(named & index.isNull()).groupBy(F.get_json_object("payload", "$.schema")).agg(
+            F.min_by("payload", "source_line").alias("payload")).limit(MAX_SCHEMAS).collect()
+        schemas = list(dict.fromkeys([*(s for r in later if (s := landed_schema(r.payload))), *schemas]))[:MAX_SCHEMAS]
     types: dict[str, str] = {}
     for text in schemas:
         for name, connect_type, semantic, parameters in _schema_columns(text):
