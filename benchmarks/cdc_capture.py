@@ -216,7 +216,9 @@ def _breakdown(results: dict) -> list[str]:
               for n in names]
     return [*lines, "",
             f"A wrapped record repeats its schema: {results['landed_mb'] * 1024 / records:.1f} KB a line here against "
-            f"{results['bare_mb'] * 1024 / records:.2f} KB bare, which every pass over the text pays (the survey of "
-            "new fields, the parse, the raw line written to bronze). Next: find new fields "
-            "in the parse itself (images read as maps) instead of a pass of their own, and write bronze straight from "
-            "the parse (see the ingest section).", ""]
+            f"{results['bare_mb'] * 1024 / records:.2f} KB bare. A wrapped record that begins with the schema of its "
+            "file's first line is parsed from its payload on (the schema is compared byte for byte, not read), and "
+            "the survey of new fields reads each file's first line and then only the records of no schema seen; "
+            "for bare records that is every record, whose images it reads as text for their keys. Next: the keys "
+            "of bare images gathered while bronze is written (as events' new keys are), and the text read once "
+            "for the line counts and the parse.", ""]

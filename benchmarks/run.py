@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             ("time_travel", time_travel, lambda: time_travel.run(spark, catalog, "bench", rows=int(500_000 * scale))),
             ("backfill", backfill, lambda: backfill.run(spark, settings, days=10,
                                                         events_per_day=max(200, int(2_000 * scale)))),
-            ("cdc_capture", cdc_capture, lambda: cdc_capture.run(spark, settings, changes=max(100_000, int(100_000 * scale)))),
+            ("cdc_capture", cdc_capture, lambda: cdc_capture.run(spark, settings, changes=max(100_000, int(1_000_000 * scale)))),
             # Child processes of their own: local[2], then a two-worker standalone cluster.
             ("cluster", cluster, lambda: cluster.run(rows=int(MERGE_ROWS * scale), changes=int(MERGE_CHANGES * scale))),
             # Its own stream process: events land at 1,000/s (times the scale) for five minutes.
