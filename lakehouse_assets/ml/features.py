@@ -183,6 +183,11 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
             events, read_events_ids = read_events(lakehouse, ML_TRAINING_SET.name)
             feature_table = lakehouse.table(ML_USER_FEATURES)
             features, features_snapshot = feature_table.read_pinned(ML_TRAINING_SET.name)
+            # A feature row describes the look-back before its day; one older than the look-back before the window
+            # describes none of a session's look-back (its user had no events in it, so has no newer row): such a
+            # session has no features. The join reads the look-back's days of features, not all of them.
+            first_day = (window.start - dt.timedelta(days=LOOKBACK_DAYS)).date()
+            features = features.where(F.col("as_of_date") >= F.lit(first_day))
             # Sessions are read a day past each edge: a session belongs to the day it starts.
             near = events.where(
                 (F.col("event_ts") >= F.lit(window.start - dt.timedelta(days=1)))

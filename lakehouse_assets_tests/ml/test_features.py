@@ -127,3 +127,24 @@ def test_a_pinned_training_set_is_rebuilt_identically_after_later_writes_and_del
         refs = lakehouse.catalog.load_table(tuple(table_id.split(".")[1:])).metadata.refs
         assert refs[pin["tag"]].snapshot_id == pin["snapshot_id"] and refs[pin["tag"]].snapshot_ref_type == "tag"
         assert refs[pin["tag"]].max_ref_age_ms == SHOP.maintenance.pin_retention.total_seconds() * 1000 == 90 * 86_400_000
+
+
+def test_a_session_after_a_look_back_without_events_has_no_features(spark, lake_settings, tmp_path):
+    # The same users on two days 45 days apart: on the second, their newest feature rows describe a look-back
+    # (30 days) that ended two weeks earlier, in which they had no events. Those rows are not theirs as of then.
+    early, late = dt.date(2025, 1, 1), dt.date(2025, 2, 15)
+    generate(tmp_path, [early], events_per_day=200, users=20)
+    generate(tmp_path, [late], events_per_day=200, users=20)
+    lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
+                                  namespace=f"t_ml_{uuid.uuid4().hex[:6]}", landing=str(tmp_path))
+    instance = DagsterInstance.ephemeral()
+    for day in (early, late):
+        run(lakehouse, instance, day.isoformat(), day.isoformat())
+    features = spark.table(lakehouse.table_id("ml_user_features"))
+    stale = {r.user_id for r in features.where(features.as_of_date == early).collect()}
+    training = spark.table(lakehouse.table_id("ml_training_set"))
+    later = training.where(training.observed_at >= dt.datetime(2025, 2, 15)).collect()
+    assert later and {r.user_id for r in later} & stale, "users with feature rows from 45 days before"
+    assert all(r.features_as_of is None and r.events_30d is None for r in later)
+    first = training.where(training.observed_at < dt.datetime(2025, 1, 2)).collect()
+    assert first and all(r.features_as_of is None or r.features_as_of <= r.observed_at for r in first)
