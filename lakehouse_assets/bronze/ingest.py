@@ -70,20 +70,22 @@ class LandingSource:
 
     parse(lines, table_schema, **hints): the table's columns (less the stamp columns),
     the lineage columns and `reason` (null for a good record).
-    survey(lines, table_schema): one pass before parsing, giving (column path, type)
-    pairs the table lacks for fields that appeared in the data (added before parsing,
-    so nothing is dropped) and the hints parse takes (what it need not find per record).
-    new_keys(table_schema): instead of a survey, a column of each line's top-level keys the table
-    lacks, gathered while bronze is written; when any are found, they become string columns and
-    bronze is written again (once per new field, ever).
+    survey(lines, table_schema, files): a look before parsing, giving (column path, type) pairs the
+    table lacks for fields it can tell from the files' first lines (added before parsing) and the
+    hints parse takes (what it need not find per record).
+    new_keys(table_schema, **hints): a column of each line's keys the table lacks, gathered while
+    bronze is written; when any are found, they become columns (`new_columns(lines, table_schema,
+    keys, **hints)` gives their paths and types and any new hints; string columns of the keys'
+    names by default) and bronze is written again (once per new field, ever).
     """
 
     name: str  # the landing folder, e.g. events or cdc/customers
     bronze: TableSpec
     quarantine: TableSpec
     parse: Callable[..., DataFrame]
-    survey: Callable[[DataFrame, T.StructType], tuple[list[tuple[str, str]], dict[str, Any]]] | None = None
-    new_keys: Callable[[T.StructType], Column] | None = None
+    survey: Callable[[DataFrame, T.StructType, list[str]], tuple[list[tuple[str, str]], dict[str, Any]]] | None = None
+    new_keys: Callable[..., Column] | None = None
+    new_columns: Callable[..., tuple[list[tuple[str, str]], dict[str, Any]]] | None = None
     event_time: str | None = None  # the bronze column whose newest value is the table's event-time watermark
 
 
@@ -187,7 +189,7 @@ def ingest(
     hints: dict[str, Any] = {}
     if source.survey:
         with timed("new fields"):
-            added, hints = source.survey(lines, bronze.schema())
+            added, hints = source.survey(lines, bronze.schema(), todo)
             if added:
                 _add_columns(report, bronze, added, log)
 
@@ -212,7 +214,7 @@ def ingest(
         parsed, keys = judged(), None
         if source.new_keys is not None:
             keys = Observation("new_keys")
-            found = F.array_distinct(F.flatten(F.collect_set(source.new_keys(bronze.schema()))))
+            found = F.array_distinct(F.flatten(F.collect_set(source.new_keys(bronze.schema(), **hints))))
             parsed = parsed.observe(keys, F.concat_ws(",", found).alias("keys"))
         write = stage_new_files(bronze, _conform(parsed.where(F.col("reason").isNull()), bronze.schema()), todo,
                                 run_id, source.bronze.name, label, scope, properties)
@@ -220,7 +222,10 @@ def ingest(
         if not new:
             return write
         write.discard()
-        _add_columns(report, bronze, [(name, "string") for name in new[:MAX_NEW_COLUMNS]], log)
+        added, more = ([(name, "string") for name in new[:MAX_NEW_COLUMNS]], {}) if source.new_columns is None else \
+            source.new_columns(lines, bronze.schema(), new, **hints)
+        hints.update(more)
+        _add_columns(report, bronze, added, log)
         return stage_new_files(bronze, _conform(judged().where(F.col("reason").isNull()), bronze.schema()), todo,
                                run_id, source.bronze.name, label, scope, properties)
 

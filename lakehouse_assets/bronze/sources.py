@@ -16,8 +16,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from ..project import CdcTable, EventSource, Project
-from ..sources.cdc import bronze_cdc_schema, parse_cdc, survey_cdc
+from ..runtime.files import first_lines
+from ..sources.cdc import bronze_cdc_schema, new_image_keys, parse_cdc, survey_cdc, typed_new_fields
 from ..sources.events import new_event_keys, parse_events
+from ..sources.landing import MAX_RECORD_BYTES
 from ..tables.registry import TableSpec, col
 from .ingest import LandingSource, lineage_columns, quarantine_spec
 
@@ -51,8 +53,14 @@ def event_landing_source(source: EventSource) -> LandingSource:
     )
 
 
-def _cdc_survey(lines: DataFrame, table_schema: T.StructType) -> tuple[list, dict]:
-    found = survey_cdc(lines, table_schema)
+def _cdc_survey(lines: DataFrame, table_schema: T.StructType, files: list[str]) -> tuple[list, dict]:
+    found = survey_cdc(lines, table_schema, first_lines(lines.sparkSession, files, MAX_RECORD_BYTES).values())
+    return found.new_fields, {"schemas": found.schemas}
+
+
+def _cdc_new_columns(lines: DataFrame, table_schema: T.StructType, keys: list[str],
+                     schemas: tuple[str, ...] | list[str] = ()) -> tuple[list, dict]:
+    found = typed_new_fields(lines, table_schema, keys, schemas)
     return found.new_fields, {"schemas": found.schemas}
 
 
@@ -75,6 +83,8 @@ def cdc_landing_source(table: CdcTable) -> LandingSource:
         ),
         parse=partial(parse_cdc, table),
         survey=_cdc_survey,
+        new_keys=new_image_keys,
+        new_columns=_cdc_new_columns,
         event_time="source_ts",
     )
 

@@ -27,3 +27,32 @@ def modification_times(spark: SparkSession, files: list[str]) -> dict[str, float
         path = jvm.org.apache.hadoop.fs.Path(f)
         out[f] = path.getFileSystem(conf).getFileStatus(path).getModificationTime() / 1000
     return out
+
+
+def first_lines(spark: SparkSession, files: list[str], max_bytes: int) -> dict[str, str]:
+    """Each file's first line (decompressed by its suffix, as Spark reads it), where it fits in `max_bytes`;
+    a file that cannot be read or whose first line is longer is left out. A few reads per file, no job."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(conf)
+    out = {}
+    for f in files:
+        stream = None
+        try:
+            path = jvm.org.apache.hadoop.fs.Path(f)
+            stream = path.getFileSystem(conf).open(path)
+            codec = codecs.getCodec(path)
+            if codec is not None:
+                stream = codec.createInputStream(stream)
+            line = jvm.org.apache.hadoop.io.Text()
+            # Lines end at LF alone, as Spark's reader is told (a CR before it is dropped after, as there).
+            read = jvm.org.apache.hadoop.util.LineReader(stream, bytearray(b"\n")).readLine(line, max_bytes + 1)
+            if 0 < line.getLength() <= max_bytes and read <= line.getLength() + 1:
+                out[f] = line.toString().removeprefix("\ufeff").removesuffix("\r")
+        except Exception:  # noqa: BLE001 - an unreadable file is found and quarantined by the read itself
+            pass
+        finally:
+            if stream is not None:
+                stream.close()
+    return out

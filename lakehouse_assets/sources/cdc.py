@@ -335,21 +335,29 @@ class CdcSurvey:
 MAX_SCHEMAS = 16  # literal encodings per run; records of any other schema decode theirs one by one
 
 
-def survey_cdc(lines: DataFrame, table_schema: T.StructType) -> CdcSurvey:
-    """The record schema of each file's first line, and the fields in before/after images that the table's
-    image struct lacks (a column added upstream).
+def survey_cdc(lines: DataFrame, table_schema: T.StructType, first_lines: Iterable[str] | None = None) -> CdcSurvey:
+    """The record schemas of the files' first lines (`first_lines`; read from `lines` when not given), and the
+    fields of those schemas that the table's image struct lacks (a column added upstream).
 
     A schema is the same on every record of a table until its columns change, so the first line of each
-    file finds it, and the records that begin with a schema found are not read further: their fields are
-    that schema's. The other lines (bare records, records of another schema) are read image by image. New
-    fields become nullable fields of both `before` and `after`, typed from the records' schema where they
-    have one (a string otherwise); a record with a schema not found here is decoded with its own, only slower.
+    file finds it; the records that begin with a schema found have its fields. Fields of other records
+    (bare ones, records of another schema) are found while bronze is written (`new_image_keys`), and typed
+    after (`typed_new_fields`).
     """
+    if first_lines is None:
+        first_lines = [r.payload for r in lines.where(F.col("source_line") == 1).select("payload").collect()]
+    schemas = list(dict.fromkeys(s for line in first_lines if (s := landed_schema(line)) is not None))[:MAX_SCHEMAS]
+    return typed_new_fields(lines, table_schema, [name for text in schemas for name, *_ in _schema_columns(text)],
+                            schemas)
+
+
+def new_image_keys(table_schema: T.StructType, schemas: Iterable[str] = ()) -> Column:
+    """Per line: the keys of its before/after images that the table's image struct lacks, for the records that
+    do not begin with one of `schemas` (their fields are that schema's). An array, empty for most lines; a
+    column gathered while bronze is written."""
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
-    known = {f.name for f in after.fields}
-    firsts = lines.where(F.col("source_line") == 1).select("payload").collect()
-    schemas = list(dict.fromkeys(s for r in firsts if (s := landed_schema(r.payload)) is not None))[:MAX_SCHEMAS]
+    known = sorted({f.name for f in after.fields})
     index, _ = _known_schema(schemas)
     images = T.StructType([T.StructField("before", T.StringType()), T.StructField("after", T.StringType())])
     # The schema is skipped, not copied: only the images are read as text.
@@ -360,15 +368,25 @@ def survey_cdc(lines: DataFrame, table_schema: T.StructType) -> CdcSurvey:
         return F.coalesce(F.when(image.startswith("{"), F.json_object_keys(image)),
                           F.array().cast(T.ArrayType(T.StringType())))
 
-    found = lines.where(index.isNull()).select(
-        F.array_distinct(F.concat(keys(envelope["after"]), keys(envelope["before"]))).alias("keys")
-    ).agg(F.collect_set("keys").alias("keys")).first()
-    seen = {k for ks in (found.keys if found else []) for k in ks}
-    seen |= {name for text in schemas for name, *_ in _schema_columns(text)}
-    new = sorted(k for k in seen if _DRIFT_NAME.match(k) and k not in known)[:32]
-    if new:  # a column added upstream: the schemas of the records that have it type it (and decode them once)
+    found = F.array_distinct(F.concat(keys(envelope["after"]), keys(envelope["before"])))
+    return F.when(index.isNull(), F.filter(found, lambda k: ~k.isin(*known) & k.rlike(_DRIFT_NAME.pattern))).otherwise(
+        F.array().cast(T.ArrayType(T.StringType())))
+
+
+def typed_new_fields(lines: DataFrame, table_schema: T.StructType, keys: Iterable[str],
+                     schemas: Iterable[str]) -> CdcSurvey:
+    """`keys` (image fields found in `lines`) that the table lacks, as new nullable fields of both `before` and
+    `after`, typed from the record schemas that have them (a string otherwise), and the schemas known."""
+    after = table_schema["after"].dataType
+    assert isinstance(after, T.StructType)  # the before/after images are structs
+    known = {f.name for f in after.fields}
+    schemas = list(schemas)
+    new = sorted({k for k in keys if _DRIFT_NAME.match(k) and k not in known})[:32]
+    have = {name for text in schemas for name, *_ in _schema_columns(text)}
+    if set(new) - have:  # a column added upstream past a file's first line: the records that have it type it
+        index, _ = _known_schema(schemas)
         named = F.lit(False)
-        for name in new:
+        for name in sorted(set(new) - have):
             named = named | F.col("payload").contains(json.dumps(name))
         later = lines.where(named & index.isNull()).groupBy(F.get_json_object("payload", "$.schema")).agg(
             F.min_by("payload", "source_line").alias("payload")).limit(MAX_SCHEMAS).collect()

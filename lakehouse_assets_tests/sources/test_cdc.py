@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 from lakehouse_assets.sources import cdc
-from lakehouse_assets.sources.cdc import bronze_cdc_schema, parse_cdc, survey_cdc
+from lakehouse_assets.sources.cdc import bronze_cdc_schema, new_image_keys, parse_cdc, survey_cdc, typed_new_fields
 from lakehouse_assets.sources.debezium import Modes, decode, encodings_of
 from lakehouse_assets.sources.landing import read_lines
 
@@ -146,6 +146,14 @@ def test_a_column_added_after_a_files_first_line_is_typed_from_the_schema_that_h
                     **{"connect.decimal.precision": "9"})
     texts = [_wrapped(1, 100), _wrapped(2, 200), _wrapped(3, 300, _schema(credit), credit=_two_complement(1500))]
     lines = _lines(spark, texts)
-    survey = survey_cdc(lines, bronze_cdc_schema(ORDERS))
-    assert survey.new_fields == [("before.credit", "decimal(9,3)"), ("after.credit", "decimal(9,3)")]
-    assert len(survey.schemas) == 2  # the new schema is decoded once too
+    schema = bronze_cdc_schema(ORDERS)
+    survey = survey_cdc(lines, schema)
+    assert survey.new_fields == [] and len(survey.schemas) == 1  # the first line's schema has no new field
+    # Gathered as bronze is written: only the record whose schema is not the first line's is read for keys.
+    keys = lines.select(F.flatten(F.collect_set(new_image_keys(schema, survey.schemas))).alias("k")).first().k
+    assert keys == ["credit"]
+    typed = typed_new_fields(lines, schema, keys, survey.schemas)
+    assert typed.new_fields == [("before.credit", "decimal(9,3)"), ("after.credit", "decimal(9,3)")]
+    assert len(typed.schemas) == 2  # the new schema is decoded once too
+    # A file that begins with the new schema: its columns are known before any line is parsed.
+    assert survey_cdc(lines, schema, [texts[2]]).new_fields == typed.new_fields
