@@ -29,7 +29,6 @@ from . import (
     cdc_capture,
     cluster,
     compaction,
-    freshness,
     growth,
     ingest,
     maintenance,
@@ -38,6 +37,7 @@ from . import (
     pruning,
     sensor_tick,
     sql_reader,
+    stream_capacity,
     stream_history,
     time_travel,
 )
@@ -100,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             ("cdc_capture", cdc_capture, lambda: cdc_capture.run(spark, settings, changes=max(100_000, int(1_000_000 * scale)))),
             # Child processes of their own: local[2], then a two-worker standalone cluster.
             ("cluster", cluster, lambda: cluster.run(rows=int(MERGE_ROWS * scale), changes=int(MERGE_CHANGES * scale))),
-            # Its own stream process: events land at 1,000/s (times the scale) for five minutes.
-            ("freshness", freshness, lambda: freshness.run(rate=int(1_000 * max(1.0, scale)), duration=300)),
+            # Its own stream process: events land at 1,000 to 50,000/s (times the scale), a minute at each rate.
+            ("stream_capacity", stream_capacity,
+             lambda: stream_capacity.run(rates=tuple(int(r * max(1.0, scale)) for r in stream_capacity.RATES))),
         ]
         unknown = only - {name for name, _, _ in benchmarks}
         if unknown:

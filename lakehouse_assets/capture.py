@@ -172,12 +172,13 @@ class CaptureReport:
     files: list[str] = field(default_factory=list)
     recovered: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    flowing_seconds: float = 0.0  # from the first batch of records received to the last one written
     retained_wal_bytes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "records": self.records, "tombstones": self.tombstones, "files": self.files,
                 "recovered_part_files": self.recovered, "seconds": round(self.seconds, 2),
-                "retained_wal_bytes": self.retained_wal_bytes}
+                "flowing_seconds": round(self.flowing_seconds, 2), "retained_wal_bytes": self.retained_wal_bytes}
 
 
 class LandingWriter:
@@ -254,11 +255,12 @@ def _handler_class():
     class Handler(BasePythonChangeHandler):
         def __init__(self, writer: LandingWriter, report: CaptureReport, tables: set[str]):
             self.writer, self.report, self.tables = writer, report, tables
-            self.last_record = time.monotonic()
+            self.last_record = self.first_received = time.monotonic()
             self.seen_any = False
             self.lock = threading.Lock()
 
         def handleJsonBatch(self, records) -> None:
+            received = time.monotonic()
             by_table: dict[str, list[str]] = {}
             for record in records:
                 table = str(record.destination()).rsplit(".", 1)[-1]
@@ -275,7 +277,11 @@ def _handler_class():
                 self.writer.sync()
                 failpoint("capture:after-write")
                 self.last_record = time.monotonic()
+                if records and not self.seen_any:
+                    self.first_received = received
                 self.seen_any = self.seen_any or bool(records)
+                if self.seen_any:
+                    self.report.flowing_seconds = self.last_record - self.first_received
 
     return Handler
 

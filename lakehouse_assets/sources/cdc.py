@@ -359,18 +359,16 @@ def new_image_keys(table_schema: T.StructType, schemas: Iterable[str] = ()) -> C
     assert isinstance(after, T.StructType)  # the before/after images are structs
     known = sorted({f.name for f in after.fields})
     index, _ = _known_schema(schemas)
-    images = T.StructType([T.StructField("before", T.StringType()), T.StructField("after", T.StringType())])
-    # The schema is skipped, not copied: only the images are read as text.
+    # Images as maps: their keys in the one parse (the schema is skipped, not copied). A record whose images
+    # are not objects gives none: it is quarantined.
+    image = T.MapType(T.StringType(), T.StringType())
+    images = T.StructType([T.StructField("before", image), T.StructField("after", image)])
     s = F.from_json("payload", T.StructType([T.StructField("payload", images), *images.fields]))
     envelope = F.when(s["payload"].isNotNull(), s["payload"]).otherwise(F.struct(s["before"], s["after"]))
-
-    def keys(image: Column) -> Column:
-        return F.coalesce(F.when(image.startswith("{"), F.json_object_keys(image)),
-                          F.array().cast(T.ArrayType(T.StringType())))
-
-    found = F.array_distinct(F.concat(keys(envelope["after"]), keys(envelope["before"])))
-    return F.when(index.isNull(), F.filter(found, lambda k: ~k.isin(*known) & k.rlike(_DRIFT_NAME.pattern))).otherwise(
-        F.array().cast(T.ArrayType(T.StringType())))
+    none = F.array().cast(T.ArrayType(T.StringType()))
+    found = F.array_distinct(F.concat(F.coalesce(F.map_keys(envelope["after"]), none),
+                                      F.coalesce(F.map_keys(envelope["before"]), none)))
+    return F.when(index.isNull(), F.filter(found, lambda k: ~k.isin(*known) & k.rlike(_DRIFT_NAME.pattern))).otherwise(none)
 
 
 def typed_new_fields(lines: DataFrame, table_schema: T.StructType, keys: Iterable[str],

@@ -1,0 +1,172 @@
+"""Stream capacity: events land at stepped rates; per rate, how long until they are in gold_minute_activity.
+
+A producer writes a landing file for today every INTERVAL seconds (written whole,
+then renamed, as an uploader would), at each rate of RATES in turn for STEP
+seconds, while `lakehouse stream` runs as its own process (its own JVM, as in
+production, not reporting to Dagster). Each micro-batch reports when each of its
+files landed (the file's modification time) and when gold_minute_activity's
+commit holding it was published; lag = published - landed, per file. Per rate:
+the lag's p50/p95, and whether the backlog grew (the step's last files waited
+longer than its first ones by more than a batch). The producer shares the two
+cores with the stream.
+
+The run counts only if every landed event is in bronze and gold at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOP = ROOT / "examples" / "shop" / "lakehouse.yaml"
+RATES = (1_000, 5_000, 10_000, 20_000, 50_000)
+TARGET_RATE, TARGET_P95, TARGET_P95_SLOW = 20_000, 30.0, 10.0
+
+
+def _lines(n: int, first: int, now: dt.datetime, rng: random.Random) -> str:
+    out = []
+    for i in range(first, first + n):
+        ts = now - dt.timedelta(seconds=rng.uniform(0, 3))  # a little out of order, as devices deliver
+        kind = rng.choices(("page_view", "add_to_cart", "purchase"), (80, 15, 5))[0]
+        event = {"event_id": f"ev-{i:09d}", "user_id": f"u{rng.randrange(5_000)}",
+                 "session_id": f"s{rng.randrange(20_000)}", "event_type": kind,
+                 "event_ts": ts.isoformat().replace("+00:00", "Z"), "properties": {"user_agent": "Mozilla/5.0"}}
+        if kind == "purchase":
+            event["price"] = f"{rng.uniform(1, 200):.2f}"
+        out.append(json.dumps(event))
+    return "\n".join(out) + "\n"
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def run(rates: tuple[int, ...] = RATES, step: float = 60, interval: float = 2.0, trigger: float = 1.0) -> dict:
+    with tempfile.TemporaryDirectory(prefix="lakehouse-capacity-") as tmp:
+        home = Path(tmp)
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_HOME"))},
+               "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP), "LAKEHOUSE_PII_KEY": "bench-key"}
+        today = dt.datetime.now(dt.timezone.utc).date()
+        folder = home / "landing" / "events" / f"date={today.isoformat()}"
+        folder.mkdir(parents=True)
+        log = open(home / "stream.log", "w")
+        stream = subprocess.Popen(
+            [sys.executable, "-m", "lakehouse_assets.cli", "stream", "--no-dagster", "--json",
+             "--trigger-seconds", str(trigger), "--until-idle", "30"],
+            env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+        rng = random.Random(11)
+        time.sleep(15)  # the stream's JVM starts before the clock does: it is a long-lived service
+        landed, n = 0, 0
+        began: list[tuple[float, int]] = []  # (epoch seconds, rate): when each step began
+        producer_late = {}
+        for rate in rates:
+            per_file = int(rate * interval)
+            began.append((time.time(), rate))
+            started = time.monotonic()
+            k, late = 0, 0.0
+            while k * interval < step:
+                due = started + k * interval
+                late = max(late, time.monotonic() - due)
+                time.sleep(max(0.0, due - time.monotonic()))
+                name = f"f{n:05d}.jsonl"
+                part = folder / f".{name}.part"
+                part.write_text(_lines(per_file, landed, dt.datetime.now(dt.timezone.utc), rng))
+                part.rename(folder / name)
+                landed += per_file
+                n, k = n + 1, k + 1
+            producer_late[rate] = round(late, 1)
+        out, _ = stream.communicate(timeout=3600)
+        if stream.returncode != 0:
+            raise RuntimeError(f"lakehouse stream exited {stream.returncode}: see {home / 'stream.log'}")
+        batches = json.loads(out)
+
+        settings = Settings.from_env(home=home, project=str(SHOP), namespace="lake")
+        catalog = catalog_for(settings)
+        bronze = catalog.load_table((settings.namespace, "bronze_events")).scan().count()
+        gold_events = sum(catalog.load_table((settings.namespace, "gold_minute_activity")).scan(
+            selected_fields=("events",)).to_arrow().column("events").to_pylist())
+        if bronze != landed or gold_events != landed:
+            raise AssertionError(f"landed {landed} events; bronze holds {bronze}, gold counts {gold_events}")
+
+    by_rate: dict[int, list[tuple[float, float]]] = {r: [] for r in rates}  # (landed, lag) per file
+    for b in batches:
+        visible = dt.datetime.fromisoformat(b["visible_at"]).timestamp()
+        for t in b["landed_at"]:  # a file's modification time: the step it landed in
+            rate = next((r for at, r in reversed(began) if at <= t), rates[0])
+            by_rate[rate].append((t, visible - t))
+    mean_batch = statistics.mean(b["seconds"] for b in batches)
+    steps = []
+    for rate in rates:
+        files = sorted(by_rate[rate])
+        lags = [lag for _, lag in files]
+        head, tail = statistics.median(lags[:5]), statistics.median(lags[-5:])
+        steps.append({"rate": rate, "files": len(files), "lag_p50_s": round(_pct(lags, 0.5), 1),
+                      "lag_p95_s": round(_pct(lags, 0.95), 1), "first_files_lag_s": round(head, 1),
+                      "last_files_lag_s": round(tail, 1), "backlog_grew": tail > head + mean_batch,
+                      "producer_late_s": producer_late[rate]})
+    stages = {s: round(statistics.mean(b["stage_seconds"].get(s, 0.0) for b in batches), 2)
+              for s in ("bronze", "silver", "gold")}
+    return {
+        "params": {"rates": list(rates), "step_s": step, "file_every_s": interval, "trigger_s": trigger},
+        "events": landed, "files": n, "batches": len(batches), "batch_s_mean": round(mean_batch, 1),
+        "files_per_batch": round(n / max(1, len(batches)), 1), "stage_s_mean": stages, "steps": steps,
+    }
+
+
+def sustained(r: dict) -> int:
+    """The highest rate whose backlog did not grow and whose p95 met the target, below every rate that failed."""
+    best = 0
+    for s in r["steps"]:
+        if s["backlog_grew"] or s["lag_p95_s"] > TARGET_P95:
+            break
+        best = s["rate"]
+    return best
+
+
+def markdown(r: dict) -> str:
+    p = r["params"]
+    rows = [f"| {s['rate']:,} | {s['files']} | {s['lag_p50_s']} | {s['lag_p95_s']} | {s['first_files_lag_s']} -> "
+            f"{s['last_files_lag_s']} | {'yes' if s['backlog_grew'] else 'no'} |" for s in r["steps"]]
+    best = sustained(r)
+    slow = r["steps"][0]
+    return "\n".join([
+        "### Stream capacity: landing -> gold_minute_activity at stepped rates",
+        "",
+        f"`lakehouse stream` (its own process, trigger {p['trigger_s']:g} s) while a producer on the same two cores "
+        f"landed a file every {p['file_every_s']:g} s, {p['step_s']:g} s at each rate in turn: {r['events']:,} events "
+        f"in {r['files']} files, every one in bronze and in gold_minute_activity at the end.",
+        "",
+        "| events/s | files | lag p50 (s) | lag p95 (s) | lag of the step's first -> last files (s) | backlog grew |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"{r['batches']} micro-batches of {r['files_per_batch']} files on average, {r['batch_s_mean']} s each "
+        f"(bronze {r['stage_s_mean']['bronze']} s, silver {r['stage_s_mean']['silver']} s, gold "
+        f"{r['stage_s_mean']['gold']} s). The backlog grew at a rate when the step's last files waited longer than "
+        "its first by more than a mean batch; once it grows, the next steps start behind.",
+        "",
+        f"Sustained (backlog steady, p95 at most {TARGET_P95:g} s): {best:,} events/s. Targets: at least "
+        f"{TARGET_RATE:,} events/s sustained: **{'reached' if best >= TARGET_RATE else 'not reached'}**; p95 at most "
+        f"{TARGET_P95_SLOW:g} s at {slow['rate']:,} events/s: "
+        f"**{'reached' if slow['lag_p95_s'] <= TARGET_P95_SLOW else 'not reached'}** ({slow['lag_p95_s']} s).",
+        "",
+    ])
+
+
+if __name__ == "__main__":
+    result = run(step=float(os.environ.get("STEP", "60")))
+    print(json.dumps(result, indent=2))
+    print(markdown(result))
