@@ -226,8 +226,8 @@ def _breakdown(results: dict) -> list[str]:
     return [*lines, "",
             f"A wrapped record repeats its schema: {results['landed_mb'] * 1024 / records:.1f} KB a line here against "
             f"{results['bare_mb'] * 1024 / records:.2f} KB bare. A wrapped record that begins with the schema of its "
-            "file's first line is parsed from its payload on (the schema is compared byte for byte, not read), and "
-            "the survey of new fields reads each file's first line and then only the records of no schema seen; "
-            "for bare records that is every record, whose images it reads as text for their keys. Next: the keys "
-            "of bare images gathered while bronze is written (as events' new keys are), and the text read once "
-            "for the line counts and the parse.", ""]
+            "file's first line (read from the file itself, no pass over the text) is parsed from its payload on: the "
+            "schema is compared byte for byte, not read. The fields the table lacks are known from those schemas "
+            "before parsing; the image keys of every other record (bare ones, records of a schema not seen) are "
+            "gathered while bronze is written, which is a part of the bare records' parse. Next: the text read "
+            "once for the line counts and the parse (`read files`).", ""]
