@@ -30,6 +30,7 @@ from . import (
     cluster,
     compaction,
     growth,
+    growth_layers,
     ingest,
     maintenance,
     merge_modes,
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             ("growth", growth, lambda: growth.run(spark, settings, rows=int(GROWTH_ROWS * scale),
                                                   events_per_day=int(GROWTH_DAY * scale))),
             ("sensor", sensor_tick, lambda: sensor_tick.run(settings, files=int(SENSOR_FILES * scale))),
+            ("growth_layers", growth_layers, lambda: growth_layers.run(
+                spark, settings, events_per_day=int(200_000 * scale), prefill_per_day=int(20_000 * scale))),
             ("stream_history", stream_history, lambda: stream_history.run(spark, settings,
                                                                           history=int(5_000 * scale))),
             ("sql", sql_reader, lambda: sql_reader.run(spark, settings, "bench_sql", rows=int(SQL_ROWS * scale))),

@@ -162,7 +162,11 @@ def markdown(r: dict) -> str:
         f"{TARGET_RATE:,} events/s sustained: **{'reached' if best >= TARGET_RATE else 'not reached'}**; p95 at most "
         f"{TARGET_P95_SLOW:g} s at {slow['rate']:,} events/s: "
         f"**{'reached' if slow['lag_p95_s'] <= TARGET_P95_SLOW else 'not reached'}** ({slow['lag_p95_s']} s).",
-        "",
+        "" if best >= TARGET_RATE and slow["lag_p95_s"] <= TARGET_P95_SLOW else
+        "\nA file's lag is at least the batch it lands behind plus its own: the stages above are a floor the trigger "
+        "cannot lower. Next: the batch's fixed costs (silver's look-up of held keys and its checks, three commits "
+        "in three catalog transactions) profiled and cut, which sets both the lag at low rates and the rate "
+        "sustained.\n",
     ])
 
 
