@@ -13,6 +13,7 @@ year behind it it should cost what it costs with a week.
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ HISTORIES = {"week": 7, "year": 365}
 STEPS = ("silver_events", "gold_sessions", "gold_daily_activity", "gold_daily_funnel", "ml_user_features",
          "ml_training_set")
 USERS = 5_000
+REPEATS = 3
 
 
 def _prefill_silver(spark: SparkSession, table_id: str, schema, days: int, per_day: int) -> None:
@@ -100,18 +102,25 @@ def run(spark: SparkSession, settings: Settings, events_per_day: int, prefill_pe
             raise RuntimeError(f"bronze_events failed for {kind}")
         times[kind] = {}
         for name in STEPS:
-            started = time.perf_counter()
-            result = materialize_partition(assets[name], resource, day)
-            times[kind][name] = time.perf_counter() - started
-            if not result.success:
-                raise RuntimeError(f"{name} failed with a {kind} of history")
+            # Silver takes the day's events once (a repeat would find them held); the others rebuild the day's
+            # rows from it each time: the median of REPEATS.
+            runs = []
+            for _ in range(1 if name == "silver_events" else REPEATS):
+                started = time.perf_counter()
+                result = materialize_partition(assets[name], resource, day)
+                runs.append(time.perf_counter() - started)
+                if not result.success:
+                    raise RuntimeError(f"{name} failed with a {kind} of history")
+            times[kind][name] = statistics.median(runs)
     ends = f"TIMESTAMP '{day_end(NEW_DAY):%Y-%m-%d %H:%M:%S.%f}'"
     features_day = {kind: spark.sql(f"SELECT count(*) AS n FROM {settings.catalog_name}.bench_layers_{kind}."
                                     f"ml_user_features WHERE as_of_ts = {ends}").first().n for kind in HISTORIES}
     if features_day["week"] != features_day["year"]:
         raise RuntimeError(f"the new day's feature rows differ: {features_day}")
     for kind in (*HISTORIES, "warmup"):
-        spark.sql(f"DROP NAMESPACE IF EXISTS {settings.catalog_name}.bench_layers_{kind} CASCADE")
+        namespace = f"{settings.catalog_name}.bench_layers_{kind}"
+        for table in spark.sql(f"SHOW TABLES IN {namespace}").collect():
+            spark.sql(f"DROP TABLE IF EXISTS {namespace}.{table.tableName} PURGE")
     return {
         "params": {"events_per_day": events_per_day, "prefill_per_day": prefill_per_day, "held": held,
                    "prefill_s": prefill_s, "users": USERS},
@@ -123,6 +132,8 @@ def run(spark: SparkSession, settings: Settings, events_per_day: int, prefill_pe
 def markdown(results: dict) -> str:
     p, t, r = results["params"], results["times"], results["ratios"]
     worst = max(r.values())
+    excess = max(t["year"][name] - t["week"][name] for name in STEPS)
+    grew = p["held"]["year"]["silver_events"] / p["held"]["week"]["silver_events"]
     rows = [f"| {name} | {t['week'][name]:.2f} | {t['year'][name]:.2f} | {r[name]:.2f}x |" for name in STEPS]
     return "\n".join([
         "### Growth: one more day through silver, gold and ML with a year of history vs a week",
@@ -131,7 +142,8 @@ def markdown(results: dict) -> str:
         f"Before it, silver_events held {p['held']['week']['silver_events']:,} rows (a week) or "
         f"{p['held']['year']['silver_events']:,} (a year), ml_user_features {p['held']['week']['ml_user_features']:,} "
         f"or {p['held']['year']['ml_user_features']:,} (a row per user and day, {p['users']:,} users). Each asset "
-        "for the new day, alone, after a warm-up run of all of them in a third namespace:",
+        "for the new day, alone, after a warm-up run of all of them in a third namespace (silver once, each other the "
+        f"median of {REPEATS} runs):",
         "",
         "| asset | a week behind (s) | a year behind (s) | year / week |",
         "|---|---|---|---|",
@@ -141,5 +153,8 @@ def markdown(results: dict) -> str:
         f"{TARGET}x). Each reads the days it is declared to read: silver its day and the days near it for "
         "duplicates, gold its day (sessions a day past each edge), the features their 30-day look-back, the "
         "training set a day past each edge of silver and the look-back's days of features.",
-        "",
+        "" if worst <= TARGET else
+        f"\nThe excess is at most {excess:.2f} s while the history grew {grew:.0f}x: a cost that does not follow "
+        "the rows, so not a scan of the history; where it goes (planning over the year's data files and "
+        "partitions, the pins' tags, the overwrite's look-up of the day's files) is the next thing to measure.\n",
     ])
