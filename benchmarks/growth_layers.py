@@ -1,13 +1,14 @@
 """Cost follows the change, past bronze: one more day through silver, gold and ML with a year of history vs a week.
 
-Two namespaces get the shop's tables: in one, silver_events and ml_user_features
-hold a week of days before the new day; in the other, a year (synthetic rows of
-their own schemas, written by Spark, as the pipeline would have left them). The
-same landing day is taken by bronze_events into each, and then each downstream
-asset is materialised for that day, one at a time, timed alone: silver_events,
-the daily gold tables, ml_user_features and ml_training_set. Each reads the days
-it is declared to read (its own, a look-back, a day past each edge), so with a
-year behind it it should cost what it costs with a week.
+Three namespaces get the shop's tables: in one, silver_events and ml_user_features
+hold a week of days before the new day; in another, a month; in the last, a year
+(synthetic rows of their own schemas, written by Spark, as the pipeline would have
+left them). The same landing day is taken by bronze_events into each, and then each
+downstream asset is materialised for that day, one at a time, timed alone:
+silver_events, the daily gold tables, ml_user_features and ml_training_set. Each
+reads the days it is declared to read (its own, a 30-day look-back, a day past each
+edge), so with a year behind it should cost what it costs with a month (and, but for
+the look-back, with a week).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .common import SHOP_FILE, lakehouse, materialize_partition, shop_assets
 
 TARGET = 1.3
 NEW_DAY = dt.date(2025, 6, 1)
-HISTORIES = {"week": 7, "year": 365}
+HISTORIES = {"week": 7, "month": 31, "year": 365}  # a month: the features' 30-day look-back is full
 STEPS = ("silver_events", "gold_sessions", "gold_daily_activity", "gold_daily_funnel", "ml_user_features",
          "ml_training_set")
 USERS = 5_000
@@ -115,7 +116,7 @@ def run(spark: SparkSession, settings: Settings, events_per_day: int, prefill_pe
     ends = f"TIMESTAMP '{day_end(NEW_DAY):%Y-%m-%d %H:%M:%S.%f}'"
     features_day = {kind: spark.sql(f"SELECT count(*) AS n FROM {settings.catalog_name}.bench_layers_{kind}."
                                     f"ml_user_features WHERE as_of_ts = {ends}").first().n for kind in HISTORIES}
-    if features_day["week"] != features_day["year"]:
+    if len(set(features_day.values())) != 1:
         raise RuntimeError(f"the new day's feature rows differ: {features_day}")
     for kind in (*HISTORIES, "warmup"):
         namespace = f"{settings.catalog_name}.bench_layers_{kind}"
@@ -126,35 +127,37 @@ def run(spark: SparkSession, settings: Settings, events_per_day: int, prefill_pe
                    "prefill_s": prefill_s, "users": USERS},
         "times": times,
         "ratios": {name: times["year"][name] / times["week"][name] for name in STEPS},
+        "ratios_month": {name: times["year"][name] / times["month"][name] for name in STEPS},
     }
 
 
 def markdown(results: dict) -> str:
-    p, t, r = results["params"], results["times"], results["ratios"]
-    worst = max(r.values())
-    excess = max(t["year"][name] - t["week"][name] for name in STEPS)
-    grew = p["held"]["year"]["silver_events"] / p["held"]["week"]["silver_events"]
-    rows = [f"| {name} | {t['week'][name]:.2f} | {t['year'][name]:.2f} | {r[name]:.2f}x |" for name in STEPS]
+    p, t, r, m = results["params"], results["times"], results["ratios"], results["ratios_month"]
+    worst, worst_month = max(r.values()), max(m.values())
+    rows = [f"| {name} | {t['week'][name]:.2f} | {t['month'][name]:.2f} | {t['year'][name]:.2f} | {r[name]:.2f}x | "
+            f"{m[name]:.2f}x |" for name in STEPS]
+    held = p["held"]
     return "\n".join([
-        "### Growth: one more day through silver, gold and ML with a year of history vs a week",
+        "### Growth: one more day through silver, gold and ML with a year of history vs a week (and a month)",
         "",
         f"The new day: {p['events_per_day']:,} events landed, taken by bronze_events into each namespace first. "
-        f"Before it, silver_events held {p['held']['week']['silver_events']:,} rows (a week) or "
-        f"{p['held']['year']['silver_events']:,} (a year), ml_user_features {p['held']['week']['ml_user_features']:,} "
-        f"or {p['held']['year']['ml_user_features']:,} (a row per user and day, {p['users']:,} users). Each asset "
-        "for the new day, alone, after a warm-up run of all of them in a third namespace (silver once, each other the "
-        f"median of {REPEATS} runs):",
+        f"Before it, silver_events held {held['week']['silver_events']:,} rows (a week), "
+        f"{held['month']['silver_events']:,} (a month) or {held['year']['silver_events']:,} (a year), "
+        f"ml_user_features {held['week']['ml_user_features']:,}, {held['month']['ml_user_features']:,} or "
+        f"{held['year']['ml_user_features']:,} (a row per user and day, {p['users']:,} users). Each asset for the new "
+        "day, alone, after a warm-up run of all of them in a fourth namespace (silver once, each other the median "
+        f"of {REPEATS} runs):",
         "",
-        "| asset | a week behind (s) | a year behind (s) | year / week |",
-        "|---|---|---|---|",
+        "| asset | a week behind (s) | a month behind (s) | a year behind (s) | year / week | year / month |",
+        "|---|---|---|---|---|---|",
         *rows,
         "",
-        f"**Target {'reached' if worst <= TARGET else 'not reached'}**: at most {worst:.2f}x (target: at most "
-        f"{TARGET}x). Each reads the days it is declared to read: silver its day and the days near it for "
-        "duplicates, gold its day (sessions a day past each edge), the features their 30-day look-back, the "
-        "training set a day past each edge of silver and the look-back's days of features.",
-        "" if worst <= TARGET else
-        f"\nThe excess is at most {excess:.2f} s while the history grew {grew:.0f}x: a cost that does not follow "
-        "the rows, so not a scan of the history; where it goes (planning over the year's data files and "
-        "partitions, the pins' tags, the overwrite's look-up of the day's files) is the next thing to measure.\n",
+        f"A year over a week: at most {worst:.2f}x, **target {'reached' if worst <= TARGET else 'not reached'}** "
+        f"(at most {TARGET}x). A year over a month: at most {worst_month:.2f}x. Each asset reads the days it is "
+        "declared to read: silver its day and the days near it for duplicates, gold its day (sessions a day past "
+        "each edge), the features their 30-day look-back of silver, the training set a day past each edge of "
+        "silver and the look-back's days of features. With a week behind, the look-back holds a week; with a "
+        "month or a year, 30 days: what the features read grows up to a month of history and not past it, which "
+        "the year-over-month column shows.",
+        "",
     ])
