@@ -30,6 +30,7 @@ from . import (
     cluster,
     compaction,
     growth,
+    growth_cdc,
     growth_layers,
     ingest,
     maintenance,
@@ -50,6 +51,7 @@ INGEST_EVENTS = 5_000_000  # JSON lines through bronze_events, plain Spark and p
 GROWTH_ROWS, GROWTH_DAY = 50_000_000, 500_000  # a bronze table this large, one more day this large
 MERGE_ROWS, MERGE_CHANGES = 10_000_000, 1_000_000
 SQL_ROWS = 10_000_000
+CDC_KEYS, CDC_VERSIONS, CDC_DAY = 1_000_000, 20, 100_000  # CDC silver: 20M versions held, a day's changes
 SENSOR_FILES = 100_000  # landed files in the zone a sensor's tick must not pay for
 
 
@@ -86,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             ("sensor", sensor_tick, lambda: sensor_tick.run(settings, files=int(SENSOR_FILES * scale))),
             ("growth_layers", growth_layers, lambda: growth_layers.run(
                 spark, settings, events_per_day=int(200_000 * scale), prefill_per_day=int(20_000 * scale))),
+            ("growth_cdc", growth_cdc, lambda: growth_cdc.run(spark, settings, keys=int(CDC_KEYS * scale),
+                                                              versions=CDC_VERSIONS, changes=int(CDC_DAY * scale))),
             ("stream_history", stream_history, lambda: stream_history.run(spark, settings,
                                                                           history=int(5_000 * scale))),
             ("sql", sql_reader, lambda: sql_reader.run(spark, settings, "bench_sql", rows=int(SQL_ROWS * scale))),

@@ -172,7 +172,8 @@ def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, w
     )
 
 
-_CHANGE_COLUMNS = ("key", "op", "change_position", "valid_from")  # the rest of a change are image columns
+HELD, HELD_TO = "_held", "_held_to"  # a version history holds already, and its valid_to_position there
+_CHANGE_COLUMNS = ("key", "op", "change_position", "valid_from", HELD, HELD_TO)  # the rest are image columns
 
 
 def _placeholder(column: str) -> Column:
@@ -226,7 +227,7 @@ def _rows(versions: DataFrame, unavailable: Column) -> DataFrame:
             .withColumn("_row", F.coalesce("_span_row", "key")).drop("_key", "_first", "_last", "_span_row"))
 
 
-def _resolve_unavailable(versions: DataFrame, history: TableHandle, columns: list[str]) -> DataFrame:
+def _resolve_unavailable(versions: DataFrame, history: DataFrame, columns: list[str]) -> DataFrame:
     """Every placeholder replaced by the value it stands for: the row's previous one, across primary-key
     changes (for a key change whose delete an earlier run applied, the old key's version history ended there);
     none left as text."""
@@ -240,7 +241,7 @@ def _resolve_unavailable(versions: DataFrame, history: TableHandle, columns: lis
     pending = versions.where((F.col("op") == "c") & unavailable).select("change_position").distinct()
     if not pending.isEmpty():
         ended = F.broadcast(pending.select(F.col("change_position").alias("valid_to_position")))
-        stored = history.read().where("op != 'd'").join(ended, "valid_to_position", "left_semi").select(
+        stored = history.where("op != 'd'").join(ended, "valid_to_position", "left_semi").select(
             F.col("valid_to_position").alias("change_position"), F.col("key").alias("_from"), *columns)
         single = stored.groupBy("change_position").count().where("count = 1")
         stored = stored.join(single, "change_position", "left_semi")
@@ -252,11 +253,20 @@ def _resolve_unavailable(versions: DataFrame, history: TableHandle, columns: lis
     return versions.drop("_row").withColumns({c: F.when(_placeholder(c), None).otherwise(F.col(c)) for c in columns})
 
 
-def _versions(info: CdcTable, batch: DataFrame, history: TableHandle) -> DataFrame:
-    """The run's changes with the history held for their keys, one row per (key, position), values resolved."""
-    held = history.read().join(batch.select("key").distinct(), "key", "left_semi")
-    versions = held.select(*(c for c in batch.columns if c in held.columns)).unionByName(
-        batch, allowMissingColumns=True).dropDuplicates(["key", "change_position"])
+def _versions(info: CdcTable, batch: DataFrame, history: DataFrame) -> DataFrame:
+    """The run's changes with the versions history holds that they can change, one row per (key, position),
+    values resolved; a held version is marked (HELD) with where it ends in history (HELD_TO).
+
+    Of a key's held versions, those that end before the key's first change in the run stay as they are: only
+    the one the first change follows (whose end it moves) and those after it are taken."""
+    first = batch.groupBy("key").agg(F.min("change_position").alias("_first"))
+    held = history.join(first, "key").where(
+        F.col("valid_to_position").isNull() | (F.col("valid_to_position") >= F.col("_first")))
+    held = held.select(*(c for c in batch.columns if c in held.columns),
+                       F.lit(True).alias(HELD), F.col("valid_to_position").alias(HELD_TO))
+    new = batch.dropDuplicates(["key", "change_position"]).join(
+        held.select("key", "change_position"), ["key", "change_position"], "left_anti")
+    versions = held.unionByName(new.withColumn(HELD, F.lit(False)), allowMissingColumns=True)
     keys = {_silver_name(info, k) for k in info.primary_key}
     image = [f for f in versions.schema.fields if f.name not in _CHANGE_COLUMNS and f.name not in keys]
     # Beside its key, a delete's image is not data (type defaults under the default replica identity).
@@ -327,24 +337,30 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
             window = Window.of_days("landing_date", *context.partition_time_window, as_date=True)
             history_table, current_table = lakehouse.table(history).create(), lakehouse.table(current).create()
             batch = changes(lakehouse, info, lakehouse.table(bronze), window).cache()
-            recomputed = None
             try:
                 _add_drifted_columns(batch, history_table, current_table)
-                versions = _versions(info, batch, history_table)
-                order = W.partitionBy("key").orderBy("change_position")
-                recomputed = conform(spark, history_table.id, versions
-                                     .withColumn("valid_to", F.lead("valid_from").over(order))
-                                     .withColumn("valid_to_position", F.lead("change_position").over(order))
-                                     .withColumn("is_current", F.col("valid_to_position").isNull()),
-                                     evolve=False).cache()
-
+                # History as the branch the run writes starts from: a run that commits in between is caught
+                # when this one publishes (and it is then re-run), never read past.
                 staged_history = history_table.stage(context.run_id, history.name, window.label, prefix="audit").derived_from(
-                    lakehouse.table(bronze), window_end=window.end).sql(f"""
-                    MERGE INTO {{target}} t USING {_view(recomputed)} s
+                    lakehouse.table(bronze), window_end=window.end)
+                versions = _versions(info, batch, staged_history.read())
+                order = W.partitionBy("key").orderBy("change_position")
+                recomputed = (versions
+                              .withColumn("valid_to", F.lead("valid_from").over(order))
+                              .withColumn("valid_to_position", F.lead("change_position").over(order))
+                              .withColumn("is_current", F.col("valid_to_position").isNull())).localCheckpoint()
+
+                # New versions are appended; held ones whose end moved are updated in place (a MERGE of those
+                # alone: a small source that is broadcast, history scanned once and not shuffled).
+                moved = recomputed.where(F.col(HELD) & ~F.col(HELD_TO).eqNullSafe(F.col("valid_to_position")))
+                if not moved.isEmpty():
+                    staged_history.sql(f"""
+                    MERGE INTO {{target}} t USING {_view(moved)} s
                     ON t.key = s.key AND t.change_position = s.change_position
-                    WHEN MATCHED AND NOT (t.valid_to_position <=> s.valid_to_position) THEN UPDATE SET
-                        t.valid_to = s.valid_to, t.valid_to_position = s.valid_to_position, t.is_current = s.is_current
-                    WHEN NOT MATCHED THEN INSERT *""")
+                    WHEN MATCHED THEN UPDATE SET
+                        t.valid_to = s.valid_to, t.valid_to_position = s.valid_to_position, t.is_current = s.is_current""")
+                staged_history.append(conform(spark, history_table.id, recomputed.where(~F.col(HELD))
+                                              .drop(HELD, HELD_TO), evolve=False))
 
                 latest = recomputed.where("is_current").select(
                     *(F.col(f.name) for f in current_table.schema().fields if f.name not in ("last_op", "source_ts")),
@@ -359,9 +375,9 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                     WHEN NOT MATCHED AND s.last_op != 'd' THEN INSERT *""")
 
                 touched_keys = batch.select("key").distinct()
+                audited_history = staged_history.read().join(touched_keys, "key", "left_semi").localCheckpoint()
                 commits, checks = audit_and_publish([
-                    Audit(staged_history, [(history.name, "pandera_schema", models[history.name],
-                                            staged_history.read().join(touched_keys, "key", "left_semi"))]),
+                    Audit(staged_history, [(history.name, "pandera_schema", models[history.name], audited_history)]),
                     Audit(staged_current, [(current.name, "pandera_schema", models[current.name],
                                             staged_current.read().join(latest.select("change_position"),
                                                                        "change_position", "left_semi"))]),
@@ -369,8 +385,6 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                 applied = batch.count() if commits else 0
             finally:
                 batch.unpersist()
-                if recomputed is not None:
-                    recomputed.unpersist()
             return commits, checks, applied
 
         (commits, checks, applied), retries = with_commit_retries(attempt, current.name, context.log.info)

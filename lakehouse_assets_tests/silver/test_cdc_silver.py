@@ -127,6 +127,23 @@ def test_reapplying_the_same_days_changes_nothing(cdc):
     assert after == before
 
 
+def test_history_is_one_chain_per_key_in_commit_order(cdc):
+    """Days applied out of order put changes between versions history held: every key's versions still run
+    one into the next (each ends where the next begins, by position and time), and only the last is current."""
+    lakehouse, _ = cdc
+    for table in CDC_TABLES:
+        rows = lakehouse.spark.table(lakehouse.table_id(f"silver_{table}_history")).select(
+            "key", "change_position", "valid_from", "valid_to", "valid_to_position", "is_current").collect()
+        by_key: dict[str, list] = {}
+        for r in rows:
+            by_key.setdefault(r.key, []).append(r)
+        assert len(by_key) > 10
+        for key, versions in by_key.items():
+            versions.sort(key=lambda r: r.change_position)
+            ends = [(r.valid_to_position, r.valid_to, r.is_current) for r in versions]
+            assert ends == [(n.change_position, n.valid_from, False) for n in versions[1:]] + [(None, None, True)], key
+
+
 def test_history_answers_what_a_row_looked_like_at_a_time(cdc):
     lakehouse, generated = cdc
     spark = lakehouse.spark
@@ -181,15 +198,12 @@ def test_unavailable_values_follow_the_row_across_chains_of_key_changes(spark):
     versions = spark.createDataFrame(changes, "key string, op string, p int, title string, body string").select(
         "key", "op", F.col("p").cast(POSITION).alias("change_position"), "title", "body")
 
-    class History:
-        def read(self):
-            return spark.createDataFrame([("W", "u", 3, 20, "w", "WB")], "key string, op string, p int, v int, "
-                                         "title string, body string").select(
-                "key", "op", F.col("p").cast(POSITION).alias("change_position"),
-                F.col("v").cast(POSITION).alias("valid_to_position"), "title", "body")
-
+    history = spark.createDataFrame([("W", "u", 3, 20, "w", "WB")], "key string, op string, p int, v int, "
+                                    "title string, body string").select(
+        "key", "op", F.col("p").cast(POSITION).alias("change_position"),
+        F.col("v").cast(POSITION).alias("valid_to_position"), "title", "body")
     got = {(r.key, int(r.change_position)): r.body
-           for r in _resolve_unavailable(versions, History(), ["title", "body"]).collect()}
+           for r in _resolve_unavailable(versions, history, ["title", "body"]).collect()}
     assert got == {("A", 1): "BODY", ("A", 5): None, ("B", 5): "BODY", ("B", 6): "B6", ("B", 9): None,
                    ("C", 9): "B6", ("C", 12): "B6", ("C", 13): None, ("D", 13): "B6", ("A", 14): "A2",
                    ("A", 15): "A2", ("Z", 20): "WB", ("Q", 21): None}
