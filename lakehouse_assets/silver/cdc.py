@@ -115,7 +115,9 @@ def history_spec(info: CdcTable) -> TableSpec:
             col("valid_to_position", POSITION),
             col("is_current", T.BooleanType(), False),
         ]),
-        partitioned_by=("bucket(8, key)",),
+        # Current versions apart from closed ones: a run reads the current ones and only the closed ones that
+        # end at or after its earliest change (files of versions closed before are skipped by their bounds).
+        partitioned_by=("is_current", "bucket(8, key)"),
         write_mode=info.write_mode,
     )
 
@@ -343,7 +345,10 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                 # when this one publishes (and it is then re-run), never read past.
                 staged_history = history_table.stage(context.run_id, history.name, window.label, prefix="audit").derived_from(
                     lakehouse.table(bronze), window_end=window.end)
-                versions = _versions(info, batch, staged_history.read())
+                # The versions a run can change end at or after its earliest change, or not at all.
+                since = batch.agg(F.min("change_position")).first()[0]
+                reach = F.col("valid_to_position").isNull() | (F.col("valid_to_position") >= F.lit(since).cast(POSITION))
+                versions = _versions(info, batch, staged_history.read().where(reach))
                 order = W.partitionBy("key").orderBy("change_position")
                 recomputed = (versions
                               .withColumn("valid_to", F.lead("valid_from").over(order))
@@ -357,6 +362,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                     staged_history.sql(f"""
                     MERGE INTO {{target}} t USING {_view(moved)} s
                     ON t.key = s.key AND t.change_position = s.change_position
+                        AND (t.valid_to_position IS NULL OR t.valid_to_position >= {since})
                     WHEN MATCHED THEN UPDATE SET
                         t.valid_to = s.valid_to, t.valid_to_position = s.valid_to_position, t.is_current = s.is_current""")
                 staged_history.append(conform(spark, history_table.id, recomputed.where(~F.col(HELD))
@@ -375,7 +381,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                     WHEN NOT MATCHED AND s.last_op != 'd' THEN INSERT *""")
 
                 touched_keys = batch.select("key").distinct()
-                audited_history = staged_history.read().join(touched_keys, "key", "left_semi").localCheckpoint()
+                audited_history = staged_history.read().where(reach).join(touched_keys, "key", "left_semi").localCheckpoint()
                 commits, checks = audit_and_publish([
                     Audit(staged_history, [(history.name, "pandera_schema", models[history.name], audited_history)]),
                     Audit(staged_current, [(current.name, "pandera_schema", models[current.name],
