@@ -25,6 +25,7 @@ from dagster import DagsterInstance, Definitions, build_sensor_context
 from lakehouse_assets.automation.landing_sensors import FULL_LISTING_SECONDS, LOOKBACK_SECONDS, ingested_files, landing_sensor
 from lakehouse_assets.bronze.ingest import INGEST_LOG
 from lakehouse_assets.bronze.sources import event_landing_source
+from lakehouse_assets.maintenance.procedures import TableMaintenance
 from lakehouse_assets.partitions import daily_partitions
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.catalog import append_retrying, catalog_for
@@ -92,28 +93,45 @@ def _case(settings: Settings, name: str, files: int) -> dict:
         raise RuntimeError(f"{name}: the sensor asked for files the ingest log holds")
     cursor = json.loads(first.cursor)
     cursor["watermark"] = max(cursor.get("watermark", 0.0), time.time() - 2 * 86_400)
-    steady, whole = [], []
-    for n in range(REPEATS):
-        path = landing / "events" / f"date={today.isoformat()}" / f"new-{n}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b'{"event_id": "new"}\n')
-        result, seconds = tick(json.dumps(cursor))
-        if [r.partition_key for r in result.run_requests] != [today.isoformat()]:
-            raise RuntimeError(f"{name}: the new file was not requested: {result.run_requests}")
-        steady.append(seconds)
-        full = dict(cursor, listed_all_at=time.time() - FULL_LISTING_SECONDS)
-        _, seconds = tick(json.dumps(full))
-        whole.append(seconds)
-        cursor = json.loads(result.cursor)
+    def ticks(cursor: dict, batch: str) -> tuple[list[float], list[float], dict]:
+        steady, whole = [], []
+        for n in range(REPEATS):
+            path = landing / "events" / f"date={today.isoformat()}" / f"new-{batch}{n}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b'{"event_id": "new"}\n')
+            result, seconds = tick(json.dumps(cursor))
+            if [r.partition_key for r in result.run_requests] != [today.isoformat()]:
+                raise RuntimeError(f"{name}: the new file was not requested: {result.run_requests}")
+            steady.append(seconds)
+            full = dict(cursor, listed_all_at=time.time() - FULL_LISTING_SECONDS)
+            _, seconds = tick(json.dumps(full))
+            whole.append(seconds)
+            cursor = json.loads(result.cursor)
+        return steady, whole, cursor
+
+    steady, whole, cursor = ticks(cursor, "")
+    before_maintenance_s = statistics.median(steady)
     log = catalog.load_table(identifier)
     log_files = int(log.current_snapshot().summary["total-data-files"])
+    log_manifests = len(log.current_snapshot().manifests(log.io))
+    # The log as the platform's standing maintenance leaves it: the health sensor requests compaction (data
+    # files, then manifests) once its small files pass the declared threshold, and it runs here as it runs there.
+    maintenance = TableMaintenance(resource, INGEST_LOG.name, project.maintenance.policy(INGEST_LOG.name), lambda _: None)
+    compacted = maintenance.health().needs_compaction
+    if compacted:
+        maintenance.compact()
+        steady, whole, cursor = ticks(cursor, "after-")
+        log = catalog.load_table(identifier)
     # The tick's two reads on their own: the folders that changed, and the log within today's files.
     zone = landing_zone(resource.settings)
     changed_after = cursor["watermark"] - LOOKBACK_SECONDS
     list_s = statistics.median(timed(lambda: zone.list("events", changed_after=changed_after)) for _ in range(REPEATS))
     lookup_s = statistics.median(timed(lambda: ingested_files(resource, "events", {today})) for _ in range(REPEATS))
-    return {"files": files, "log_data_files": log_files, "log_manifests": len(log.current_snapshot().manifests(log.io)),
+    return {"files": files, "log_data_files": log_files, "log_manifests": log_manifests, "compacted": compacted,
+            "compacted_data_files": int(log.current_snapshot().summary["total-data-files"]),
+            "compacted_manifests": len(log.current_snapshot().manifests(log.io)),
             "fill_s": fill_s, "first_tick_s": whole_first_s, "tick_s": statistics.median(steady),
+            "tick_before_maintenance_s": before_maintenance_s,
             "whole_listing_tick_s": statistics.median(whole), "list_s": list_s, "lookup_s": lookup_s}
 
 
@@ -128,16 +146,21 @@ def markdown(results: dict) -> str:
     small, large, ratio = results["small"], results["large"], results["ratio"]
     verdict = (f"**Target reached**: {ratio:.2f}x (target: at most {TARGET}x)." if ratio <= TARGET else
                f"**Target not reached**: {ratio:.2f}x (target: at most {TARGET}x).")
-    rows = [f"| {c['files']:,} files over {min(c['files'], DAYS)} day folders; the log in {c['log_data_files']:,} data files, "
-            f"{c['log_manifests']:,} manifests | {c['tick_s'] * 1000:.1f} | {c['list_s'] * 1000:.1f} | "
-            f"{c['lookup_s'] * 1000:.1f} | {c['whole_listing_tick_s'] * 1000:.0f} | {c['first_tick_s'] * 1000:.0f} |"
-            for c in (small, large)]
+    def held(c: dict) -> str:
+        log = f"the log in {c['log_data_files']:,} data files, {c['log_manifests']:,} manifests"
+        if c["compacted"]:
+            log += f" (compacted: {c['compacted_data_files']:,} and {c['compacted_manifests']:,})"
+        return f"{c['files']:,} files over {min(c['files'], DAYS)} day folders; {log}"
+
+    rows = [f"| {held(c)} | {c['tick_s'] * 1000:.1f} | {c['list_s'] * 1000:.1f} | {c['lookup_s'] * 1000:.1f} | "
+            f"{c['tick_before_maintenance_s'] * 1000:.1f} | {c['whole_listing_tick_s'] * 1000:.0f} | "
+            f"{c['first_tick_s'] * 1000:.0f} |" for c in (small, large)]
     return "\n".join([
         f"### Growth: a landing sensor's tick with {large['files']:,} files in the zone vs {small['files']:,}",
         "",
-        "| the zone holds | tick (ms, median of 5) | of which: listing | log look-up | whole-listing tick (ms) "
-        "| first tick (ms) |",
-        "|---|---|---|---|---|---|",
+        "| the zone holds | tick (ms, median of 5) | of which: listing | log look-up | tick before the log's "
+        "compaction (ms) | whole-listing tick (ms) | first tick (ms) |",
+        "|---|---|---|---|---|---|---|",
         *rows,
         "",
         f"Each tick finds one new file of today among files all ingested before (a local zone). A tick reads the "
@@ -149,8 +172,11 @@ def markdown(results: dict) -> str:
         f"{results['whole_ratio']:.1f}x its small case, once per {FULL_LISTING_SECONDS // 60} minutes. Before, every "
         f"tick listed and judged every file and read the source's whole log: 5.3 s at 20,000 files.",
         "",
-        "Where the large tick's extra milliseconds go: reading the folders' times (one stat per day folder), and "
-        "the log's manifest list and metadata, one manifest per ingest run until maintenance rewrites the manifests "
-        "(each ingest run is an append; `rewrite_manifests` runs with compaction).",
+        "Each ingest run appends to the log: a data file and a manifest each. The tick is timed as the platform "
+        "keeps the log: once its small files pass the declared threshold, the health sensor requests compaction "
+        "(data files, then manifests), run here as it runs there; the tick before it is shown beside. What the "
+        "large tick pays more grows with the day folders and the log's snapshots, not with the files: one stat "
+        "per day folder (365 vs 100), and the log's metadata, which lists a snapshot per ingest run until expiry "
+        "thins them (to the declared max_snapshots).",
         "",
     ])

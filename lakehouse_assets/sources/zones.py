@@ -110,9 +110,9 @@ class LocalZone:
         base = self.root / source
         if not base.exists():
             return []
-        if changed_after is not None:
-            paths = (p for folder in base.iterdir() if folder.is_dir() and folder.stat().st_mtime > changed_after
-                     for p in folder.iterdir())
+        if changed_after is not None:  # one stat per folder (scandir knows a folder without one)
+            paths = (Path(folder.path) / name for folder in os.scandir(base)
+                     if folder.is_dir() and folder.stat().st_mtime > changed_after for name in os.listdir(folder.path))
         elif since is not None:
             first = f"date={since.isoformat()}"
             paths = (p for folder in base.iterdir()
