@@ -355,17 +355,17 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                               .withColumn("valid_to_position", F.lead("change_position").over(order))
                               .withColumn("is_current", F.col("valid_to_position").isNull())).localCheckpoint()
 
-                # New versions are appended; held ones whose end moved are updated in place (a MERGE of those
-                # alone: a small source that is broadcast, history scanned once and not shuffled).
-                moved = recomputed.where(F.col(HELD) & ~F.col(HELD_TO).eqNullSafe(F.col("valid_to_position")))
-                if not moved.isEmpty():
+                # Held versions whose end moved are deleted and written again with it, beside the new versions:
+                # the delete reads history's keys and positions only (not whole rows, as an update in place would),
+                # and its source is small, so it is broadcast and history is not shuffled.
+                moved = F.col(HELD) & ~F.col(HELD_TO).eqNullSafe(F.col("valid_to_position"))
+                if not recomputed.where(moved).isEmpty():
                     staged_history.sql(f"""
-                    MERGE INTO {{target}} t USING {_view(moved)} s
+                    MERGE INTO {{target}} t USING {_view(recomputed.where(moved).select("key", "change_position"))} s
                     ON t.key = s.key AND t.change_position = s.change_position
                         AND (t.valid_to_position IS NULL OR t.valid_to_position >= {since})
-                    WHEN MATCHED THEN UPDATE SET
-                        t.valid_to = s.valid_to, t.valid_to_position = s.valid_to_position, t.is_current = s.is_current""")
-                staged_history.append(conform(spark, history_table.id, recomputed.where(~F.col(HELD))
+                    WHEN MATCHED THEN DELETE""")
+                staged_history.append(conform(spark, history_table.id, recomputed.where(~F.col(HELD) | moved)
                                               .drop(HELD, HELD_TO), evolve=False))
 
                 latest = recomputed.where("is_current").select(
@@ -381,7 +381,9 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                     WHEN NOT MATCHED AND s.last_op != 'd' THEN INSERT *""")
 
                 touched_keys = batch.select("key").distinct()
-                audited_history = staged_history.read().where(reach).join(touched_keys, "key", "left_semi").localCheckpoint()
+                audited_history = (staged_history.read().where(reach)  # the columns the checks read
+                                   .select("key", "op", "is_current", "change_position", "valid_to_position")
+                                   .join(touched_keys, "key", "left_semi").localCheckpoint())
                 commits, checks = audit_and_publish([
                     Audit(staged_history, [(history.name, "pandera_schema", models[history.name], audited_history)]),
                     Audit(staged_current, [(current.name, "pandera_schema", models[current.name],
