@@ -65,14 +65,17 @@ def _prefill(spark: SparkSession, info, history_id: str, current_id: str, keys: 
     image = image_type(info)
     position = F.col("id") + 1
     n, v = F.col("id") % keys, (F.col("id") / keys).cast("int")
-    committed = F.timestamp_seconds(F.lit(HELD_FROM) + position * F.lit(YEAR_S) / F.lit(keys * versions + keys))
+    def committed_at(p: Column) -> Column:
+        return F.timestamp_seconds(F.lit(HELD_FROM) + p * F.lit(YEAR_S) / F.lit(keys * versions + keys))
+
+    committed = committed_at(position)
     values = {f.name: (n if f.name == pk else _value(f, n, v)) for f in image.fields}
     last = v == versions - 1
     history = spark.range(keys * versions).select(_rows(history_spec(info).schema, {
         "key": F.to_json(F.struct(n.alias(pk))), **values,
         "op": F.when(v == 0, F.lit("c")).otherwise(F.lit("u")),
         "change_position": position, "valid_from": committed,
-        "valid_to": F.when(~last, committed + F.make_interval(secs=F.lit(YEAR_S) / versions)),
+        "valid_to": F.when(~last, committed_at(position + keys)),  # the next version's commit
         "valid_to_position": F.when(~last, position + keys), "is_current": last,
     }))
     history.writeTo(history_id).append()

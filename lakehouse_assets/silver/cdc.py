@@ -264,7 +264,8 @@ def _versions(info: CdcTable, batch: DataFrame, history: DataFrame) -> DataFrame
     first = batch.groupBy("key").agg(F.min("change_position").alias("_first"))
     held = history.join(first, "key").where(
         F.col("valid_to_position").isNull() | (F.col("valid_to_position") >= F.col("_first")))
-    held = held.select(*(c for c in batch.columns if c in held.columns),
+    # Every column history holds (a held version whose end moves is written again whole).
+    held = held.select(*(c for c in history.columns if c not in ("valid_to", "valid_to_position", "is_current")),
                        F.lit(True).alias(HELD), F.col("valid_to_position").alias(HELD_TO))
     new = batch.dropDuplicates(["key", "change_position"]).join(
         held.select("key", "change_position"), ["key", "change_position"], "left_anti")
