@@ -125,13 +125,19 @@ class IngestReport:
         return {**(commit.metadata() if commit else {}), **counts}
 
 
-def stage_new_files(table: TableHandle, df: DataFrame, files: list[str], run_id: str, asset: str, label: str,
+def stage_new_files(table: TableHandle, df: DataFrame | None, files: list[str], run_id: str, asset: str, label: str,
                     scope: Window, properties: dict[str, str] | None = None,
                     watermarks: tuple[dt.datetime | None, dt.datetime | None] = (None, None)) -> StagedWrite:
     """Stage the rows of `df` whose source_file the table's main branch does not hold yet. `scope`: the landing
     days of `files`, the only rows that decision read. `watermarks`: the newest event time and landing time of
-    these rows (runtime/freshness.py)."""
+    these rows (runtime/freshness.py). `df` None: no rows to add, the branch gets the stamped commit only."""
     base = table.create().snapshot_id()
+    # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
+    staged = table.stage(run_id, asset, label, base, evolve=True, scope=scope).with_watermarks(*watermarks)
+    staged.properties.update(properties or {})
+    if df is None:
+        staged.stamped = False  # stamped when published (runtime/commit.py: publish_all)
+        return staged
     rows = df
     if base is not None:
         taken = [
@@ -140,9 +146,6 @@ def stage_new_files(table: TableHandle, df: DataFrame, files: list[str], run_id:
         ]
         if taken:
             rows = df.where(~F.col("source_file").isin(taken))
-    # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
-    staged = table.stage(run_id, asset, label, base, evolve=True, scope=scope).with_watermarks(*watermarks)
-    staged.properties.update(properties or {})
     return staged.append(rows, fanout=True)
 
 
@@ -238,12 +241,13 @@ def ingest(
                 staged.append(stage_bronze())
             with timed("count kept"):
                 kept, newest_event = _held(staged[0], todo, source.event_time)
-            bad = unread
+            bad = unread if unreadable else None  # None: every line was kept, the quarantine adds nothing
             if sum(kept.values()) < sum(line_counts.values()):
                 bad = judged().where(F.col("reason").isNotNull()).unionByName(unread, allowMissingColumns=True)
             with timed("write quarantine"):
                 staged.append(stage_new_files(
-                    quarantine, _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
+                    quarantine, None if bad is None else
+                    _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
                     todo, run_id, source.quarantine.name, label, scope, properties,
                     (None, report.newest_landed_at)))
             with timed("records in = kept + quarantined"):

@@ -65,7 +65,11 @@ def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[Ass
         head = audit.staged.result().snapshot_id
         assert head is not None  # a staged branch always has a head snapshot
         for asset, name, model, df in audit.checks:
-            failures = validate(model, df)
+            rows = df.cache()  # read from the branch once: each check of the model is a pass of its own
+            try:
+                failures = validate(model, rows)
+            finally:
+                rows.unpersist()
             results.append(AssetCheckResult(
                 asset_key=asset,
                 check_name=name,

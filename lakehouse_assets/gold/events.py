@@ -265,11 +265,16 @@ def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, m
     spec = gold_specs(gold)["gold_minute_activity"]
     table, silver_table = lakehouse.table(spec).create(), lakehouse.table(silver)
     wanted = minutes.select(F.col("minute").cast("timestamp")).distinct().cache()
-    days = [r.day for r in wanted.select(F.date_format("minute", "yyyy-MM-dd").alias("day")).distinct().collect()]
+    text = "yyyy-MM-dd HH:mm:ss"
+    spans = wanted.groupBy(F.date_format("minute", "yyyy-MM-dd").alias("day")).agg(
+        F.date_format(F.min("minute"), text).alias("first"), F.date_format(F.max("minute"), text).alias("last"),
+    ).collect()
+    days = [r.day for r in spans]
     in_days = F.lit(False)
-    for day in days:  # a disjunction of day ranges (in the session's time zone): Iceberg prunes silver with it
-        start = F.to_timestamp(F.lit(day))
-        in_days = in_days | ((F.col(c.ts) >= start) & (F.col(c.ts) < start + F.expr("INTERVAL 1 DAY")))
+    for span in spans:  # per day, its first to last minute (in the session's time zone): Iceberg prunes silver's
+        # partitions and, by their event-time bounds, the files of the day's earlier batches
+        in_days = in_days | ((F.col(c.ts) >= F.to_timestamp(F.lit(span.first)))
+                             & (F.col(c.ts) < F.to_timestamp(F.lit(span.last)) + F.expr("INTERVAL 1 MINUTE")))
     spark = lakehouse.spark
 
     def attempt() -> CommitResult:

@@ -39,7 +39,7 @@ from ..errors import ConcurrentCommitError, PublishedError
 from ..tables.handle import CURRENT, TableHandle
 from .failpoints import failpoint
 from .freshness import derived_watermarks, watermark_properties
-from .publish import EVERYTHING, NOTHING, publish_together
+from .publish import EVERYTHING, NOTHING, publish_together, stamp_branch
 from .schema import conform
 
 T = TypeVar("T")
@@ -254,8 +254,8 @@ def publish_all(writes: list[StagedWrite]) -> list[CommitResult]:
     """Publish staged writes of several tables all together, or none of them (runtime/publish.py)."""
     for write in writes:
         if not write.stamped:
-            # An empty stamped commit on top: the published head says which run wrote it.
-            write.append(write.spark.createDataFrame([], write.spark.table(write.table_id).schema))
+            # An empty stamped commit on top (Iceberg's API, no Spark job): the published head says which run wrote it.
+            stamp_branch(write)
     for write in writes:
         failpoint(f"{write.table.name}:before-publish")
     try:

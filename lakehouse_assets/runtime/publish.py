@@ -164,6 +164,16 @@ def _stamp(write: StagedWrite, main_head: Any) -> dict[str, str]:
     return props
 
 
+def stamp_branch(write: StagedWrite) -> None:
+    """Commit an empty append carrying the write's snapshot properties on top of its branch (SQL commits such as
+    MERGE cannot carry them)."""
+    append = _load(write).newFastAppend().toBranch(write.branch)
+    for key, value in write.stamp().items():
+        append.set(key, value)
+    append.commit()
+    write.stamped = True
+
+
 def _first_line(exc: BaseException) -> str:
     message = str(exc)
     found = re.search(r"ValidationException: ([^\n]+)", message)

@@ -36,7 +36,7 @@ from dagster import (
     asset,
     asset_check,
 )
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -50,13 +50,15 @@ from ..project import EventSource, parse_duration
 from ..project.declaration import RuleDecl
 from ..project.model import MAX_LATENESS
 from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
-from ..runtime.freshness import derived_watermarks, newest_event_time
+from ..runtime.freshness import derived_watermarks, newest_event
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import COPY_ON_WRITE, TableSpec, col
 
 UNKNOWN_EVENT_TYPE = "unknown_event_type"
 
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 def silver_name(source: EventSource, field: str) -> str:
     return f"{field}_hash" if field in source.pii else field
@@ -218,6 +220,7 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
     scope = None if first_day is None or last_day is None else near_window(
         source, dt.datetime.combine(first_day, dt.time(), dt.timezone.utc),
         dt.datetime.combine(last_day + dt.timedelta(days=1), dt.time(), dt.timezone.utc))
+    # Every read of the tables below keeps to these days (partition-pruned): a batch's cost does not grow with them.
     days = F.lit(False) if scope is None else scope.condition
 
     def attempt() -> StreamedEvents:
@@ -226,11 +229,15 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             "rule", first_broken_rule(source)).cache()
         try:
             clean, rejects = split(lakehouse, source, judged)
-            newest = newest_event_time(clean, source.timestamp)
-            staged = silver.stage(run_id, spec.name, label, prefix="audit", scope=scope).with_watermarks(
-                newest, derived_watermarks(bronze.iceberg())[1])
+            staged = silver.stage(run_id, spec.name, label, prefix="audit", scope=scope)
             staged.properties.update(properties)
-            staged.append(clean)
+            seen = Observation("newest_event")  # gathered while the rows are written, not by a pass of its own
+            staged.append(clean.observe(seen, F.unix_micros(newest_event(source.timestamp)).alias("newest")))
+            newest = seen.get["newest"]  # microseconds since the epoch (an observation hands back Java values)
+            # The watermarks ride on an empty commit on top, stamped when published.
+            staged.with_watermarks(None if newest is None else EPOCH + dt.timedelta(microseconds=newest),
+                                   derived_watermarks(bronze.iceberg())[1])
+            staged.stamped = False
             staged_rejects = rejected.stage(run_id, spec.name, label, scope=scope)
             staged_rejects.properties.update(properties)
             staged_rejects.append(rejects)
@@ -240,7 +247,8 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
 
             def accounted() -> int:  # rows for these keys in both tables once published: one per key
                 keys = delivered.select(key).distinct()
-                return (staged.read().select(key).unionAll(staged_rejects.read().select(key))
+                return (staged.read().where(days).select(key)
+                        .unionAll(staged_rejects.read().where(days | F.col(source.timestamp).isNull()).select(key))
                         .join(keys, key, "left_semi").count())
 
             model = silver_model(source, spec, count_matches("bronze_keys_equal_silver_plus_rejected",
@@ -248,7 +256,7 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             keys_now = clean.select(key)
             commits, checks = audit_and_publish([
                 Audit(staged, [(spec.name, "pandera_schema", model,
-                                staged.read().join(keys_now, key, "left_semi"))]),
+                                staged.read().where(days).join(keys_now, key, "left_semi"))]),
                 Audit(staged_rejects),
             ])
             if not commits:
