@@ -50,7 +50,7 @@ from ..project import EventSource, parse_duration
 from ..project.declaration import RuleDecl
 from ..project.model import MAX_LATENESS
 from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
-from ..runtime.freshness import derived_watermarks, newest_event
+from ..runtime.freshness import derived_watermarks, newest_event, newest_event_time
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import COPY_ON_WRITE, TableSpec, col
@@ -233,10 +233,12 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             staged.properties.update(properties)
             seen = Observation("newest_event")  # gathered while the rows are written, not by a pass of its own
             staged.append(clean.observe(seen, F.unix_micros(newest_event(source.timestamp)).alias("newest")))
-            newest = seen.get["newest"]  # microseconds since the epoch (an observation hands back Java values)
+            observed = seen.get  # microseconds since the epoch (an observation hands back Java values)
+            # None when Spark cut the write's plan short (nothing to write); then it is read from the rows.
+            newest = (newest_event_time(clean, source.timestamp) if observed.get("newest") is None else
+                      EPOCH + dt.timedelta(microseconds=observed["newest"]))
             # The watermarks ride on an empty commit on top, stamped when published.
-            staged.with_watermarks(None if newest is None else EPOCH + dt.timedelta(microseconds=newest),
-                                   derived_watermarks(bronze.iceberg())[1])
+            staged.with_watermarks(newest, derived_watermarks(bronze.iceberg())[1])
             staged.stamped = False
             staged_rejects = rejected.stage(run_id, spec.name, label, scope=scope)
             staged_rejects.properties.update(properties)
