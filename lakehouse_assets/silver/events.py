@@ -224,7 +224,11 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
     days = F.lit(False) if scope is None else scope.condition
 
     def attempt() -> StreamedEvents:
-        held = silver.read().where(days).select(key).unionByName(rejected.read().where(days).select(key))
+        # The held keys among the batch's: the batch's keys go to every task that reads the tables' days, so those
+        # days' keys are filtered where they are read, not shuffled to be joined.
+        batch_keys = delivered.select(key).distinct().cache()  # also what the reconciliation counts
+        held = (silver.read().where(days).select(key).unionByName(rejected.read().where(days).select(key))
+                .join(F.broadcast(batch_keys), key, "left_semi"))
         judged = first_delivery(delivered, key).join(held, key, "left_anti").withColumn(
             "rule", first_broken_rule(source)).cache()
         try:
@@ -245,13 +249,12 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             staged_rejects.append(rejects)
 
             def delivered_keys() -> int:
-                return delivered.select(key).distinct().count()
+                return batch_keys.count()
 
             def accounted() -> int:  # rows for these keys in both tables once published: one per key
-                keys = delivered.select(key).distinct()
                 return (staged.read().where(days).select(key)
                         .unionAll(staged_rejects.read().where(days | F.col(source.timestamp).isNull()).select(key))
-                        .join(keys, key, "left_semi").count())
+                        .join(F.broadcast(batch_keys), key, "left_semi").count())
 
             model = silver_model(source, spec, count_matches("bronze_keys_equal_silver_plus_rejected",
                                                              delivered_keys, accounted))
@@ -267,6 +270,7 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             return StreamedEvents(commits[0], commits[1], checks)
         finally:
             judged.unpersist()
+            batch_keys.unpersist()
 
     result, retries = with_commit_retries(attempt, spec.name, log)
     result.retries = retries
