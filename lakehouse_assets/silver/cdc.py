@@ -384,7 +384,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                 touched_keys = batch.select("key").distinct()
                 audited_history = (staged_history.read().where(reach)  # the columns the checks read
                                    .select("key", "op", "is_current", "change_position", "valid_to_position")
-                                   .join(touched_keys, "key", "left_semi").localCheckpoint())
+                                   .join(touched_keys, "key", "left_semi"))
                 commits, checks = audit_and_publish([
                     Audit(staged_history, [(history.name, "pandera_schema", models[history.name], audited_history)]),
                     Audit(staged_current, [(current.name, "pandera_schema", models[current.name],
