@@ -56,9 +56,8 @@ from ..runtime.resource import LakehouseResource
 from ..tables.registry import COPY_ON_WRITE, TableSpec, col
 
 UNKNOWN_EVENT_TYPE = "unknown_event_type"
-
-
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
 
 def silver_name(source: EventSource, field: str) -> str:
     return f"{field}_hash" if field in source.pii else field
