@@ -140,6 +140,12 @@ def test_runs_event_logs_and_sensor_state_on_postgresql_survive_a_restart(tmp_pa
         env["LAKEHOUSE_DAGSTER_PG_URL"] = f"postgresql+psycopg2://postgres@127.0.0.1:{pg.port}/dagster"
         processes = _start(tmp_path, env, dagster_home, port, 1)
         try:
+            # Stopped once the daemon has ticked it: a stop sent while the daemon first records the sensor's state
+            # can be overwritten by that first record (the daemon's start, not the restart this test is about).
+            deadline = time.monotonic() + 180
+            while not _graphql(base, SENSOR, name="lakehouse_automation")["sensorOrError"]["sensorState"]["ticks"]:
+                assert time.monotonic() < deadline, _logs(tmp_path)
+                time.sleep(2)
             automation_id = _graphql(base, SENSOR, name="lakehouse_automation")["sensorOrError"]["id"]
             stopped = _graphql(base, "mutation($id: String) { stopSensor(id: $id) { __typename } }", id=automation_id)
             assert stopped["stopSensor"]["__typename"] == "StopSensorMutationResult"
