@@ -179,11 +179,10 @@ def markdown(r: dict) -> str:
         f"**{'reached' if slow['lag_p95_s'] <= TARGET_P95_SLOW else 'not reached'}** ({slow['lag_p95_s']} s).",
         "" if best >= TARGET_RATE and slow["lag_p95_s"] <= TARGET_P95_SLOW else
         "\nA file's lag is at least the batch it lands behind plus its own: the stages above are a floor the trigger "
-        "cannot lower. Profiled (Spark's SQL timings and the driver's stacks), a batch of one 2,000-event file spends "
-        "about 4 s in some 30 Spark queries and 6 commits; at 40,000 events a file, silver's write (deduplication "
-        "and judging) and its audit (a Spark job per check, on rows read once) take about 1.2 and 1.4 s, gold's MERGE "
-        "1.3 s. Next: the batch's three publishes in one catalog transaction, and the audit's checks in fewer "
-        "passes.\n",
+        "cannot lower. Profiled (Spark's SQL timings and the driver's stacks, 2026-11-24, not by this benchmark): a "
+        "batch is some 30 Spark queries and 6 commits; with large files, silver's write (deduplication and judging), "
+        "its audit (a Spark job per check, on rows read once) and gold's MERGE take most of it. Next: the batch's "
+        "three publishes in one catalog transaction, and the audit's checks in fewer passes.\n",
     ])
 
 
