@@ -31,6 +31,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from .landing import iso_timestamp
+
 UNAVAILABLE = "__debezium_unavailable_value"
 
 DEBEZIUM_TIME = "io.debezium.time."
@@ -153,7 +155,7 @@ def decode(text: Column, type_name: str, encoding: Column, modes: Modes) -> Colu
             .when(name.isin(DEBEZIUM_TIME + "Timestamp", CONNECT + "Timestamp"), F.timestamp_millis(number))
             .when(name == DEBEZIUM_TIME + "NanoTimestamp", F.timestamp_micros(F.floor(number / 1000).cast("long")))
             .when(bare & integer, F.timestamp_millis(number) if bare_ms else F.timestamp_micros(number))
-            .otherwise(F.to_timestamp(text))
+            .otherwise(iso_timestamp(text))
         )
     if kind == "date":
         return F.when((~bare & name.isin(DEBEZIUM_TIME + "Date", CONNECT + "Date")) | (bare & integer),

@@ -46,6 +46,8 @@ BAD_LINES = {
     # Two things wrong: the first field in declared order is named, whichever parse found it.
     _line(event_ts="soon", properties="x"): "event_ts is not a timestamp: soon",
     _line(price="free", properties={"page": "/"}): "price is not a decimal(12,2): free",
+    # A key given twice: its last value is the field's.
+    _line(event_ts="soon")[:-1] + ', "event_ts": "later"}': "event_ts is not a timestamp: later",
 }
 
 
@@ -56,7 +58,8 @@ def landed(tmp_path):
     good2 = _line(event_id="e-9", event_type="page_view", price=None, event_ts="2025-01-01T23:59:59+01:00",
                   properties={"page": "/", "cart": {"items": [1, 2]}, "page ": None})
     good3 = _line(event_id="e-10", event_type="page_view", price=None, properties=None)
-    lines = [_line(), *BAD_LINES, good2, good3]
+    twice = _line(event_id="e-11", event_ts="never")[:-1] + ', "event_ts": "2025-01-01T10:00:00Z"}'
+    lines = [_line(), *BAD_LINES, good2, good3, twice]
     (folder / "part-0.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return tmp_path, lines
 
@@ -77,14 +80,16 @@ def test_each_bad_line_is_quarantined_with_its_reason_and_good_lines_are_typed(s
     assert {r.landing_date for r in rejected.values()} == {dt.date(2025, 1, 1)}
 
     good = sorted(events.collect(), key=lambda r: r.source_line)
-    assert [(r.event_id, r.source_line) for r in good] == [("e-1", 1), ("e-9", len(lines) - 1), ("e-10", len(lines))]
-    first, second, third = good
+    n = len(lines)
+    assert [(r.event_id, r.source_line) for r in good] == [("e-1", 1), ("e-9", n - 2), ("e-10", n - 1), ("e-11", n)]
+    first, second, third, fourth = good
     assert first.event_ts == dt.datetime(2025, 1, 1, 10, 0, 0, 250_000)  # session time zone is UTC
     assert first.price == Decimal("19.99")
     assert first.properties == {"product_id": "p0001", "quantity": "2"}
     assert second.event_ts == dt.datetime(2025, 1, 1, 22, 59, 59) and second.price is None
     assert second.properties == {"page": "/", "cart": '{"items":[1,2]}', "page ": None}  # nested values as JSON text
     assert third.properties is None
+    assert fourth.event_ts == dt.datetime(2025, 1, 1, 10, 0)
 
     # Records in = records kept + records quarantined.
     assert read.count() == len(lines) == len(good) + len(rejected)
@@ -118,3 +123,20 @@ def test_a_file_read_in_many_splits_keeps_every_line_with_its_number(spark, tmp_
     small = sorted((r.source_line, r.payload) for r in rows if r.source_file.endswith("small.jsonl"))
     assert small == [(1, '{"n": 1}'), (2, '{"n": 2}')]
     assert len(rows) == len(lines) + 2
+
+
+def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
+    """The quicker reading of `...Z` timestamps gives what Spark's own parse of the text gives, and any other
+    text goes to that parse."""
+    from pyspark.sql import functions as F
+
+    from lakehouse_assets.sources.landing import iso_timestamp
+
+    texts = ["2025-01-01T10:00:00.250Z", "2025-01-01 10:00:00Z", "2025-01-01T10:00Z", "2025-01-01T23:59:59.123456Z",
+             "2025-01-01T10:00:00.123456789Z", "2025-01-01T10:00:00+01:00Z", "2025-01-01Z", "2025-01-01T10:00:00z",
+             "2025-01-01T10:00:00 Z", "2025-02-30T10:00:00Z", "2025-01-01T25:00:00Z", "Z", "", "2025-01-01T10:00:00",
+             "2025-01-01T10:00:00-05:00", "2025-01-01T10:00:00.5+05:30", " 2025-01-01T10:00:00Z", None]
+    rows = spark.createDataFrame([(t,) for t in texts], "text string").select(
+        "text", iso_timestamp(F.col("text")).alias("quick"), F.to_timestamp("text").alias("spark")).collect()
+    assert [(r.text, r.quick) for r in rows] == [(r.text, r.spark) for r in rows]
+    assert sum(r.quick is not None for r in rows) >= 8
