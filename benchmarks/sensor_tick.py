@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 from dagster import DagsterInstance, Definitions, build_sensor_context
 
+from lakehouse_assets.automation import landing_sensors
 from lakehouse_assets.automation.landing_sensors import FULL_LISTING_SECONDS, LOOKBACK_SECONDS, ingested_files, landing_sensor
 from lakehouse_assets.bronze.ingest import INGEST_LOG
 from lakehouse_assets.bronze.sources import event_landing_source
@@ -127,12 +128,19 @@ def _case(settings: Settings, name: str, files: int) -> dict:
     changed_after = cursor["watermark"] - LOOKBACK_SECONDS
     list_s = statistics.median(timed(lambda: zone.list("events", changed_after=changed_after)) for _ in range(REPEATS))
     lookup_s = statistics.median(timed(lambda: ingested_files(resource, "events", {today})) for _ in range(REPEATS))
+
+    def read_log() -> None:  # as the first tick after an ingest run reads it: the log changed since the last
+        landing_sensors._TAKEN.clear()
+        ingested_files(resource, "events", {today})
+
+    changed_log_s = statistics.median(timed(read_log) for _ in range(REPEATS))
     return {"files": files, "log_data_files": log_files, "log_manifests": log_manifests, "compacted": compacted,
             "compacted_data_files": int(log.current_snapshot().summary["total-data-files"]),
             "compacted_manifests": len(log.current_snapshot().manifests(log.io)),
             "fill_s": fill_s, "first_tick_s": whole_first_s, "tick_s": statistics.median(steady),
             "tick_before_maintenance_s": before_maintenance_s,
-            "whole_listing_tick_s": statistics.median(whole), "list_s": list_s, "lookup_s": lookup_s}
+            "whole_listing_tick_s": statistics.median(whole), "list_s": list_s, "lookup_s": lookup_s,
+            "changed_log_lookup_s": changed_log_s}
 
 
 def run(settings: Settings, files: int = 100_000) -> dict:
@@ -153,19 +161,20 @@ def markdown(results: dict) -> str:
         return f"{c['files']:,} files over {min(c['files'], DAYS)} day folders; {log}"
 
     rows = [f"| {held(c)} | {c['tick_s'] * 1000:.1f} | {c['list_s'] * 1000:.1f} | {c['lookup_s'] * 1000:.1f} | "
-            f"{c['tick_before_maintenance_s'] * 1000:.1f} | {c['whole_listing_tick_s'] * 1000:.0f} | "
+            f"{c['changed_log_lookup_s'] * 1000:.1f} | {c['tick_before_maintenance_s'] * 1000:.1f} | {c['whole_listing_tick_s'] * 1000:.0f} | "
             f"{c['first_tick_s'] * 1000:.0f} |" for c in (small, large)]
     return "\n".join([
         f"### Growth: a landing sensor's tick with {large['files']:,} files in the zone vs {small['files']:,}",
         "",
-        "| the zone holds | tick (ms, median of 5) | of which: listing | log look-up | tick before the log's "
-        "compaction (ms) | whole-listing tick (ms) | first tick (ms) |",
-        "|---|---|---|---|---|---|---|",
+        "| the zone holds | tick (ms, median of 5) | of which: listing | log look-up | log look-up when the log "
+        "changed (ms) | tick before the log's compaction (ms) | whole-listing tick (ms) | first tick (ms) |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         f"Each tick finds one new file of today among files all ingested before (a local zone). A tick reads the "
         f"folders that changed since its watermark and looks the new files up in the ingest log (partitioned by "
-        f"landing day) within their days. "
+        f"landing day) within their days; the log is read again only when its metadata moved since the last "
+        f"look-up (an ingest run's commit), otherwise the catalog's pointer is all the look-up reads. "
         f"{large['files']:,} over {small['files']:,} files: {verdict} Every {FULL_LISTING_SECONDS // 60} minutes a "
         f"tick lists the whole source folder (on S3, for files landing in old day folders; everywhere, files outside "
         f"any day folder): "
@@ -175,8 +184,10 @@ def markdown(results: dict) -> str:
         "Each ingest run appends to the log: a data file and a manifest each. The tick is timed as the platform "
         "keeps the log: once its small files pass the declared threshold, the health sensor requests compaction "
         "(data files, then manifests), run here as it runs there; the tick before it is shown beside. What the "
-        "large tick pays more grows with the day folders and the log's snapshots, not with the files: one stat "
-        "per day folder (365 vs 100), and the log's metadata, which lists a snapshot per ingest run until expiry "
-        "thins them (to the declared max_snapshots).",
+        "large tick pays more grows with the day folders, not with the files: one stat per day folder (365 vs "
+        "100), which is how a file landing in an old day folder (a replayed archive) is found at once, and about "
+        "a millisecond more of Dagster's own evaluation in the process that holds the large zone. The log's "
+        "metadata, which lists a snapshot per ingest run until expiry thins them (to the declared "
+        "max_snapshots), and its manifests are read by the first tick after each ingest run only.",
         "",
     ])

@@ -33,8 +33,10 @@ from dagster import (
 )
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, In, Reference
 from pyiceberg.expressions.literals import literal
+from sqlalchemy import text
 
 from ..bronze.ingest import INGEST_LOG, LandingSource
+from ..runtime.catalog import catalog_for
 from ..runtime.resource import LakehouseResource
 from ..runtime.status import stream_is_running
 from ..sources.zones import landing_zone, refused_files, source_root
@@ -49,17 +51,36 @@ LOOKBACK_SECONDS = 600
 FULL_LISTING_SECONDS = 600
 
 
+# The last answer of each look-up, by the log's metadata file: a tick whose log has not changed since (most
+# ticks: the log changes once per ingest run) reads the catalog's pointer only. The daemon's code server
+# keeps it between ticks.
+_TAKEN: dict[tuple, tuple[str, frozenset[str]]] = {}
+
+
 def ingested_files(lakehouse: LakehouseResource, source: str, days: Iterable[dt.date] | None = None) -> set[str]:
     """The files of `source` the ingest log lists (of those landing `days` only: the scan then reads the
     log's data files whose landing dates can hold them, not the whole log)."""
-    catalog, identifier = lakehouse.catalog, (lakehouse.settings.namespace, INGEST_LOG.name)
-    if not catalog.table_exists(identifier):
+    catalog, identifier = catalog_for(lakehouse.settings), (lakehouse.settings.namespace, INGEST_LOG.name)
+    statement = text("SELECT metadata_location FROM iceberg_tables WHERE catalog_name = :catalog "
+                     "AND table_namespace = :namespace AND table_name = :name")
+    with catalog.engine.connect() as connection:
+        location = connection.execute(statement, {"catalog": catalog.name, "namespace": identifier[0],
+                                                  "name": identifier[1]}).scalar()
+    if location is None:
         return set()
+    key = (catalog.engine.url, *identifier, source, None if days is None else frozenset(days))
+    if key in _TAKEN and _TAKEN[key][0] == location:
+        return set(_TAKEN[key][1])
     row_filter: BooleanExpression = EqualTo(term=Reference("source"), value=literal(source))
     if days is not None:
         row_filter = And(row_filter, In("landing_date", {d.isoformat() for d in days}))  # type: ignore[arg-type, call-arg]
-    log = catalog.load_table(identifier).scan(row_filter=row_filter, selected_fields=("source_file",))
-    return set(log.to_arrow().column("source_file").to_pylist())
+    table = catalog.load_table(identifier)
+    files = frozenset(table.scan(row_filter=row_filter, selected_fields=("source_file",))
+                      .to_arrow().column("source_file").to_pylist())
+    if len(_TAKEN) > 256:
+        _TAKEN.clear()
+    _TAKEN[key] = (table.metadata_location, files)  # the file read: a commit since the pointer's read is newer
+    return set(files)
 
 
 def refusals(uris: Iterable[str], root: str, partitions: DailyPartitionsDefinition) -> dict[str, str]:
