@@ -189,6 +189,8 @@ def markdown(results: dict) -> str:
         "100), which is how a file landing in an old day folder (a replayed archive) is found at once, and about "
         "a millisecond more of Dagster's own evaluation in the process that holds the large zone. The log's "
         "metadata, which lists a snapshot per ingest run until expiry thins them (to the declared "
-        "max_snapshots), and its manifests are read by the first tick after each ingest run only.",
+        "max_snapshots), and its manifests are read by the first tick after each ingest run only. Next step: "
+        "the zone's own change notifications (inotify on a local disk, bucket notifications on S3) in place of "
+        "the stats.",
         "",
     ])
