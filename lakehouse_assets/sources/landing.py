@@ -175,8 +175,8 @@ def iso_timestamp(text: Column) -> Column:
     """`F.to_timestamp(text)`: ISO-8601 text with any offset or none (the session's zone).
 
     Spark reads the zone of each value by compiling two patterns (DateTimeUtils.getZoneId), which costs more
-    than the rest of the parse. With the session in UTC, the form most sources write, `...Z`, is the same
-    instant as its text without the `Z`, which is read without a zone.
+    than reading the rest of the value. With the session in UTC, the form most sources write, `...Z`, is the
+    same instant as its text without the `Z`, which is read without a zone.
     """
     if SparkSession.active().conf.get("spark.sql.session.timeZone") not in _UTC_ZONES:
         return F.to_timestamp(text)
