@@ -14,7 +14,7 @@ DEMO_START ?= 2025-01-01
 DEMO_END ?= 2025-01-03
 DEMO_DAYS ?= 3
 
-.PHONY: setup demo demo-cdc cluster-demo dev stream test test-fast e2e soak lint bench clean
+.PHONY: setup demo demo-cdc cluster-demo dev stream test test-fast e2e soak lint bench snapshots clean
 
 setup: $(VENV)/.installed
 
@@ -85,6 +85,10 @@ soak: setup
 # The cluster profile on this machine, compared with the local profile on the same input.
 cluster-demo: setup
 	$(BIN)/python -m examples.cluster.demo
+
+# The asset graph's snapshot (lakehouse_assets_tests/snapshots), written again after an intended change.
+snapshots: setup
+	$(BIN)/python -m lakehouse_assets_tests.test_definitions
 
 # The tests that need no Spark, PostgreSQL, S3 server or process of their own (minutes).
 test-fast: setup

@@ -2,12 +2,12 @@
 
 Any change to the graph (an asset, a dependency, a check, partitions, automation,
 freshness, a sensor) changes `snapshots/<project>_graph.json` and so shows up in
-review. After an intended change: `UPDATE_SNAPSHOTS=1 .venv/bin/pytest
-lakehouse_assets_tests/test_definitions.py` rewrites the file.
+review. After an intended change, `make snapshots` (`python -m
+lakehouse_assets_tests.test_definitions`) writes the file again; the test itself only
+compares, so it fails on any change until then.
 """
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from dagster._core.definitions.backfill_policy import BackfillPolicyType
 from .shop import DEFS
 
 SNAPSHOTS = Path(__file__).with_name("snapshots")
+PROJECTS = [("shop", DEFS)]
 
 
 def graph_snapshot(defs: Definitions) -> dict:
@@ -59,13 +60,15 @@ def graph_snapshot(defs: Definitions) -> dict:
             "executor": job.executor_def.name, "resources": sorted(job.resource_defs)}
 
 
-@pytest.mark.parametrize("name, defs", [("shop", DEFS)])
+def snapshot_text(defs: Definitions) -> str:
+    return json.dumps(graph_snapshot(defs), indent=2, sort_keys=True) + "\n"
+
+
+@pytest.mark.parametrize("name, defs", PROJECTS)
 def test_the_asset_graph_matches_its_snapshot(name, defs):
     path = SNAPSHOTS / f"{name}_graph.json"
-    got = graph_snapshot(defs)
-    if os.environ.get("UPDATE_SNAPSHOTS"):
-        path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
-    assert path.exists(), f"no snapshot {path}: run with UPDATE_SNAPSHOTS=1 once"
+    got = json.loads(snapshot_text(defs))
+    assert path.exists(), f"no snapshot {path}: write it with `make snapshots`"
     expected = json.loads(path.read_text())
     for section in ("assets", "sensors"):
         assert sorted(got[section]) == sorted(expected[section]), f"{section} added or removed"
@@ -85,3 +88,12 @@ def test_graph_invariants_hold_whatever_the_snapshot_says():
     assert job.executor_def.name == "in_process"
     landing = {s.name for s in DEFS.sensors if s.name.endswith("_landing_sensor")}
     assert landing == {f"bronze_{n}_landing_sensor" for n in ("events", "cdc_customers", "cdc_orders", "cdc_order_items")}
+
+
+if __name__ == "__main__":  # make snapshots: after an intended change to a graph
+    for name, defs in PROJECTS:
+        path = SNAPSHOTS / f"{name}_graph.json"
+        text = snapshot_text(defs)
+        changed = not path.exists() or path.read_text() != text
+        path.write_text(text)
+        print(f"{path}: {'written' if changed else 'unchanged'}")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections import defaultdict
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 
@@ -47,6 +48,18 @@ def gold(spark, lake_settings, tmp_path_factory):
 
 def table(lakehouse, name):
     return lakehouse.spark.table(lakehouse.table_id(name))
+
+
+@contextmanager
+def rolled_back(lakehouse, name):
+    """The table at the snapshot it has now once the block ends, whatever the block wrote: the module's tests
+    share one pipeline run, and each reads it as that run left it, in any order."""
+    before = lakehouse.iceberg_table(name).current_snapshot().snapshot_id
+    try:
+        yield before
+    finally:
+        lakehouse.spark.sql(f"CALL {lakehouse.settings.catalog_name}.system.rollback_to_snapshot("
+                            f"'{lakehouse.settings.namespace}.{name}', {before})")
 
 
 def test_minute_activity_adds_up_to_silver(gold):
@@ -118,13 +131,17 @@ def test_product_revenue_matches_the_source_databases_true_state(gold):
 
 
 def test_sql_without_spark_answers_like_spark_now_and_as_of_an_older_snapshot(gold):
-    """Runs last in this module: it deletes a gold row to make a newer snapshot."""
+    """A gold row deleted makes a newer snapshot to read beside the older one."""
     lakehouse, _ = gold
+    with rolled_back(lakehouse, "gold_daily_funnel") as older:
+        _sql_now_and_as_of(lakehouse, older)
+
+
+def _sql_now_and_as_of(lakehouse, older):
     spark, settings = lakehouse.spark, lakehouse.settings
     table_id = lakehouse.table_id("gold_daily_funnel")
     sql = ("SELECT funnel_date, step, sessions FROM {t} WHERE funnel_date >= DATE'2025-01-01' "
            "ORDER BY funnel_date, step")
-    older = lakehouse.iceberg_table("gold_daily_funnel").current_snapshot().snapshot_id
     spark.sql(f"DELETE FROM {table_id} WHERE funnel_date = DATE'2025-01-01'")
 
     now = query(settings, sql.format(t="gold_daily_funnel")).to_pylist()
@@ -170,9 +187,14 @@ def _rows(records):
 def test_sql_answers_like_spark_on_every_table_now_and_at_an_older_snapshot(gold):
     """Every table of the pipeline, merge-on-read ones with delete files included."""
     lakehouse, _ = gold
+    with rolled_back(lakehouse, "silver_orders"):
+        # A row-level delete on a merge-on-read table: position delete files the reader must apply.
+        lakehouse.spark.sql(f"DELETE FROM {lakehouse.table_id('silver_orders')} WHERE order_id % 3 = 0")
+        _sql_like_spark_on_every_table(lakehouse)
+
+
+def _sql_like_spark_on_every_table(lakehouse):
     spark, settings = lakehouse.spark, lakehouse.settings
-    # A row-level delete on a merge-on-read table: position delete files the reader must apply.
-    spark.sql(f"DELETE FROM {lakehouse.table_id('silver_orders')} WHERE order_id % 3 = 0")
     catalog = lakehouse.iceberg_table("silver_events").catalog
     names = sorted(ident[-1] for ident in catalog.list_tables(settings.namespace))
     with_deletes, older_read = [], []
