@@ -24,6 +24,8 @@ from lakehouse_assets.settings import Settings
 from ..shop import ROOT
 from .figures import SCALE, record
 
+pytestmark = pytest.mark.slow  # writers in processes of their own
+
 WRITERS = [("spark-append", "2025-01-01"), ("spark-overwrite", "2025-01-02"), ("spark-merge", "2025-01-03"),
            ("pyiceberg-append", "2025-01-01"), ("pyiceberg-append", "2025-01-04"), ("spark-merge", "2025-01-03")]
 CONFLICTING = {"w2", "w5"}  # the two MERGEs into one day

@@ -18,6 +18,8 @@ from lakehouse_assets.project.model import TablePolicy
 from ..bronze.test_events_ingest import _crash_run, _event, held, ingest, land
 from .figures import age_table_files, record
 
+pytestmark = pytest.mark.slow  # runs killed in processes of their own
+
 POINTS = ["bronze_events:before-publish", "publish:before-swap", "publish:after-swap"]
 
 

@@ -31,6 +31,8 @@ from lakehouse_assets.streaming import BATCH_ID, QUERY_ID, EventStream
 
 from ..shop import SHOP, SHOP_FILE, assets
 
+pytestmark = pytest.mark.slow  # lakehouse stream in processes of its own
+
 TODAY = dt.datetime.now(dt.timezone.utc).date()
 
 
