@@ -102,9 +102,9 @@ def test_a_file_outside_any_day_folder_is_reported_once_across_partial_and_whole
     assert f"file:{stray}" in json.loads(result.cursor)["refused"]
 
 
-def test_the_log_look_up_answers_from_its_last_read_until_the_log_changes(tmp_path):
-    """A tick reads the log only when its metadata moved since the last look-up; an ingest's commit is seen at
-    once, in this process and in a catalog another process writes."""
+def test_the_log_look_up_answers_from_its_last_read_until_the_log_changes(tmp_path, monkeypatch):
+    """A tick reads the log only when its metadata moved since the last look-up (the catalog's pointer says so);
+    an ingest's commit is seen at once."""
     lakehouse = LakehouseResource(home=str(tmp_path / "lake"), namespace="lake", landing=str(tmp_path / "landing"))
     catalog = catalog_for(lakehouse.settings)
     catalog.create_namespace_if_not_exists("lake")
@@ -122,14 +122,11 @@ def test_the_log_look_up_answers_from_its_last_read_until_the_log_changes(tmp_pa
     assert landing_sensors.ingested_files(lakehouse, "events", {TODAY}) == {"file:/a.jsonl"}
     reads = []
     original = type(catalog).load_table
-    try:
-        type(catalog).load_table = lambda self, ident: reads.append(ident) or original(self, ident)
-        assert landing_sensors.ingested_files(lakehouse, "events", {TODAY}) == {"file:/a.jsonl"}
-        assert reads == [], "the log did not change: its files were not read again"
-        logged("file:/b.jsonl")  # an ingest run's commit
-        reads.clear()
-        assert landing_sensors.ingested_files(lakehouse, "events", {TODAY}) == {"file:/a.jsonl", "file:/b.jsonl"}
-        assert reads == [identifier]
-    finally:
-        type(catalog).load_table = original
+    monkeypatch.setattr(type(catalog), "load_table", lambda self, ident: reads.append(ident) or original(self, ident))
+    assert landing_sensors.ingested_files(lakehouse, "events", {TODAY}) == {"file:/a.jsonl"}
+    assert reads == [], "the log did not change: its files were not read again"
+    logged("file:/b.jsonl")  # an ingest run's commit
+    reads.clear()
+    assert landing_sensors.ingested_files(lakehouse, "events", {TODAY}) == {"file:/a.jsonl", "file:/b.jsonl"}
+    assert reads == [identifier]
     assert landing_sensors.ingested_files(lakehouse, "events", {OLD_DAY}) == set()  # another day: its own answer
