@@ -97,6 +97,7 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check lakehouse_assets lakehouse_assets_tests examples benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Benchmarks (not part of the tests): SCALE=N multiplies the data sizes; ONLY=ingest,cdc_capture runs some
 # (their sections of benchmarks/RESULTS.md are replaced, the others kept).

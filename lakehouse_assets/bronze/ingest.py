@@ -32,7 +32,17 @@ from pyspark.sql import types as T
 from ..errors import BalanceError
 from ..partitions import SINGLE_RUN
 from ..project.model import INGEST_LOG as INGEST_LOG_NAME
-from ..runtime.commit import EVERYTHING, CommitResult, StagedWrite, Window, publish_all, retry_metadata, with_commit_retries
+from ..runtime.commit import (
+    EVERYTHING,
+    CommitResult,
+    StagedWrite,
+    Window,
+    current_state,
+    publish_all,
+    retry_metadata,
+    stage,
+    with_commit_retries,
+)
 from ..runtime.files import modification_times
 from ..runtime.freshness import from_spark, newest_event
 from ..runtime.resource import LakehouseResource
@@ -133,10 +143,10 @@ def stage_new_files(table: TableHandle, df: DataFrame | None, files: list[str], 
     these rows (runtime/freshness.py). `df` None: no rows to add, the branch gets the stamped commit only."""
     base = table.create().snapshot_id()
     # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
-    staged = table.stage(run_id, asset, label, base, evolve=True, scope=scope).with_watermarks(*watermarks)
+    staged = stage(table, run_id, asset, label, base, evolve=True, scope=scope).with_watermarks(*watermarks)
     staged.properties.update(properties or {})
     if df is None:
-        staged.stamped = False  # stamped when published (runtime/commit.py: publish_all)
+        staged.stamped = False  # stamped when published (runtime/publish.py: publish_all)
         return staged
     rows = df
     if base is not None:
@@ -174,8 +184,8 @@ def ingest(
     report.files_read = len(todo)
     log(f"{source.name} {label}: {len(files)} landing files, {len(done)} already taken, {len(todo)} to read")
     if not todo:
-        report.kept = bronze.current_state()
-        report.quarantined = quarantine.current_state()
+        report.kept = current_state(bronze)
+        report.quarantined = current_state(quarantine)
         return report
 
     with timed("read files"):

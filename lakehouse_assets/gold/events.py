@@ -3,7 +3,7 @@
 Nothing here names a domain: which event is a purchase (and where its amount
 is), the funnel's steps and how sessions are cut come from the declaration's
 `gold:` section. Each table is a PySpark asset with a freshness policy and the
-BI refresh automation condition (automation/bi.py): it updates itself when
+BI refresh automation condition (conditions.py): it updates itself when
 upstream data lands and when its freshness window fails.
 
 - gold_minute_activity: per minute, events, active users, purchases, revenue.
@@ -34,10 +34,18 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..automation.bi import BI_REFRESH, BI_REFRESH_ACROSS_DAYS, reads_days
+from ..conditions import BI_REFRESH, BI_REFRESH_ACROSS_DAYS, reads_days
 from ..partitions import SINGLE_RUN
 from ..project import Freshness, Gold
-from ..runtime.commit import CommitResult, Window, materialize_with_retries, with_commit_retries
+from ..runtime.commit import (
+    CommitResult,
+    Window,
+    current_state,
+    materialize_with_retries,
+    publish,
+    stage,
+    with_commit_retries,
+)
 from ..runtime.freshness import freshness_check_result, freshness_check_spec, freshness_state
 from ..runtime.resource import LakehouseResource
 from ..runtime.schema import conform
@@ -171,8 +179,9 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
         def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
             def attempt() -> MaterializeResult:
                 df, window = build(lakehouse, *context.partition_time_window)
-                staged = lakehouse.table(spec).stage(context.run_id, spec.name, window.label, scope=window)
-                result = staged.derived_from(lakehouse.table(silver), window_end=window.end).overwrite(df, window).publish()
+                staged = stage(lakehouse.table(spec), context.run_id, spec.name, window.label, scope=window)
+                staged.derived_from(lakehouse.table(silver), window_end=window.end)
+                result = publish(staged.overwrite(df, window))
                 state = freshness_state(lakehouse.table(spec).iceberg(), spec.name, gold.freshness[spec.name])
                 return MaterializeResult(metadata={**result.metadata(), **state.metadata()},
                                          check_results=[freshness_check_result(state, spec.name)])
@@ -285,17 +294,17 @@ def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, m
         view = f"minutes_{uuid.uuid4().hex[:12]}"
         rows.createOrReplaceTempView(view)
         try:
-            staged = table.stage(run_id, spec.name, label).derived_from(silver_table)
+            staged = stage(table, run_id, spec.name, label).derived_from(silver_table)
             staged.properties.update(properties)
-            return staged.sql(f"""
+            return publish(staged.sql(f"""
                 MERGE INTO {{target}} t USING {view} s ON t.minute = s.minute
-                WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *""").publish()
+                WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"""))
         finally:
             spark.catalog.dropTempView(view)
 
     try:
         if not days:
-            return table.current_state(), 0
+            return current_state(table), 0
         return with_commit_retries(attempt, spec.name, log)
     finally:
         wanted.unpersist()

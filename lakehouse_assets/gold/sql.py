@@ -11,10 +11,10 @@ status changes days after it was placed).
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
 from pyspark.sql import types as T
 
-from ..automation.bi import BI_REFRESH_WHOLE
+from ..conditions import BI_REFRESH_WHOLE
 from ..partitions import SINGLE_RUN
 from ..project import SqlTable
-from ..runtime.commit import materialize_with_retries
+from ..runtime.commit import materialize_with_retries, publish, stage
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
 from ..tables.types import spark_type
@@ -44,9 +44,9 @@ def sql_table_asset(table: SqlTable, tables: dict[str, TableSpec]) -> AssetsDefi
                 lakehouse.table(tables[name]).read(reader=table.name).createOrReplaceTempView(name)
             try:
                 result_df = lakehouse.spark.sql(table.sql)
-                result = (lakehouse.table(spec).stage(context.run_id, table.name, "all")
-                          .derived_from(*(lakehouse.table(tables[name]) for name in table.reads))
-                          .replace_all(result_df).publish())
+                staged = stage(lakehouse.table(spec), context.run_id, table.name, "all")
+                staged.derived_from(*(lakehouse.table(tables[name]) for name in table.reads))
+                result = publish(staged.replace_all(result_df))
             finally:
                 for name in table.reads:
                     lakehouse.spark.catalog.dropTempView(name)

@@ -29,12 +29,12 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..automation.bi import CHAIN_REFRESH, reads_days
+from ..conditions import CHAIN_REFRESH, reads_days
 from ..gold.events import EventColumns
 from ..partitions import SINGLE_RUN
 from ..pinning import PINNED, pin_snapshots
 from ..project import Gold
-from ..runtime.commit import Window, materialize_with_retries
+from ..runtime.commit import Window, materialize_with_retries, publish, stage
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
 
@@ -158,7 +158,9 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
             features = features_as_of(lookback, points.select("user_id", "as_of_ts")).join(
                 ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
             table = lakehouse.table(ML_USER_FEATURES)
-            result = table.stage(context.run_id, table.name, window.label, scope=window).overwrite(features, window).publish()
+            result = publish(stage(table, context.run_id, table.name, window.label, scope=window)
+                             .overwrite(features, window))
+            assert result.snapshot_id is not None  # a published write has a head
             pins = pin_snapshots(lakehouse, context.run_id, table.name, {**read, table.id: result.snapshot_id},
                                  pin_retention)
             return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
@@ -208,7 +210,9 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
                                      ["session_id", "user_id"], "left")
             training = training.select(*ML_TRAINING_SET.column_names)
             table = lakehouse.table(ML_TRAINING_SET)
-            result = table.stage(context.run_id, table.name, window.label, scope=window).overwrite(training, window).publish()
+            result = publish(stage(table, context.run_id, table.name, window.label, scope=window)
+                             .overwrite(training, window))
+            assert result.snapshot_id is not None  # a published write has a head
             pins = pin_snapshots(lakehouse, context.run_id, table.name, {
                 **read_events_ids, feature_table.id: features_snapshot, table.id: result.snapshot_id,
             }, pin_retention)

@@ -1,6 +1,6 @@
 """Publishing staged writes: every table of a run at once, on whatever `main` has become.
 
-A staged write (runtime/commit.py) is a branch of its table. Publishing moves each
+A staged write (runtime/staged.py) is a branch of its table. Publishing moves each
 table's `main` to its branch's head, and does it for all the tables of one run in
 one transaction of the catalog's database: the new metadata files are written
 first, then one transaction swaps every table's metadata pointer, each only if it
@@ -25,19 +25,15 @@ import re
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import text
 
-from ..errors import ConcurrentCommitError
+from ..errors import ConcurrentCommitError, PublishedError
 from .failpoints import failpoint
 from .freshness import NEWEST_EVENT, NEWEST_LANDED
+from .staged import EVERYTHING, NOTHING, CommitResult, StagedWrite
 
-if TYPE_CHECKING:
-    from .commit import StagedWrite
-
-EVERYTHING = "everything"  # the write depends on the whole table: any concurrent row change conflicts
-NOTHING = "nothing"  # a blind append: only the files it touches can conflict
 SWAP_ATTEMPTS = 20
 _VERSION = re.compile(r"(\d+)-[^/]*\.metadata\.json(?:\.gz)?$")
 
@@ -211,8 +207,8 @@ def _new_metadata(write: StagedWrite, jtable: Any) -> tuple[str, str, str]:
 
 def _swap(writes: list[StagedWrite], pointers: list[tuple[str, str, str]]) -> None:
     """One transaction of the catalog's database: every table's pointer moves, or (_LostSwap) none does."""
-    lakehouse = writes[0].table.lakehouse
-    catalog, namespace = lakehouse.catalog, lakehouse.settings.namespace
+    engine = writes[0].table.engine
+    catalog, namespace = engine.catalog, engine.settings.namespace
     statement = text("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old "
                      "WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name "
                      "AND metadata_location = :old")
@@ -263,3 +259,32 @@ def publish_together(writes: list[StagedWrite]) -> None:
     raise ConcurrentCommitError(
         f"{', '.join(w.table_id for w in writes)}: the tables kept moving; gave up after {SWAP_ATTEMPTS} "
         "replays on the newest main; nothing was published")
+
+
+def publish_all(writes: list[StagedWrite]) -> list[CommitResult]:
+    """Publish staged writes of several tables all together, or none of them (their branches dropped)."""
+    for write in writes:
+        if not write.stamped:
+            # An empty stamped commit on top (Iceberg's API, no Spark job): the published head says which run wrote it.
+            stamp_branch(write)
+    for write in writes:
+        failpoint(f"{write.table.name}:before-publish")
+    try:
+        publish_together(writes)
+    except Exception:
+        for write in writes:
+            write.discard(quietly=True)  # nothing was published; what the branches held is gone with them
+        raise
+    # Published: nothing from here on may send the caller to write again (it would write twice).
+    for write in writes:
+        failpoint(f"{write.table.name}:after-publish")
+    try:
+        return [write.result() for write in writes]
+    except Exception as exc:
+        raise PublishedError(f"{', '.join(w.table_id for w in writes)}: published, but the figures could not "
+                             f"be read: {exc}") from exc
+
+
+def publish(write: StagedWrite) -> CommitResult:
+    """Move main to what one write staged (replayed on a newer main if another writer moved it)."""
+    return publish_all([write])[0]

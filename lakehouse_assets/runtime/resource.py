@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from dagster import ConfigurableResource
 from pydantic import PrivateAttr
@@ -10,6 +10,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
 from ..settings import Settings
+from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec
 from .catalog import catalog_for, ensure_namespace
 from .spark import get_spark
@@ -33,7 +34,7 @@ class LakehouseResource(ConfigurableResource):
     driver_memory: Optional[str] = None
 
     _settings: Optional[Settings] = PrivateAttr(default=None)
-    _handles: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _handles: dict[str, TableHandle] = PrivateAttr(default_factory=dict)
 
     @property
     def settings(self) -> Settings:
@@ -55,10 +56,8 @@ class LakehouseResource(ConfigurableResource):
         self.catalog  # noqa: B018
         return get_spark(self.settings)
 
-    def table(self, spec: TableSpec):
+    def table(self, spec: TableSpec) -> TableHandle:
         """The handle of a declared table: built once, created (if missing) at most once."""
-        from ..tables.handle import TableHandle
-
         handle = self._handles.get(spec.name)
         if handle is None or handle.spec != spec:
             handle = self._handles[spec.name] = TableHandle(self, spec)

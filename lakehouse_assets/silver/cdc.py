@@ -56,12 +56,12 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..automation.bi import CHAIN_REFRESH
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
 from ..checks.rules import HASH_PATTERN, pandera_column, unique_key
+from ..conditions import CHAIN_REFRESH
 from ..partitions import SINGLE_RUN
 from ..project import CdcTable
-from ..runtime.commit import Window, retry_metadata, with_commit_retries
+from ..runtime.commit import Window, retry_metadata, stage, with_commit_retries
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..runtime.schema import conform
@@ -344,7 +344,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                 _add_drifted_columns(batch, history_table, current_table)
                 # History as the branch the run writes starts from: a run that commits in between is caught
                 # when this one publishes (and it is then re-run), never read past.
-                staged_history = history_table.stage(context.run_id, history.name, window.label, prefix="audit").derived_from(
+                staged_history = stage(history_table, context.run_id, history.name, window.label, prefix="audit").derived_from(
                     lakehouse.table(bronze), window_end=window.end)
                 # The versions a run can change end at or after its earliest change, or not at all.
                 since = batch.agg(F.min("change_position")).first()[0]
@@ -374,7 +374,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                     F.col("op").alias("last_op"), F.col("valid_from").alias("source_ts"),
                 )
                 latest = conform(spark, current_table.id, latest, evolve=False)
-                staged_current = current_table.stage(context.run_id, current.name, window.label, prefix="audit").derived_from(
+                staged_current = stage(current_table, context.run_id, current.name, window.label, prefix="audit").derived_from(
                     lakehouse.table(bronze), window_end=window.end).sql(f"""
                     MERGE INTO {{target}} t USING {_view(latest)} s ON {pk_match}
                     WHEN MATCHED AND s.last_op = 'd' THEN DELETE

@@ -41,15 +41,15 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..automation.bi import CHAIN_REFRESH, landing_days_of
 from ..bronze.sources import event_bronze_spec
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
 from ..checks.rules import HASH_PATTERN, col_ref, count_matches, pandera_column, unique_key
+from ..conditions import CHAIN_REFRESH, landing_days_of
 from ..partitions import SINGLE_RUN
 from ..project import EventSource, parse_duration
 from ..project.declaration import RuleDecl
 from ..project.model import MAX_LATENESS
-from ..runtime.commit import CommitResult, Window, retry_metadata, with_commit_retries
+from ..runtime.commit import CommitResult, Window, retry_metadata, stage, with_commit_retries
 from ..runtime.freshness import derived_watermarks, newest_event, newest_event_time
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
@@ -232,7 +232,7 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             "rule", first_broken_rule(source)).cache()
         try:
             clean, rejects = split(lakehouse, source, judged)
-            staged = silver.stage(run_id, spec.name, label, prefix="audit", scope=scope)
+            staged = stage(silver, run_id, spec.name, label, prefix="audit", scope=scope)
             staged.properties.update(properties)
             seen = Observation("newest_event")  # gathered while the rows are written, not by a pass of its own
             staged.append(clean.observe(seen, F.unix_micros(newest_event(source.timestamp)).alias("newest")))
@@ -243,7 +243,7 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             # The watermarks ride on an empty commit on top, stamped when published.
             staged.with_watermarks(newest, derived_watermarks(bronze.iceberg())[1])
             staged.stamped = False
-            staged_rejects = rejected.stage(run_id, spec.name, label, scope=scope)
+            staged_rejects = stage(rejected, run_id, spec.name, label, scope=scope)
             staged_rejects.properties.update(properties)
             staged_rejects.append(rejects)
 
@@ -308,9 +308,9 @@ def silver_events_asset(source: EventSource, bronze: TableSpec, partitions: Part
                 clean, rejects = split(lakehouse, source, judged)
 
                 scope = near_window(source, window.start, window.end)  # what deduplication read
-                staged = (silver.stage(context.run_id, spec.name, window.label, prefix="audit", scope=scope)
+                staged = (stage(silver, context.run_id, spec.name, window.label, prefix="audit", scope=scope)
                           .derived_from(bronze_table, window_end=window.end).overwrite(clean, window))
-                staged_rejects = rejected_handle.stage(context.run_id, spec.name, window.label,
+                staged_rejects = stage(rejected_handle, context.run_id, spec.name, window.label,
                                                        scope=scope).overwrite(rejects, window)
 
                 def bronze_keys() -> int:

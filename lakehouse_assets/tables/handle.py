@@ -1,42 +1,55 @@
 """A table handle: one declared table's whole story in one object.
 
 The declaration (schema, partitioning, write mode), its identifiers in Spark and
-pyiceberg, reading it (now, at a snapshot, on a branch) and staging writes to it.
-A handle lives as long as its resource (a run); the table is created at most once
-per handle, on the first write, and reading a table that does not exist is an
-error that says which asset to materialise, never an empty table made on the fly.
+pyiceberg, and reading it (now, at a snapshot, on a branch); writes to it are staged
+by runtime/staged.py. A handle lives as long as its engine (the run's resource); the
+table is created at most once per handle, on the first write, and reading a table
+that does not exist is an error that says which asset to materialise, never an empty
+table made on the fly.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import DayTransform
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from ..errors import UpstreamMissingError
+from ..settings import Settings
 from .ddl import add_columns, ensure_table
 from .registry import TableSpec
 
-if TYPE_CHECKING:
-    from ..runtime.commit import CommitResult, StagedWrite
-    from ..runtime.resource import LakehouseResource
-
-CURRENT: Any = object()  # stage from main's current snapshot
 _EPOCH = dt.date(1970, 1, 1)  # Iceberg's day transform counts days from it
 
 
+class Engine(Protocol):
+    """What a handle needs of the lakehouse it belongs to (runtime/resource.py's LakehouseResource)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def spark(self) -> SparkSession: ...
+
+    @property
+    def catalog(self) -> SqlCatalog: ...
+
+    def table_id(self, table: str | TableSpec) -> str: ...
+
+
 class TableHandle:
-    def __init__(self, lakehouse: LakehouseResource, spec: TableSpec):
-        self.lakehouse = lakehouse
+    def __init__(self, engine: Engine, spec: TableSpec):
+        self.engine = engine
         self.spec = spec
         self.name = spec.name
-        self.id = lakehouse.table_id(spec.name)
-        self.identifier = (lakehouse.settings.namespace, spec.name)
+        self.id = engine.table_id(spec.name)
+        self.identifier = (engine.settings.namespace, spec.name)
         self._created = False
 
     def __repr__(self) -> str:
@@ -44,7 +57,7 @@ class TableHandle:
 
     @property
     def spark(self):
-        return self.lakehouse.spark
+        return self.engine.spark
 
     def create(self) -> TableHandle:
         """Create the table from its declaration if missing, and add declared columns it lacks (once)."""
@@ -54,7 +67,7 @@ class TableHandle:
         return self
 
     def exists(self) -> bool:
-        return self._created or self.lakehouse.catalog.table_exists(self.identifier)
+        return self._created or self.engine.catalog.table_exists(self.identifier)
 
     def require(self, reader: str = "") -> TableHandle:
         if not self.exists():
@@ -66,7 +79,7 @@ class TableHandle:
 
     def iceberg(self) -> Table:
         """pyiceberg's view, loaded now (a table's metadata moves with every commit)."""
-        return self.lakehouse.catalog.load_table(self.identifier)
+        return self.engine.catalog.load_table(self.identifier)
 
     def snapshot_id(self) -> int | None:
         snapshot = self.iceberg().current_snapshot()
@@ -131,21 +144,3 @@ class TableHandle:
     def add_columns(self, columns: list[tuple[str, str]]) -> None:
         """Evolve the table on purpose: nullable columns (`name` or `struct.name`) the data brought."""
         add_columns(self.spark, self.create().id, columns)
-
-    def stage(self, run_id: str, asset: str, label: str, base_snapshot_id: Any = CURRENT, prefix: str = "stage",
-              evolve: bool = False, scope: Any = None) -> StagedWrite:
-        """A private branch cut at `base_snapshot_id` (main now by default; None: the empty table).
-
-        `evolve` lets the write add columns the table lacks (bronze's schema drift);
-        anywhere else a column the declaration does not have is an error. `scope` is what the
-        write was decided against (runtime/publish.py): the whole table unless it says less.
-        """
-        from ..runtime.commit import EVERYTHING, stage
-
-        return stage(self, run_id, asset, label, base_snapshot_id, prefix=prefix, evolve=evolve,
-                     scope=EVERYTHING if scope is None else scope)
-
-    def current_state(self) -> CommitResult:
-        from ..runtime.commit import current_state
-
-        return current_state(self)

@@ -18,8 +18,7 @@ from lakehouse_assets.maintenance.procedures import TableMaintenance
 from lakehouse_assets.maintenance.snapshots import create_tag, rollback, snapshot_history
 from lakehouse_assets.pinning import content_hash
 from lakehouse_assets.project.model import Maintenance, Project, TablePolicy
-from lakehouse_assets.runtime.commit import with_commit_retries
-from lakehouse_assets.runtime.publish import NOTHING
+from lakehouse_assets.runtime.commit import NOTHING, publish, stage, with_commit_retries
 from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col
 
 UTC = dt.timezone.utc
@@ -42,7 +41,7 @@ def rows(spark, start, n):
 def append(lakehouse, spec, df, run_id="test"):
     """One published write, as the assets make it (staged on a branch, fast-forwarded), retried on conflict."""
     table = lakehouse.table(spec)
-    return with_commit_retries(lambda: table.stage(run_id, spec.name, "t").append(df).publish(), spec.name)[0]
+    return with_commit_retries(lambda: publish(stage(table, run_id, spec.name, "t").append(df)), spec.name)[0]
 
 
 def many_small_commits(lakehouse, spec=SPEC, commits=12, per_commit=20):
@@ -196,7 +195,7 @@ def test_past_max_snapshots_expiry_thins_to_one_commit_per_span_and_keeps_tags_a
     of a write still staged survive, and that write still publishes on top."""
     spark = lakehouse.spark
     table = many_small_commits(lakehouse, commits=9, per_commit=5)
-    staged = lakehouse.table(SPEC).stage("in-flight", SPEC.name, "t", scope=NOTHING).append(rows(spark, 1000, 5))
+    staged = stage(lakehouse.table(SPEC), "in-flight", SPEC.name, "t", scope=NOTHING).append(rows(spark, 1000, 5))
     table = many_small_commits(lakehouse, commits=5, per_commit=5)  # ids 0..24 again: rows, not keys, matter
     main = list(ancestors_of(table.current_snapshot(), table.metadata))  # newest first
     base = [s.snapshot_id for s in main].index(staged.base_snapshot_id)
@@ -228,14 +227,14 @@ def test_past_max_snapshots_expiry_thins_to_one_commit_per_span_and_keeps_tags_a
     assert content_hash(table.scan(snapshot_id=main[pinned].snapshot_id).to_arrow()) == pinned_hash
     assert not table_health(table, SPEC.name, policy, later).needs_thinning  # nothing left to thin
 
-    staged.publish()  # replayed on the new main from its base, which thinning kept
+    publish(staged)  # replayed on the new main from its base, which thinning kept
     assert spark.table(lakehouse.table_id(SPEC.name)).count() == 14 * 5 + 5
 
 
 def test_the_health_sensor_requests_thinning_of_a_table_past_max_snapshots(lakehouse):
     spark = lakehouse.spark
     many_small_commits(lakehouse, commits=4, per_commit=5)
-    lakehouse.table(SPEC).stage("died", SPEC.name, "t").append(rows(spark, 1000, 5)).discard()  # unreferenced
+    stage(lakehouse.table(SPEC), "died", SPEC.name, "t").append(rows(spark, 1000, 5)).discard()  # unreferenced
     policy = TablePolicy(max_snapshots=3, retain_last=1, snapshot_detail=dt.timedelta(seconds=1))
     time.sleep(1.5)  # the discarded write's snapshot is older than the detail kept
     jobs, sensors, _, _ = maintenance_definitions(project_with(policy), [SPEC.name], {SPEC.name})

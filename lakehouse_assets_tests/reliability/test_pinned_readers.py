@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 from lakehouse_assets.maintenance.procedures import TableMaintenance
 from lakehouse_assets.pinning import pin_snapshots
 from lakehouse_assets.project.model import TablePolicy
-from lakehouse_assets.runtime.commit import NOTHING, Window
+from lakehouse_assets.runtime.commit import NOTHING, Window, publish, stage
 from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col
 
 from .figures import SCALE, age_table_files, record
@@ -38,7 +38,7 @@ def test_a_pinned_snapshot_reads_the_same_through_writes_compaction_expiry_and_o
     for n, day in enumerate(DAYS):
         for part in range(2):  # small files, for compaction to rewrite
             rows = spark.createDataFrame([(day, f"p{n}-{part}-{i}", i) for i in range(5)], SPEC.schema).coalesce(1)
-            table.stage("seed", SPEC.name, "seed", scope=NOTHING).append(rows).publish()
+            publish(stage(table, "seed", SPEC.name, "seed", scope=NOTHING).append(rows))
     pinned_id = table.snapshot_id()
     [pin] = pin_snapshots(lakehouse, "run-reader-0001", "reader", {table.id: pinned_id}).values()
     first = _answer(table.iceberg().scan(snapshot_id=pinned_id).to_arrow().to_pylist())
@@ -62,11 +62,11 @@ def test_a_pinned_snapshot_reads_the_same_through_writes_compaction_expiry_and_o
             day = DAYS[round_ % len(DAYS)]
             window = Window("day", day, day + dt.timedelta(days=1), day.isoformat())
             fresh = spark.createDataFrame([(day, f"r{round_}-{i}", 100 + i) for i in range(5)], SPEC.schema)
-            table.stage("append", SPEC.name, "r", scope=NOTHING).append(fresh).publish()
+            publish(stage(table, "append", SPEC.name, "r", scope=NOTHING).append(fresh))
             spark.createDataFrame([(day, f"p{round_ % 3}-0-0", -1)], SPEC.schema).createOrReplaceTempView("changes")
-            table.stage("merge", SPEC.name, "r", scope=window).sql(
+            publish(stage(table, "merge", SPEC.name, "r", scope=window).sql(
                 "MERGE INTO {target} t USING changes s ON t.id = s.id AND t.day = s.day "
-                "WHEN MATCHED THEN UPDATE SET value = s.value").publish()
+                "WHEN MATCHED THEN UPDATE SET value = s.value"))
             other = DAYS[(round_ + 1) % len(DAYS)]
             spark.sql(f"DELETE FROM {table.id} WHERE day = DATE '{other.isoformat()}' AND value = 3")
             steps.append(maintenance.compact().figures["rewritten_data_files"])

@@ -38,7 +38,7 @@ def _rows(name: str, day: dt.date, batch: int, size: int, same_ids: bool = False
 
 def spark_writer(kind: str, args: argparse.Namespace) -> None:
     from lakehouse_assets.errors import ConcurrentCommitError
-    from lakehouse_assets.runtime.commit import NOTHING, Window, with_commit_retries
+    from lakehouse_assets.runtime.commit import NOTHING, Window, publish, stage, with_commit_retries
     from lakehouse_assets.runtime.resource import LakehouseResource
 
     lakehouse = LakehouseResource(home=args.home, catalog_uri=args.catalog_uri, namespace=args.namespace,
@@ -53,7 +53,7 @@ def spark_writer(kind: str, args: argparse.Namespace) -> None:
             table.create()
             df = lakehouse.spark.createDataFrame(ids, SPEC.schema)
             scope = NOTHING if kind == "spark-append" else window  # the upserts' ON holds them to their day
-            staged = table.stage(f"{args.name}-{batch}", SPEC.name, args.day, scope=scope)
+            staged = stage(table, f"{args.name}-{batch}", SPEC.name, args.day, scope=scope)
             if kind == "spark-append":
                 staged.append(df)
             elif kind == "spark-overwrite":
@@ -63,7 +63,7 @@ def spark_writer(kind: str, args: argparse.Namespace) -> None:
                 df.createOrReplaceTempView(view)
                 staged.sql(f"MERGE INTO {{target}} t USING {view} s ON t.id = s.id AND t.day = s.day "
                            "WHEN MATCHED THEN UPDATE SET value = s.value WHEN NOT MATCHED THEN INSERT *")
-            return staged.publish()
+            return publish(staged)
 
         try:
             result, retries = with_commit_retries(attempt, args.name, log=lambda m: print(m, file=sys.stderr))

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import types as T
 
 from lakehouse_assets.errors import ConcurrentCommitError
-from lakehouse_assets.runtime.commit import Window, with_commit_retries
+from lakehouse_assets.runtime.commit import Window, publish, stage, with_commit_retries
 from lakehouse_assets.tables.registry import TableSpec, col
 
 SPEC = TableSpec(
@@ -28,20 +28,20 @@ def _day(day: dt.date) -> Window:
 
 def _write(table, writer: str, day: dt.date, value: int):
     rows = table.spark.createDataFrame([(day, writer, value)], SPEC.schema)
-    return table.stage(f"run-{writer}", SPEC.name, day.isoformat()).overwrite(rows, _day(day))
+    return stage(table, f"run-{writer}", SPEC.name, day.isoformat()).overwrite(rows, _day(day))
 
 
 def test_a_write_that_lost_the_race_is_restaged_on_the_new_main_and_both_writers_rows_survive(lakehouse):
     table = lakehouse.table(SPEC).create()
-    _write(table, "first", D[0], 0).publish()
+    publish(_write(table, "first", D[0], 0))
     attempts, logged = [], []
 
     def attempt():
         attempts.append(table.snapshot_id())
         staged = _write(table, "mine", D[1], len(attempts))
         if len(attempts) == 1:  # another writer publishes another day while this one is staged
-            _write(table, "other", D[2], 20).publish()
-        return staged.publish()
+            publish(_write(table, "other", D[2], 20))
+        return publish(staged)
 
     result, retries = with_commit_retries(attempt, SPEC.name, log=logged.append)
 
@@ -64,8 +64,8 @@ def test_a_write_that_keeps_losing_fails_after_its_attempts_with_nothing_of_it_p
     def attempt():
         attempts.append(1)
         staged = _write(table, "loser", D[0], 1)
-        _write(table, "winner", D[len(attempts)], 10 + len(attempts)).publish()
-        return staged.publish()
+        publish(_write(table, "winner", D[len(attempts)], 10 + len(attempts)))
+        return publish(staged)
 
     with pytest.raises(ConcurrentCommitError, match="gave up after 3 attempts"):
         with_commit_retries(attempt, SPEC.name, log=lambda _: None, attempts=3)
@@ -97,7 +97,7 @@ def test_a_write_already_published_is_never_written_again_when_reading_its_figur
     def attempt():
         attempts.append(1)
         rows = table.spark.createDataFrame([(D[0], "once", 1)], SPEC.schema)
-        return table.stage("run-once", SPEC.name, D[0].isoformat()).append(rows).publish()
+        return publish(stage(table, "run-once", SPEC.name, D[0].isoformat()).append(rows))
 
     with pytest.raises(PublishedError, match="published, but the figures could not be read"):
         with_commit_retries(attempt, SPEC.name, log=lambda _: None)

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import types as T
 
 from lakehouse_assets.errors import ConcurrentCommitError
-from lakehouse_assets.runtime.commit import NOTHING, Window, publish_all
+from lakehouse_assets.runtime.commit import NOTHING, Window, publish, publish_all, stage
 from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col
 
 SCHEMA = T.StructType([col("day", T.DateType(), False), col("id", T.StringType(), False),
@@ -32,7 +32,7 @@ def _rows(table, day, *pairs):
 
 
 def _overwrite(table, run, day, *pairs, scope=None):
-    staged = table.stage(run, table.name, day.isoformat(), scope=scope or _day(day))
+    staged = stage(table, run, table.name, day.isoformat(), scope=scope or _day(day))
     return staged.overwrite(_rows(table, day, *pairs), _day(day))
 
 
@@ -56,11 +56,11 @@ def _branches(table) -> list[str]:
 
 def test_writes_of_different_partitions_are_replayed_on_the_moved_main_and_both_publish(lakehouse):
     table = lakehouse.table(SPEC).create()
-    _overwrite(table, "seed", D[0], ("a", 1)).publish()
+    publish(_overwrite(table, "seed", D[0], ("a", 1)))
     mine = _overwrite(table, "mine", D[1], ("b", 2))
-    _overwrite(table, "other", D[2], ("c", 3)).publish()  # main moves while `mine` is staged
+    publish(_overwrite(table, "other", D[2], ("c", 3)))  # main moves while `mine` is staged
 
-    result = mine.publish()
+    result = publish(mine)
 
     assert result.replays == 1
     assert _contents(table) == [(D[0], "a", 1), (D[1], "b", 2), (D[2], "c", 3)]
@@ -71,12 +71,12 @@ def test_writes_of_different_partitions_are_replayed_on_the_moved_main_and_both_
 
 def test_a_write_whose_window_another_writer_changed_is_refused_with_nothing_published(lakehouse):
     table = lakehouse.table(SPEC).create()
-    _overwrite(table, "seed", D[0], ("a", 1)).publish()
+    publish(_overwrite(table, "seed", D[0], ("a", 1)))
     mine = _overwrite(table, "mine", D[0], ("a", 2))
-    _overwrite(table, "other", D[0], ("a", 3)).publish()
+    publish(_overwrite(table, "other", D[0], ("a", 3)))
 
     with pytest.raises(ConcurrentCommitError, match="changed what this write was decided against"):
-        mine.publish()
+        publish(mine)
 
     assert _contents(table) == [(D[0], "a", 3)]
     assert _linear(table) == ["other", "seed"]
@@ -85,27 +85,27 @@ def test_a_write_whose_window_another_writer_changed_is_refused_with_nothing_pub
 
 def test_a_write_decided_against_the_whole_table_is_refused_beside_any_other_write(lakehouse):
     table = lakehouse.table(SPEC).create()
-    mine = table.stage("mine", SPEC.name, "all").append(_rows(table, D[0], ("a", 1)))  # scope: everything
-    _overwrite(table, "other", D[3], ("z", 9)).publish()
+    mine = stage(table, "mine", SPEC.name, "all").append(_rows(table, D[0], ("a", 1)))  # scope: everything
+    publish(_overwrite(table, "other", D[3], ("z", 9)))
 
     with pytest.raises(ConcurrentCommitError):
-        mine.publish()
+        publish(mine)
     assert _contents(table) == [(D[3], "z", 9)]
 
 
 def test_a_merge_replayed_over_another_days_write_keeps_its_updates_and_deletes(lakehouse):
     table = lakehouse.table(SPEC).create()
-    _overwrite(table, "seed", D[0], ("a", 1), ("b", 1), ("c", 1)).publish()
+    publish(_overwrite(table, "seed", D[0], ("a", 1), ("b", 1), ("c", 1)))
     _rows(table, D[0], ("a", 10), ("d", 10)).createOrReplaceTempView("changes")
-    mine = table.stage("mine", SPEC.name, D[0].isoformat(), scope=_day(D[0])).sql(
+    mine = stage(table, "mine", SPEC.name, D[0].isoformat(), scope=_day(D[0])).sql(
         "MERGE INTO {target} t USING changes s ON t.id = s.id AND t.day = s.day "
         "WHEN MATCHED AND s.id = 'a' THEN UPDATE SET value = s.value "
         "WHEN NOT MATCHED THEN INSERT *")
     table.spark.sql(f"DELETE FROM {table.id}.branch_{mine.branch} WHERE id = 'b'")
     assert table.iceberg().snapshot_by_name(mine.branch).summary["added-position-delete-files"]  # row-level
-    _overwrite(table, "other", D[1], ("x", 5)).publish()
+    publish(_overwrite(table, "other", D[1], ("x", 5)))
 
-    result = mine.publish()
+    result = publish(mine)
 
     assert result.replays == 1
     assert _contents(table) == [(D[0], "a", 10), (D[0], "c", 1), (D[0], "d", 10), (D[1], "x", 5)]
@@ -120,8 +120,8 @@ def test_deletes_whose_data_file_compaction_rewrote_meanwhile_are_refused_not_lo
     table.spark.sql(f"ALTER TABLE {table.id} SET TBLPROPERTIES ('write.delete.granularity' = '{granularity}')")
     for n in range(3):  # three small files of one day, for compaction to rewrite into one
         rows = _rows(table, D[0], (f"k{n}", n), (f"j{n}", n)).coalesce(1)
-        table.stage(f"seed{n}", SPEC.name, "seed", scope=NOTHING).append(rows).publish()
-    mine = table.stage("mine", SPEC.name, D[0].isoformat(), scope=NOTHING)
+        publish(stage(table, f"seed{n}", SPEC.name, "seed", scope=NOTHING).append(rows))
+    mine = stage(table, "mine", SPEC.name, D[0].isoformat(), scope=NOTHING)
     table.spark.sql(f"DELETE FROM {table.id}.branch_{mine.branch} WHERE id = 'k1'")
     assert table.iceberg().snapshot_by_name(mine.branch).summary["added-position-deletes"] == "1"
     mine.stamped = False
@@ -130,16 +130,16 @@ def test_deletes_whose_data_file_compaction_rewrote_meanwhile_are_refused_not_lo
                     "options => map('min-input-files', '2'))")
 
     with pytest.raises(ConcurrentCommitError, match="missing data files"):
-        mine.publish()
+        publish(mine)
     assert sorted(r.id for r in table.read().collect()) == ["j0", "j1", "j2", "k0", "k1", "k2"]
 
 
 def test_two_tables_publish_together_or_not_at_all(lakehouse):
     first, second = lakehouse.table(SPEC).create(), lakehouse.table(OTHER).create()
-    _overwrite(second, "seed", D[0], ("s", 0)).publish()
+    publish(_overwrite(second, "seed", D[0], ("s", 0)))
     staged_first = _overwrite(first, "pair", D[0], ("p", 1))
     staged_second = _overwrite(second, "pair", D[0], ("p", 1))
-    _overwrite(second, "other", D[0], ("o", 2)).publish()  # a true conflict on the second table only
+    publish(_overwrite(second, "other", D[0], ("o", 2)))  # a true conflict on the second table only
     before = first.snapshot_id()
 
     with pytest.raises(ConcurrentCommitError):
@@ -169,16 +169,16 @@ def test_a_time_window_scope_conflicts_only_with_writes_inside_it(lakehouse, oth
 
     def write(run, hour, scope=None):
         rows = table.spark.createDataFrame([(start + dt.timedelta(hours=hour), run)], TIMED.schema)
-        return table.stage(run, TIMED.name, "w", scope=scope).append(rows)
+        return stage(table, run, TIMED.name, "w", scope=scope).append(rows)
 
     mine = write("mine", 1, scope=window)
-    write("other", other_hour, scope=NOTHING).publish()
+    publish(write("other", other_hour, scope=NOTHING))
     if conflicts:
         with pytest.raises(ConcurrentCommitError):
-            mine.publish()
+            publish(mine)
         assert sorted(r.id for r in table.read().collect()) == ["other"]
     else:
-        assert mine.publish().replays == 1
+        assert publish(mine).replays == 1
         assert sorted(r.id for r in table.read().collect()) == ["mine", "other"]
 
 
@@ -186,11 +186,11 @@ def test_a_merge_published_on_an_unmoved_main_is_topped_by_an_empty_commit_that_
     """Spark's MERGE cannot carry snapshot properties: publishing adds an empty commit that does, so main's
     head always names its run, asset and partitions."""
     table = lakehouse.table(SPEC).create()
-    _overwrite(table, "seed", D[0], ("a", 1)).publish()
+    publish(_overwrite(table, "seed", D[0], ("a", 1)))
     _rows(table, D[0], ("a", 2)).createOrReplaceTempView("changes")
-    result = table.stage("run-merge", "my_asset", D[0].isoformat(), scope=_day(D[0])).sql(
+    result = publish(stage(table, "run-merge", "my_asset", D[0].isoformat(), scope=_day(D[0])).sql(
         "MERGE INTO {target} t USING changes s ON t.id = s.id WHEN MATCHED THEN UPDATE SET value = s.value"
-    ).publish()
+    ))
 
     iceberg = table.iceberg()
     head = iceberg.current_snapshot()

@@ -7,6 +7,7 @@ import pytest
 from pyspark.sql import types as T
 
 from lakehouse_assets.errors import UpstreamMissingError
+from lakehouse_assets.runtime.commit import publish, stage
 from lakehouse_assets.runtime.schema import SchemaMismatchError, casts_up, promotable
 from lakehouse_assets.tables.registry import TableSpec, col
 
@@ -23,7 +24,7 @@ SPEC = TableSpec(
 
 def write(lakehouse, spark, rows, schema, evolve=True):
     table = lakehouse.table(SPEC)
-    return table.stage("run-1", "probe", "-", evolve=evolve).append(spark.createDataFrame(rows, schema)).publish()
+    return publish(stage(table, "run-1", "probe", "-", evolve=evolve).append(spark.createDataFrame(rows, schema)))
 
 
 @pytest.mark.parametrize("column, bad_type, value", [
