@@ -23,7 +23,6 @@ from datetime objects; no user text reaches a statement.
 from __future__ import annotations
 
 import datetime as dt
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import Any, TypeVar
 
 from ..errors import MaintenanceError
 from ..project.model import TablePolicy
+from ..runtime.conflicts import failure_message, retry_commit
 from ..runtime.resource import LakehouseResource
 from ..settings import validate_identifier
 from .health import TableHealth, table_health, thinnable, write_branch_ages
@@ -39,8 +39,6 @@ T = TypeVar("T")
 UTC = dt.timezone.utc
 ATTEMPTS = 5
 THIN_CHUNK = 10_000  # snapshot ids named in one expiry call
-# What Iceberg raises when a maintenance commit collides with another writer's (it then re-runs from scratch).
-_CONFLICTS = ("CommitFailedException", "ValidationException", "Cannot commit", "conflicting files", "not an ancestor")
 
 
 @dataclass
@@ -71,16 +69,12 @@ def spark_timestamp(value: dt.datetime) -> str:
 
 
 def retry_on_conflict(action: Callable[[], T], what: str, log: Callable[[str], None] = print) -> tuple[T, int]:
-    """Run a maintenance commit until it lands; (its result, the retries). Errors other than conflicts fail at once."""
-    for n in range(ATTEMPTS):
-        try:
-            return action(), n
-        except Exception as exc:  # Spark wraps Iceberg's exceptions: tell conflicts by their names
-            if not any(mark in str(exc) for mark in _CONFLICTS) or n + 1 == ATTEMPTS:
-                raise MaintenanceError(f"{what} failed: {str(exc).splitlines()[0]}") from exc
-            log(f"{what} collided with another commit; running it again on the new main")
-            time.sleep(random.uniform(0.2, 1.0) * (n + 1))
-    raise AssertionError("unreachable")
+    """Run a maintenance commit until it lands; (its result, the retries). A failure runtime/conflicts.py does
+    not retry, or the last of ATTEMPTS, is a MaintenanceError."""
+    try:
+        return retry_commit(action, what, ATTEMPTS, log, pause_s=(0.2, 1.0))
+    except Exception as exc:
+        raise MaintenanceError(f"{what} failed: {failure_message(exc)}") from exc
 
 
 class TableMaintenance:

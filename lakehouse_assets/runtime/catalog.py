@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..errors import CatalogUnreachableError
 from ..settings import CatalogUri, Settings
+from .conflicts import retry_commit
 
 
 def open_catalog(name: str, uri: CatalogUri, warehouse: str, **properties: str) -> SqlCatalog:
@@ -61,20 +61,19 @@ def append_retrying(catalog: SqlCatalog, identifier: tuple[str, str], data: Any,
                     attempts: int = 50, log: Callable[[str], None] = print) -> tuple[Table, int]:
     """pyiceberg's append beside the platform's writers: (the table after it, the retries it took).
 
-    A refused commit (another writer moved main) is retried on the reloaded table. So is pyiceberg's
-    ValueError "Cannot add snapshot with sequence number N older than last sequence number N": a commit to
-    another branch (a staged write) took that number after the table was loaded, a requirement pyiceberg's
-    commit does not state (the gap apache/iceberg#15001 closed for REST catalogs).
+    A refused commit (another writer moved main) is retried on the reloaded table (runtime/conflicts.py). So
+    is pyiceberg's ValueError "Cannot add snapshot with sequence number N older than last sequence number N"
+    when the table moved since it was loaded: a commit to another branch (a staged write) took that number, a
+    requirement pyiceberg's commit does not state (the gap apache/iceberg#15001 closed for REST catalogs).
     """
-    table = catalog.load_table(identifier)
-    for retries in range(attempts):
+    def append() -> Table:
+        table = catalog.load_table(identifier)  # each attempt appends to the table as it is then
         try:
             table.append(data, snapshot_properties=properties or {})
-            return table, retries
-        except (CommitFailedException, ValueError) as exc:
-            if isinstance(exc, ValueError) and "sequence number" not in str(exc):
-                raise
-            log(f"{'.'.join(identifier)}: {exc}; reloading and appending again")
-            time.sleep(0.05 * (retries + 1))
-            table = catalog.load_table(identifier)
-    raise CommitFailedException(f"{'.'.join(identifier)}: the append was refused {attempts} times")
+        except ValueError as exc:
+            if catalog.load_table(identifier).metadata_location != table.metadata_location:
+                raise CommitFailedException(f"{'.'.join(identifier)}: the table moved while appending") from exc
+            raise
+        return table
+
+    return retry_commit(append, f"append to {'.'.join(identifier)}", attempts, log, pause_s=(0.025, 0.075))

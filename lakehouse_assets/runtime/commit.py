@@ -23,14 +23,13 @@ as Dagster materialisation metadata. Writes conform to the table's schema first
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dagster import MaterializeResult, MetadataValue
 
-from ..errors import ConcurrentCommitError, PublishedError
+from ..errors import ConcurrentCommitError
+from .conflicts import retry_commit
 from .publish import publish, publish_all
 from .staged import (
     ASSET,
@@ -60,28 +59,13 @@ def with_commit_retries(attempt: Callable[[], T], what: str, log: Callable[[str]
     """Run `attempt` (read, stage, check, publish) until it publishes; (its result, the retries it took).
 
     Each retry starts from scratch on the new `main`, so what the write decided
-    against is decided again. After `attempts` lost races it fails, nothing published.
+    against is decided again (runtime/conflicts.py says which failures are retried).
+    After `attempts` lost races it fails, nothing published.
     """
-    for n in range(attempts):
-        try:
-            return attempt(), n
-        except PublishedError:
-            raise  # it is on main: writing again would write it twice
-        except Exception as exc:
-            if not isinstance(exc, ConcurrentCommitError) and not lost_commit_race(exc):
-                raise
-            if n + 1 == attempts:
-                raise ConcurrentCommitError(
-                    f"{exc}; gave up after {attempts} attempts, each re-staged on the newest main") from exc
-            log(f"{what}: {exc}; re-staging on the new main (attempt {n + 2} of {attempts})")
-            time.sleep(random.uniform(0.1, 0.6) * (n + 1))  # writers that collided do not collide again in step
-    raise AssertionError("unreachable")
+    def gave_up(exc: BaseException, n: int) -> BaseException:
+        return ConcurrentCommitError(f"{exc}; gave up after {n} attempts, each re-staged on the newest main")
 
-
-def lost_commit_race(exc: BaseException) -> bool:
-    """Iceberg refused a commit (branch, write or fast-forward) because the table's metadata moved under it
-    more often than its own retries cover, e.g. beside compaction: the attempt can start again on the new main."""
-    return "org.apache.iceberg.exceptions.CommitFailedException" in str(exc)
+    return retry_commit(attempt, what, attempts, log, gave_up=gave_up, again="re-staging on the new main")
 
 
 def retry_metadata(retries: int) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import text
 
 from ..errors import ConcurrentCommitError, PublishedError
+from .conflicts import CATALOG_BUSY, CONFLICT, commit_failure, failure_message
 from .failpoints import failpoint
 from .freshness import NEWEST_EVENT, NEWEST_LANDED
 from .staged import EVERYTHING, NOTHING, CommitResult, StagedWrite
@@ -141,10 +142,10 @@ def _replay(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
     try:
         delta.commit()
     except Exception as exc:
-        if "ValidationException" in str(exc):
+        if commit_failure(exc) == CONFLICT:
             raise ConcurrentCommitError(
                 f"{write.table_id}: a concurrent commit changed what this write was decided against "
-                f"({_first_line(exc)}); nothing was published") from exc
+                f"({failure_message(exc)}); nothing was published") from exc
         raise
     write.replays += 1
 
@@ -168,12 +169,6 @@ def stamp_branch(write: StagedWrite) -> None:
         append.set(key, value)
     append.commit()
     write.stamped = True
-
-
-def _first_line(exc: BaseException) -> str:
-    message = str(exc)
-    found = re.search(r"ValidationException: ([^\n]+)", message)
-    return (found.group(1) if found else message.splitlines()[0]).strip()
 
 
 def _load(write: StagedWrite) -> Any:
@@ -248,7 +243,9 @@ def publish_together(writes: list[StagedWrite]) -> None:
         failpoint("publish:before-swap")
         try:
             _swap(writes, pointers)
-        except _LostSwap:
+        except Exception as exc:
+            if not isinstance(exc, _LostSwap) and commit_failure(exc) != CATALOG_BUSY:
+                raise  # the transaction rolled back: nothing moved, the new metadata files are orphans
             _drop_files(writes[0], [new for _, _, new in pointers])
             time.sleep(0.05 * (n + 1))
             continue
