@@ -93,7 +93,8 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     sensors = [landing_sensor(source, partitions) for source in sources]
     sensors += [late_events_sensor(events, partitions) for events in project.events.values()]
     # Everything after bronze follows by automation conditions (capture and bronze by their own schedule and sensors).
-    automated = [a for a in assets if any(k.to_user_string().startswith(("silver_", "gold_", "ml_")) for k in a.keys)]
+    layers = {name: spec.layer for name, spec in specs.items()}
+    automated = [a for a in assets if any(layers.get(k.to_user_string()) in ("silver", "gold", "ml") for k in a.keys)]
     if automated:
         sensors.append(automation_sensor(automated))
     schedules = [s for name, c in project.captures.items() if (s := capture_schedule(c, captures[name]))]

@@ -39,6 +39,7 @@ from .runtime.failpoints import failpoint
 from .runtime.status import add_to_status, capture_status_file
 from .settings import Settings, validate_identifier
 from .sources.zones import landing_zone
+from .times import UTC
 
 PLUGIN = "pgoutput"
 STARTUP_SECONDS = 30.0  # the JVM, the connector and its snapshot's first rows
@@ -204,13 +205,13 @@ class LandingWriter:
         return recovered
 
     def write(self, table: str, lines: list[str]) -> None:
-        today = dt.datetime.now(dt.timezone.utc).date()
+        today = dt.datetime.now(UTC).date()
         part = self.open.get(table)
         if part is not None and part.day != today:
             self._close(part)
             part = None
         if part is None:
-            name = f"capture-{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}.jsonl.part"
+            name = f"capture-{dt.datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}.jsonl.part"
             path = self.staging / table / f"date={today.isoformat()}" / name
             path.parent.mkdir(parents=True, exist_ok=True)
             part = self.open[table] = _Part(table, today, path, time.monotonic(), handle=open(path, "ab"))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import LakehouseError
 from .settings import Settings
+from .times import from_ms
 
 if TYPE_CHECKING:
     from .project import Project
@@ -59,7 +60,7 @@ def table_summaries(settings: Settings) -> list[dict]:
             "table": ".".join(identifier),
             "snapshot_id": snapshot.snapshot_id if snapshot else None,
             "committed_at": (
-                dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.timezone.utc).isoformat()
+                from_ms(snapshot.timestamp_ms).isoformat()
                 if snapshot else None
             ),
             # count() uses file statistics and applies delete files when there are any.

@@ -52,8 +52,8 @@ from .project import Project
 from .project.model import INGEST_LOG
 from .runtime.status import capture_status_file, read_status, stream_is_running, stream_status_file
 from .settings import Settings
+from .times import UTC, from_ms
 
-UTC = dt.timezone.utc
 PREFIX = "lakehouse"
 _SEEN_SNAPSHOTS = 500  # per table: materialisations of one commit (one per partition) count once
 
@@ -154,7 +154,7 @@ class LakehouseCollector:
         figures = _TableFigures(
             rows=total["records"] - total["position-deletes"] - total["equality-deletes"],
             health=table_health(table, name, self.project.maintenance.policy(name)),
-            committed_at=dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC) if snapshot else None,
+            committed_at=from_ms(snapshot.timestamp_ms) if snapshot else None,
             newest_event=event.astimezone(UTC) if event else None,
             newest_landed=landed.astimezone(UTC) if landed else None,
         )

@@ -16,7 +16,6 @@ come from their PyPI wheels and are loaded from there, never downloaded.
 
 from __future__ import annotations
 
-import datetime as dt
 import importlib
 import json
 import re
@@ -31,13 +30,12 @@ from urllib.parse import quote, urlparse
 import duckdb
 
 from .settings import Settings
+from .times import iso_ms, parse_as_of, to_ms
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import Table
 
-UTC = dt.timezone.utc
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 EXTENSIONS = ("avro", "httpfs", "iceberg")  # iceberg needs avro (manifests) and httpfs (S3)
 
 
@@ -414,7 +412,7 @@ def _scan_infos(namespace: str, views: list[_View], scans: list[dict]) -> list[S
         infos.append(ScanInfo(
             table=f"{namespace}.{view.name}",
             snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
-            committed_at=_iso_ms(snapshot.timestamp_ms) if snapshot is not None else None,
+            committed_at=iso_ms(snapshot.timestamp_ms) if snapshot is not None else None,
             files_read=sum(int(s.get("Total Files Read", 0)) for s in found),
             files_total=int(total) if total is not None else 0,
             filters=tuple(dict.fromkeys(" AND ".join(_listed(s["Filters"], None)) for s in found if s.get("Filters"))),
@@ -427,25 +425,6 @@ def _scan_infos(namespace: str, views: list[_View], scans: list[dict]) -> list[S
 # ---------------------------------------------------------------------------------------
 # as_of
 # ---------------------------------------------------------------------------------------
-
-
-def _iso_ms(timestamp_ms: int) -> str:
-    return (_EPOCH + dt.timedelta(milliseconds=timestamp_ms)).isoformat(timespec="milliseconds")
-
-
-def parse_as_of(as_of: str) -> int | dt.datetime:
-    """A snapshot id (digits) or an aware datetime (ISO date or timestamp; naive means UTC)."""
-    text = str(as_of).strip()
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"as of {as_of!r}: expected a snapshot id or an ISO date or timestamp "
-            "(e.g. 2025-01-02 or 2025-01-02T10:00:00+00:00)"
-        ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _snapshots_as_of(as_of: str, loaded: dict[str, Table], settings: Settings,
@@ -469,9 +448,9 @@ def _snapshots_as_of(as_of: str, loaded: dict[str, Table], settings: Settings,
         owner_table, snap = next(iter(owners.values()))  # its time on main, not on the branch it was written on
         timestamp_ms = on_main_since(owner_table, target) or snap.timestamp_ms
         result.update({name: snap for name, (_, snap) in owners.items() if name in loaded})
-        when = f"snapshot {target} ({_iso_ms(timestamp_ms)})"
+        when = f"snapshot {target} ({iso_ms(timestamp_ms)})"
     else:
-        timestamp_ms = (target - _EPOCH) // dt.timedelta(milliseconds=1)
+        timestamp_ms = to_ms(target)
         when = target.isoformat()
     for name, table in loaded.items():
         if name in result:
@@ -486,7 +465,7 @@ def _snapshots_as_of(as_of: str, loaded: dict[str, Table], settings: Settings,
                 raise ValueError(f"table {settings.namespace}.{name} has no snapshot as of {when}: "
                                  "it has never been written")
             raise ValueError(f"table {settings.namespace}.{name} did not exist yet as of {when}: "
-                             f"its first snapshot was committed at {_iso_ms(first)}")
+                             f"its first snapshot was committed at {iso_ms(first)}")
         result[name] = snapshot
     return result
 

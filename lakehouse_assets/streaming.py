@@ -57,6 +57,7 @@ from .errors import ConfigurationError
 from .gold.events import gold_specs, merge_minutes
 from .partitions import daily_partitions
 from .project import EventSource, Project
+from .project.model import MINUTE_ACTIVITY
 from .runtime.commit import CommitResult
 from .runtime.failpoints import failpoint
 from .runtime.freshness import freshness_check_result, freshness_state
@@ -66,6 +67,7 @@ from .silver.events import StreamedEvents, rejected_spec, silver_spec, take_new_
 from .sources.landing import of_files
 from .sources.zones import landing_day, source_root
 from .tables.handle import TableHandle
+from .times import UTC
 
 QUERY_ID = "lakehouse.stream.query-id"
 BATCH_ID = "lakehouse.stream.batch-id"
@@ -119,7 +121,7 @@ class EventStream:
         self.log = log
         gold = project.gold
         self.gold = gold if (gold.events is not None and gold.events.name == source.name and gold.events.user
-                             and "gold_minute_activity" in gold.event_tables) else None
+                             and MINUTE_ACTIVITY in gold.event_tables) else None
         self.reports: list[BatchReport] = []
         self.last_activity = time.monotonic()
 
@@ -183,7 +185,7 @@ class EventStream:
         began = time.monotonic()
         landed = sorted(r.modificationTime.timestamp() for r in rows)  # naive local times, as PySpark gives them
         report = self.process(sorted(r.path for r in rows), batch_id,
-                              dt.datetime.fromtimestamp(landed[-1], dt.timezone.utc))
+                              dt.datetime.fromtimestamp(landed[-1], UTC))
         report.landed_at = landed
         report.seconds = round(time.monotonic() - began, 3)
         self.reports.append(report)
@@ -260,14 +262,14 @@ class EventStream:
                                                 props, self.log)
                 report.retries += retries
                 report.minutes = minutes.distinct().count()
-                report.snapshots["gold_minute_activity"] = commit.snapshot_id or 0
+                report.snapshots[MINUTE_ACTIVITY] = commit.snapshot_id or 0
                 pending.append(lambda: self._report_gold(commit, days, props))
                 lap("gold")
         finally:
             delivered.unpersist()
             for send in pending:
                 send()
-        report.visible_at = dt.datetime.now(dt.timezone.utc)
+        report.visible_at = dt.datetime.now(UTC)
         return report
 
     def _delivered(self, bronze: TableHandle, query_id: str, batch_id: int, files: list[str],
@@ -347,7 +349,7 @@ class EventStream:
     def _report_gold(self, commit: CommitResult, days: list[str], props: dict[str, str]) -> None:
         if self.instance is None or self.gold is None:
             return
-        spec = gold_specs(self.gold)["gold_minute_activity"]
+        spec = gold_specs(self.gold)[MINUTE_ACTIVITY]
         state = freshness_state(self.lakehouse.table(spec).iceberg(), spec.name, self.gold.freshness.get(spec.name))
         self._materialized(spec.name, days, commit, props, state.metadata())
         self._report_check(freshness_check_result(state, spec.name), spec.name)

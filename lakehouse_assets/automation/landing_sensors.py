@@ -40,6 +40,7 @@ from ..runtime.catalog import catalog_for
 from ..runtime.resource import LakehouseResource
 from ..runtime.status import stream_is_running
 from ..sources.zones import landing_zone, refused_files, source_root
+from ..times import UTC
 
 # Files modified this long before the watermark are still compared by name: clocks
 # and uploads are not perfectly ordered.
@@ -111,7 +112,7 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
         watermark, recent = state["watermark"], set(state["recent"])
         now = time.time()
         whole = not watermark or now - state.get("listed_all_at", 0.0) >= FULL_LISTING_SECONDS
-        since = None if whole else (dt.datetime.fromtimestamp(watermark - LOOKBACK_SECONDS, dt.timezone.utc).date()
+        since = None if whole else (dt.datetime.fromtimestamp(watermark - LOOKBACK_SECONDS, UTC).date()
                                     - dt.timedelta(days=1))
         files = landing_zone(lakehouse.settings).list(
             source.name, since=since, changed_after=None if whole else watermark - LOOKBACK_SECONDS)

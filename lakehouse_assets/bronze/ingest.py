@@ -50,6 +50,7 @@ from ..sources.landing import day_folders, landing_date_of, landing_date_value, 
 from ..sources.zones import source_root
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
+from ..times import UTC
 
 INGEST_LOG = TableSpec(
     name=INGEST_LOG_NAME,
@@ -193,7 +194,7 @@ def ingest(
     for f, why in unreadable.items():
         log(f"{source.name}: {f}: {why}: quarantined whole")
     # One time for every row of the run, whichever pass writes it.
-    stamps = {"ingested_at": F.lit(dt.datetime.now(dt.timezone.utc)), "run_id": F.lit(run_id)}
+    stamps = {"ingested_at": F.lit(dt.datetime.now(UTC)), "run_id": F.lit(run_id)}
     # An unreadable file is one record, quarantined with the reason (its raw bytes stay in the landing zone).
     unread = spark.createDataFrame([(f, why) for f, why in unreadable.items()], "source_file string, reason string")
     unread = unread.select("source_file", "reason", F.lit(0).alias("source_line"), F.lit("").alias("payload"),
@@ -207,7 +208,7 @@ def ingest(
                 _add_columns(report, bronze, added, log)
 
     landed = max(modification_times(spark, todo).values())
-    report.newest_landed_at = dt.datetime.fromtimestamp(landed, dt.timezone.utc)
+    report.newest_landed_at = dt.datetime.fromtimestamp(landed, UTC)
     # Whether a file was taken is decided on the rows of its landing day: writes of other days never conflict.
     days = [landing_date_value(f) for f in todo]
     scope: Any = EVERYTHING if None in days else Window(

@@ -37,6 +37,7 @@ from pyspark.sql import types as T
 from ..conditions import BI_REFRESH, BI_REFRESH_ACROSS_DAYS, reads_days
 from ..partitions import SINGLE_RUN
 from ..project import Freshness, Gold
+from ..project.model import DAILY_ACTIVITY, DAILY_FUNNEL, MINUTE_ACTIVITY, SESSIONS
 from ..runtime.commit import (
     CommitResult,
     Window,
@@ -64,7 +65,7 @@ class EventColumns:
         user = source.user
         self.gold = gold
         self.ts = source.timestamp
-        self.user = f"{user}_hash" if user in source.pii else user
+        self.user = source.silver_column(user)
         self.type = source.event_type
 
     def purchase(self) -> Column:
@@ -117,14 +118,14 @@ def _spec(name: str, description: str, columns: list[T.StructField], partition: 
 
 def gold_specs(gold: Gold) -> dict[str, TableSpec]:
     specs = {
-        "gold_minute_activity": _spec(
-            "gold_minute_activity", "Per minute: events, active users, purchases and revenue (the live dashboard).", [
+        MINUTE_ACTIVITY: _spec(
+            MINUTE_ACTIVITY, "Per minute: events, active users, purchases and revenue (the live dashboard).", [
                 col("minute", T.TimestampType(), False), col("events", T.LongType(), False),
                 col("active_users", T.LongType(), False), col("purchases", T.LongType(), False),
                 col("revenue", MONEY, False),
             ], "days(minute)"),
-        "gold_sessions": _spec(
-            "gold_sessions", "One row per session: start, end, duration, events, purchases, revenue, funnel reached.", [
+        SESSIONS: _spec(
+            SESSIONS, "One row per session: start, end, duration, events, purchases, revenue, funnel reached.", [
                 col("session_id", T.StringType(), False), col("user_id", T.StringType(), False),
                 col("session_start", T.TimestampType(), False), col("session_end", T.TimestampType(), False),
                 col("duration_s", T.LongType(), False), col("events", T.LongType(), False),
@@ -132,8 +133,8 @@ def gold_specs(gold: Gold) -> dict[str, TableSpec]:
                 col("funnel_step", T.IntegerType(), False, "deepest funnel step reached with every step before it"),
                 col("outcome", T.StringType(), False, "the event type of that step, or 'none'"),
             ], "days(session_start)"),
-        "gold_daily_activity": _spec(
-            "gold_daily_activity", "Per day: active users, sessions, events (and by type), purchases and revenue.", [
+        DAILY_ACTIVITY: _spec(
+            DAILY_ACTIVITY, "Per day: active users, sessions, events (and by type), purchases and revenue.", [
                 col("activity_date", T.DateType(), False), col("active_users", T.LongType(), False),
                 col("sessions", T.LongType(), False), col("events", T.LongType(), False),
                 col("events_by_type", T.MapType(T.StringType(), T.LongType()), comment="event type -> events"),
@@ -142,8 +143,8 @@ def gold_specs(gold: Gold) -> dict[str, TableSpec]:
             ], "activity_date"),
     }
     if gold.funnel:
-        specs["gold_daily_funnel"] = _spec(
-            "gold_daily_funnel", "Per day and funnel step: sessions that reached it, and conversion from the step "
+        specs[DAILY_FUNNEL] = _spec(
+            DAILY_FUNNEL, "Per day and funnel step: sessions that reached it, and conversion from the step "
                                  "before.", [
                 col("funnel_date", T.DateType(), False), col("step", T.IntegerType(), False),
                 col("event_type", T.StringType(), False), col("sessions", T.LongType(), False),
@@ -220,7 +221,7 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
 
     def daily_funnel(lakehouse, start, end):
         window = Window.of_days("session_start", start, end)
-        s = lakehouse.table(specs["gold_sessions"]).read(reader="gold_daily_funnel").where(window.condition)
+        s = lakehouse.table(specs[SESSIONS]).read(reader=DAILY_FUNNEL).where(window.condition)
         day = F.to_date("session_start").alias("funnel_date")
         totals = s.groupBy(day).agg(F.count(F.lit(1)).alias("_all"),
                                     *(F.count(F.when(F.col("funnel_step") >= n, True)).alias(f"_s{n}")
@@ -253,14 +254,14 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
                 Window.of_days("activity_date", start, end, as_date=True))
 
     assets = [
-        daily(specs["gold_minute_activity"], [AssetDep(silver.name)], minute_activity),
+        daily(specs[MINUTE_ACTIVITY], [AssetDep(silver.name)], minute_activity),
         # A day's sessions read silver a day past each edge: late data on either neighbour refreshes it.
-        daily(specs["gold_sessions"], [AssetDep(silver.name, partition_mapping=reads_days(1, 1))], sessions,
+        daily(specs[SESSIONS], [AssetDep(silver.name, partition_mapping=reads_days(1, 1))], sessions,
               BI_REFRESH_ACROSS_DAYS),
-        daily(specs["gold_daily_activity"], [AssetDep(silver.name)], daily_activity),
+        daily(specs[DAILY_ACTIVITY], [AssetDep(silver.name)], daily_activity),
     ]
     if gold.funnel:
-        assets.append(daily(specs["gold_daily_funnel"], [AssetDep("gold_sessions")], daily_funnel))
+        assets.append(daily(specs[DAILY_FUNNEL], [AssetDep(SESSIONS)], daily_funnel))
     return assets
 
 
@@ -271,7 +272,7 @@ def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, m
     """Recompute the gold_minute_activity rows of `minutes` (a one-column frame of minute starts) from
     silver as it stands, and MERGE them in: the stream's incremental path; (the commit, its retries)."""
     c = EventColumns(gold)
-    spec = gold_specs(gold)["gold_minute_activity"]
+    spec = gold_specs(gold)[MINUTE_ACTIVITY]
     table, silver_table = lakehouse.table(spec).create(), lakehouse.table(silver)
     wanted = minutes.select(F.col("minute").cast("timestamp")).distinct().cache()
     text = "yyyy-MM-dd HH:mm:ss"

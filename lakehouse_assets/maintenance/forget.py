@@ -27,7 +27,6 @@ The subject's value never enters SQL text: it is written as a hex literal.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 import time
@@ -40,30 +39,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
+from pyspark.sql import functions as F
 
 from ..errors import MaintenanceError
 from ..project import Project
-from ..runtime.pii import pii_key
+from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..settings import validate_identifier
 from .health import file_paths, files_of
 from .procedures import retry_on_conflict
 
 LEGAL_HOLD = "legal_hold"
-UTC = dt.timezone.utc
 
 
 def sql_text(value: str) -> str:
     """A Spark SQL string literal for any text: hex digits only in the statement."""
     return f"decode(unhex('{value.encode('utf-8').hex()}'), 'UTF-8')"
-
-
-def keyed_hash_text(value: str, key: bytes) -> str:
-    """The pseudonym silver stores for `value` (the same HMAC-SHA256 as runtime/pii.py computes in Spark)."""
-    import hashlib
-    import hmac
-
-    return hmac.new(key, value.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -166,16 +157,16 @@ class ForgetReport:
         }
 
 
-def _user_values(plain: str, pseudonymised: bool, key: bytes) -> tuple[str, ...]:
-    return (keyed_hash_text(plain, key),) if pseudonymised else (plain,)
-
-
-def subject_targets(project: Project, subject: str, key: bytes,
+def subject_targets(project: Project, subject: str, hashed: str,
                     event_keys: Callable[[str, str, str], tuple[str, ...]]) -> tuple[list[Target], dict[str, str]]:
     """Where the subject can be, upstream first; and the tables left alone, with why.
 
+    `hashed` is the subject's pseudonym (runtime/pii.py), what silver keeps of a personal-data column.
     `event_keys(bronze, user column, key column)` gives the keys of the subject's events (read before any delete).
     """
+    def values(pseudonymised: bool) -> tuple[str, ...]:
+        return (hashed,) if pseudonymised else (subject,)
+
     targets: list[Target] = []
     left: dict[str, str] = {}
     for source in project.events.values():
@@ -189,21 +180,19 @@ def subject_targets(project: Project, subject: str, key: bytes,
             Target(source.bronze, [Equals((source.user,), (subject,)), mention], "events of the subject, raw payload"),
             Target(source.quarantine, [mention], "raw lines naming the subject"),
         ]
-        silver_user = f"{source.user}_hash" if source.user in source.pii else source.user
-        targets.append(Target(source.silver, [Equals((silver_user,), _user_values(subject, source.user in source.pii,
-                                                                                  key))], "the subject's events"))
+        targets.append(Target(source.silver, [Equals((source.silver_column(source.user),),
+                                                     values(source.user in source.pii))], "the subject's events"))
         if keys:
             targets.append(Target(source.rejected, [Equals((source.key,), keys)], "the subject's rejected events"))
         else:
             left[source.rejected] = "no event of the subject in bronze"
     gold = project.gold
     if gold.events is not None and gold.events.user is not None:
-        values = _user_values(subject, gold.events.user in gold.events.pii, key)
-        for name in ("gold_sessions", *gold.ml_tables):
-            if name in gold.event_tables or name in gold.ml_tables:
-                targets.append(Target(name, [Equals(("user_id",), values)], "rows per user"))
+        for name in gold.per_user_tables:
+            targets.append(Target(name, [Equals(("user_id",), values(gold.events.user in gold.events.pii))],
+                                  "rows per user"))
         for name in gold.event_tables:
-            if name != "gold_sessions":
+            if name not in gold.per_user_tables:
                 left[name] = "an aggregate over users: holds no person"
     for name in gold.sql_tables:
         left[name] = "a declared SQL aggregate: holds no person"
@@ -213,9 +202,7 @@ def subject_targets(project: Project, subject: str, key: bytes,
             continue
         c = table.subject
         mentions = [Mentions("payload", c, subject), Mentions("key", c, subject)]
-        # Silver keeps a pseudonymised column as `<column>_hash`.
-        silver = Equals((f"{c}_hash",), _user_values(subject, True, key)) if c in table.pii else \
-            Equals((c,), (subject,))
+        silver = Equals((table.silver_column(c),), values(c in table.pii))
         targets += [
             Target(table.bronze, [Equals(("after", c), (subject,)), Equals(("before", c), (subject,)), *mentions],
                    "changes of the subject's rows"),
@@ -272,8 +259,8 @@ class Forget:
             raise ValueError("a subject id is 1 to 1000 characters")
         started = time.monotonic()
         self._subject = subject
-        key = pii_key(self.lakehouse.settings)
-        targets, left = subject_targets(self.project, subject, key, self._event_keys)
+        hashed = self.spark.range(1).select(keyed_hash(F.lit(subject), pii_key(self.lakehouse.settings))).first()[0]
+        targets, left = subject_targets(self.project, subject, hashed, self._event_keys)
         report = ForgetReport(subject, left_alone=left)
         checked = []
         for target in targets:

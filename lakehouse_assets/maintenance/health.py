@@ -22,8 +22,8 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 from pyiceberg.table import Table
 
 from ..project.model import TablePolicy
+from ..times import UTC
 
-UTC = dt.timezone.utc
 # Branches that writes cut (runtime/commit.py): `stage_` and `audit_`, then the creation time in epoch seconds.
 _WRITE_BRANCH = re.compile(r"^(?:stage|audit)_(?:(?P<epoch>\d{10})_)?[0-9a-f]+$")
 

@@ -33,10 +33,10 @@ from ..project.model import TablePolicy
 from ..runtime.conflicts import failure_message, retry_commit
 from ..runtime.resource import LakehouseResource
 from ..settings import validate_identifier
+from ..times import UTC
 from .health import TableHealth, table_health, thinnable, write_branch_ages
 
 T = TypeVar("T")
-UTC = dt.timezone.utc
 ATTEMPTS = 5
 THIN_CHUNK = 10_000  # snapshot ids named in one expiry call
 

@@ -8,7 +8,6 @@ A tag keeps its snapshot through expiry, for ever or for `retain_days`.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from pyiceberg.table import Table
@@ -17,12 +16,7 @@ from ..errors import SnapshotError
 from ..runtime.commit import ASSET, PARTITIONS, RUN_ID
 from ..runtime.main_log import main_at
 from ..settings import validate_identifier
-
-UTC = dt.timezone.utc
-
-
-def _when(timestamp_ms: int) -> str:
-    return dt.datetime.fromtimestamp(timestamp_ms / 1000, UTC).isoformat(timespec="milliseconds")
+from ..times import iso_ms, parse_as_of, to_ms
 
 
 def snapshot_history(table: Table) -> list[dict[str, Any]]:
@@ -42,7 +36,7 @@ def snapshot_history(table: Table) -> list[dict[str, Any]]:
         rows.append({
             "snapshot_id": s.snapshot_id,
             "parent_id": s.parent_snapshot_id,
-            "committed_at": _when(s.timestamp_ms),
+            "committed_at": iso_ms(s.timestamp_ms),
             "operation": s.summary.operation.value if s.summary and s.summary.operation else "",
             "run_id": props.get(RUN_ID, ""),
             "asset": props.get(ASSET, ""),
@@ -57,29 +51,23 @@ def snapshot_history(table: Table) -> list[dict[str, Any]]:
     return rows
 
 
-def _parse_time(text: str) -> dt.datetime:
-    try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise SnapshotError(f"{text!r} is neither a snapshot id nor an ISO date or timestamp") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
 def resolve_point(table: Table, name: str, to: str) -> int:
     """The snapshot of `main`'s past that `to` means: a snapshot id, or the one main had at a time."""
-    if to.strip().lstrip("-").isdigit():
-        snapshot_id = int(to)
-        if table.snapshot_by_id(snapshot_id) is None:
-            raise SnapshotError(f"{name} has no snapshot {snapshot_id} (expired, or never existed): "
+    try:
+        point = parse_as_of(to)
+    except ValueError as exc:
+        raise SnapshotError(str(exc)) from None
+    if isinstance(point, int):
+        if table.snapshot_by_id(point) is None:
+            raise SnapshotError(f"{name} has no snapshot {point} (expired, or never existed): "
                                 f"see `lakehouse snapshots {name}`")
-        return snapshot_id
-    when = _parse_time(to)
+        return point
     # Main's own log: a published write's snapshot was committed on its branch before main had it.
-    target, target_id = main_at(table, int(when.timestamp() * 1000))
+    target, target_id = main_at(table, to_ms(point))
     if target_id is None:
-        raise SnapshotError(f"{name} has no snapshot on main at or before {when.isoformat()}")
+        raise SnapshotError(f"{name} has no snapshot on main at or before {point.isoformat()}")
     if target is None:
-        raise SnapshotError(f"{name}: snapshot {target_id}, main's at {when.isoformat()}, has expired")
+        raise SnapshotError(f"{name}: snapshot {target_id}, main's at {point.isoformat()}, has expired")
     return target_id
 
 

@@ -34,9 +34,11 @@ from ..gold.events import EventColumns
 from ..partitions import SINGLE_RUN
 from ..pinning import PINNED, pin_snapshots
 from ..project import Gold
+from ..project.model import TRAINING_SET, USER_FEATURES
 from ..runtime.commit import Window, materialize_with_retries, publish, stage
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
+from ..times import UTC
 
 LOOKBACK_DAYS = 30
 
@@ -49,7 +51,7 @@ FEATURE_COLUMNS = [
 ]
 
 ML_USER_FEATURES = TableSpec(
-    name="ml_user_features",
+    name=USER_FEATURES,
     layer="ml",
     description="Per user, as of the last instant of each day: activity, purchases and spend over 1/7/30 days.",
     schema=T.StructType([
@@ -62,7 +64,7 @@ ML_USER_FEATURES = TableSpec(
 )
 
 ML_TRAINING_SET = TableSpec(
-    name="ml_training_set",
+    name=TRAINING_SET,
     layer="ml",
     description="One row per session start: label (did the session purchase) and the user's features as of then.",
     schema=T.StructType([
@@ -117,7 +119,7 @@ def features_as_of(events: DataFrame, points: DataFrame) -> DataFrame:
 
 def day_end(day: dt.date) -> dt.datetime:
     """The last instant of a UTC day (timestamps are microsecond precision)."""
-    return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), dt.timezone.utc) - dt.timedelta(microseconds=1)
+    return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), UTC) - dt.timedelta(microseconds=1)
 
 
 def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,

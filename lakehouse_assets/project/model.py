@@ -17,10 +17,35 @@ from .declaration import RuleDecl, ValueCheck
 
 INGEST_LOG = "bronze_ingest_log"
 MAX_LATENESS = "max_lateness"  # the rule an event breaks when it lands later than its source allows
+# The gold and ML tables built from an event source with a user field.
+MINUTE_ACTIVITY = "gold_minute_activity"
+SESSIONS = "gold_sessions"
+DAILY_FUNNEL = "gold_daily_funnel"
+DAILY_ACTIVITY = "gold_daily_activity"
+USER_FEATURES = "ml_user_features"
+TRAINING_SET = "ml_training_set"
+
+
+def pseudonym(column: str) -> str:
+    """The column silver keeps for a declared personal-data column: its keyed hash (runtime/pii.py)."""
+    return f"{column}_hash"
+
+
+class _Pseudonymised:
+    pii: tuple[str, ...]
+
+    def silver_column(self, column: str) -> str:
+        """The name `column` has from silver on: its pseudonym when it is declared personal data."""
+        return pseudonym(column) if column in self.pii else column
+
+    @property
+    def pseudonyms(self) -> dict[str, str]:
+        """Each pseudonym column of silver and the source column it hashes."""
+        return {pseudonym(c): c for c in self.pii}
 
 
 @dataclass(frozen=True)
-class EventSource:
+class EventSource(_Pseudonymised):
     """A behavioural event log: JSON lines landed under `<landing zone>/<landing>/date=D/`."""
 
     name: str
@@ -63,7 +88,7 @@ class EventSource:
 
 
 @dataclass(frozen=True)
-class CdcTable:
+class CdcTable(_Pseudonymised):
     """A captured OLTP table: Debezium change events landed under `<landing zone>/cdc/<name>/date=D/`."""
 
     name: str
@@ -149,12 +174,12 @@ class SqlTable:
 
 # The event-derived gold tables and their default freshness (fail, warn).
 GOLD_EVENT_TABLES = {
-    "gold_minute_activity": Freshness(dt.timedelta(minutes=5), dt.timedelta(minutes=2)),
-    "gold_sessions": Freshness(dt.timedelta(minutes=30)),
-    "gold_daily_funnel": Freshness(dt.timedelta(minutes=30)),
-    "gold_daily_activity": Freshness(dt.timedelta(minutes=30)),
+    MINUTE_ACTIVITY: Freshness(dt.timedelta(minutes=5), dt.timedelta(minutes=2)),
+    SESSIONS: Freshness(dt.timedelta(minutes=30)),
+    DAILY_FUNNEL: Freshness(dt.timedelta(minutes=30)),
+    DAILY_ACTIVITY: Freshness(dt.timedelta(minutes=30)),
 }
-ML_TABLES = ("ml_user_features", "ml_training_set")
+ML_TABLES = (USER_FEATURES, TRAINING_SET)
 
 
 @dataclass(frozen=True)
@@ -175,11 +200,16 @@ class Gold:
         """The event gold tables: they need an event source with a user field (and a funnel, for the funnel)."""
         if self.events is None or self.events.user is None:
             return ()
-        return tuple(t for t in GOLD_EVENT_TABLES if t != "gold_daily_funnel" or self.funnel)
+        return tuple(t for t in GOLD_EVENT_TABLES if t != DAILY_FUNNEL or self.funnel)
 
     @property
     def ml_tables(self) -> tuple[str, ...]:
         return ML_TABLES if self.events and self.events.user else ()
+
+    @property
+    def per_user_tables(self) -> tuple[str, ...]:
+        """The gold and ML tables with a row per user (`user_id`); the other event gold tables aggregate users."""
+        return (SESSIONS, *self.ml_tables) if SESSIONS in self.event_tables else ()
 
     @property
     def bi_freshness(self) -> dict[str, Freshness | None]:

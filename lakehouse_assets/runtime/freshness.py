@@ -24,11 +24,11 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, Metada
 from pyiceberg.table import Table
 
 from ..project import Freshness
+from ..times import UTC, from_ms
 
 NEWEST_EVENT = "lakehouse.newest-event-time"
 NEWEST_LANDED = "lakehouse.newest-landed-at"
 CHECK = "event_time_freshness"
-UTC = dt.timezone.utc
 _ANCESTORS = 50  # how far back a head without watermarks looks for them
 
 
@@ -169,7 +169,7 @@ def freshness_state(table: Table, name: str, declared: Freshness | None = None,
                     now: dt.datetime | None = None) -> FreshnessState:
     snapshot = table.current_snapshot()
     event, landed = head_watermarks(table)
-    committed = dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC) if snapshot else None
+    committed = from_ms(snapshot.timestamp_ms) if snapshot else None
     return FreshnessState(name, _utc(event), _utc(landed), committed, now or dt.datetime.now(UTC), declared)
 
 

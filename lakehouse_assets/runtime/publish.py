@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import text
 
 from ..errors import ConcurrentCommitError, PublishedError
+from ..times import EPOCH, UTC
 from .conflicts import CATALOG_BUSY, CONFLICT, commit_failure, failure_message
 from .failpoints import failpoint
 from .freshness import NEWEST_EVENT, NEWEST_LANDED
@@ -53,8 +54,8 @@ def _literal(value: Any) -> Any:
     """A Python bound as Iceberg's expressions take it: microseconds since the epoch for a time (naive: UTC),
     days since the epoch for a date."""
     if isinstance(value, dt.datetime):
-        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
-        return (aware - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return (aware - EPOCH) // dt.timedelta(microseconds=1)
     if isinstance(value, dt.date):
         return (value - dt.date(1970, 1, 1)).days
     return value

@@ -25,6 +25,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..tables.handle import TableHandle
+from ..times import UTC
 from .freshness import derived_watermarks, watermark_properties
 from .schema import conform
 
@@ -53,7 +54,7 @@ class Window:
     @classmethod
     def of_days(cls, column: str, start: dt.datetime, end: dt.datetime, as_date: bool = False) -> Window:
         """A Dagster daily time window, on a timestamp column or (as_date) a date column."""
-        start, end = start.astimezone(dt.timezone.utc), end.astimezone(dt.timezone.utc)
+        start, end = start.astimezone(UTC), end.astimezone(UTC)
         label = f"{start.date().isoformat()}..{(end - dt.timedelta(days=1)).date().isoformat()}"
         if as_date:
             return cls(column, start.date(), end.date(), label)

@@ -61,6 +61,7 @@ from ..checks.rules import HASH_PATTERN, pandera_column, unique_key
 from ..conditions import CHAIN_REFRESH
 from ..partitions import SINGLE_RUN
 from ..project import CdcTable
+from ..project.model import pseudonym
 from ..runtime.commit import Window, retry_metadata, stage, with_commit_retries
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
@@ -72,13 +73,9 @@ from ..tables.registry import TableSpec, col
 from ..tables.types import spark_type
 
 
-def _silver_name(info: CdcTable, column: str) -> str:
-    return f"{column}_hash" if column in info.pii else column
-
-
 def _image_fields(info: CdcTable) -> list[T.StructField]:
     return [
-        col(f"{c}_hash", T.StringType(), True, "HMAC-SHA256 of the source value") if c in info.pii
+        col(pseudonym(c), T.StringType(), True, "HMAC-SHA256 of the source value") if c in info.pii
         else col(c, spark_type(t), c not in info.primary_key)
         for c, t in info.columns.items()
     ]
@@ -124,7 +121,7 @@ def history_spec(info: CdcTable) -> TableSpec:
 
 def current_model(info: CdcTable) -> pa.DataFrameSchema:
     columns = {
-        _silver_name(info, c): pandera_column(T.StringType(), True, None, pa.Check.str_matches(HASH_PATTERN))
+        info.silver_column(c): pandera_column(T.StringType(), True, None, pa.Check.str_matches(HASH_PATTERN))
         if c in info.pii else pandera_column(spark_type(t), c not in info.primary_key, info.checks.get(c))
         for c, t in info.columns.items()
     }
@@ -167,7 +164,7 @@ def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, w
     return rows.select(
         "key",
         *(F.when(image[c] == UNAVAILABLE, F.lit(UNAVAILABLE)).otherwise(keyed_hash(image[c], key))
-          .alias(_silver_name(info, c)) if c in info.pii else image[c].alias(c) for c in image_columns),
+          .alias(info.silver_column(c)) if c in info.pii else image[c].alias(c) for c in image_columns),
         "op",
         "change_position",
         F.col("source_ts").alias("valid_from"),
@@ -270,7 +267,7 @@ def _versions(info: CdcTable, batch: DataFrame, history: DataFrame) -> DataFrame
     new = batch.dropDuplicates(["key", "change_position"]).join(
         held.select("key", "change_position"), ["key", "change_position"], "left_anti")
     versions = held.unionByName(new.withColumn(HELD, F.lit(False)), allowMissingColumns=True)
-    keys = {_silver_name(info, k) for k in info.primary_key}
+    keys = {info.silver_column(k) for k in info.primary_key}
     image = [f for f in versions.schema.fields if f.name not in _CHANGE_COLUMNS and f.name not in keys]
     # Beside its key, a delete's image is not data (type defaults under the default replica identity).
     versions = versions.withColumns({f.name: F.when(F.col("op") == "d", F.lit(None).cast(f.dataType))

@@ -48,19 +48,15 @@ from ..conditions import CHAIN_REFRESH, landing_days_of
 from ..partitions import SINGLE_RUN
 from ..project import EventSource, parse_duration
 from ..project.declaration import RuleDecl
-from ..project.model import MAX_LATENESS
+from ..project.model import MAX_LATENESS, pseudonym
 from ..runtime.commit import CommitResult, Window, retry_metadata, stage, with_commit_retries
 from ..runtime.freshness import derived_watermarks, newest_event, newest_event_time
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import COPY_ON_WRITE, TableSpec, col
+from ..times import EPOCH, UTC
 
 UNKNOWN_EVENT_TYPE = "unknown_event_type"
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-
-
-def silver_name(source: EventSource, field: str) -> str:
-    return f"{field}_hash" if field in source.pii else field
 
 
 def silver_spec(source: EventSource) -> TableSpec:
@@ -70,7 +66,7 @@ def silver_spec(source: EventSource) -> TableSpec:
         layer="silver",
         description=f"{source.description} Clean: one row per {source.key}, personal data pseudonymised.",
         schema=T.StructType([
-            *(col(f"{name}_hash", T.StringType(), comment=f"HMAC-SHA256 of {name}") if name in source.pii
+            *(col(pseudonym(name), T.StringType(), comment=f"HMAC-SHA256 of {name}") if name in source.pii
               else col(name, dtype, name not in source.required) for name, dtype in source.fields.items()),
             col("source_file", T.StringType(), False, "landing file of the delivery kept"),
             col("source_line", T.IntegerType(), False),
@@ -147,7 +143,7 @@ def silver_model(source: EventSource, spec: TableSpec, reconciled: Any = None) -
     """What every silver row must satisfy, from the declaration; `reconciled` adds the layer count check."""
     columns = {}
     for f in spec.schema.fields:
-        if f.name.endswith("_hash") and f.name.removesuffix("_hash") in source.pii:
+        if f.name in source.pseudonyms:
             columns[f.name] = pandera_column(f.dataType, True, None, pa.Check.str_matches(HASH_PATTERN))
         elif f.name in source.fields:
             columns[f.name] = pandera_column(f.dataType, f.nullable, source.checks.get(f.name))
@@ -180,10 +176,9 @@ def first_delivery(delivered: DataFrame, key: str) -> DataFrame:
 
 def split(lakehouse: LakehouseResource, source: EventSource, judged: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(silver rows, rejected rows) of events judged by `first_broken_rule` (column `rule`)."""
-    secret = pii_key(lakehouse.settings)
+    secret, hashes = pii_key(lakehouse.settings), source.pseudonyms
     clean = judged.where(F.col("rule").isNull()).select(*(
-        keyed_hash(F.col(f.name.removesuffix("_hash")), secret).alias(f.name)
-        if f.name.endswith("_hash") and f.name.removesuffix("_hash") in source.pii else F.col(f.name)
+        keyed_hash(F.col(hashes[f.name]), secret).alias(f.name) if f.name in hashes else F.col(f.name)
         for f in silver_spec(source).schema.fields
     ))
     return clean, judged.where(F.col("rule").isNotNull()).select(*rejected_spec(source).column_names)
@@ -217,8 +212,8 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
     bounds = delivered.agg(F.min(F.to_date(source.timestamp)), F.max(F.to_date(source.timestamp))).first()
     first_day, last_day = (bounds[0], bounds[1]) if bounds is not None else (None, None)
     scope = None if first_day is None or last_day is None else near_window(
-        source, dt.datetime.combine(first_day, dt.time(), dt.timezone.utc),
-        dt.datetime.combine(last_day + dt.timedelta(days=1), dt.time(), dt.timezone.utc))
+        source, dt.datetime.combine(first_day, dt.time(), UTC),
+        dt.datetime.combine(last_day + dt.timedelta(days=1), dt.time(), UTC))
     # Every read of the tables below keeps to these days (partition-pruned): a batch's cost does not grow with them.
     days = F.lit(False) if scope is None else scope.condition
 
