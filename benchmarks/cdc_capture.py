@@ -22,9 +22,9 @@ from pathlib import Path
 import psycopg2
 
 from lakehouse_assets.build import build_definitions
-from lakehouse_assets.dev.postgres import ThrowawayPostgres
 from lakehouse_assets.project import load_project
 from lakehouse_assets.settings import Settings
+from lakehouse_services.postgres import ThrowawayPostgres
 
 from .common import lakehouse, materialize_partition
 

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lakehouse_assets.dev.spark_cluster import SparkCluster, master_json
+from lakehouse_services.spark_cluster import SparkCluster, master_json
 
 MEMORY = "2g"  # each worker's executor; the local driver has 4g: the same 4 GB for the tasks either way
 

@@ -48,24 +48,12 @@ class MissingJarError(LakehouseError, RuntimeError):
     """A jar Spark needs is not installed (`make setup` fetches them)."""
 
 
-class MissingBinaryError(LakehouseError, RuntimeError):
-    """A program the platform runs (e.g. SeaweedFS's `weed`) is not installed."""
-
-
-class S3ServerError(LakehouseError, RuntimeError):
-    """The local S3 server did not start or stop as asked."""
-
-
 class MaintenanceError(LakehouseError, RuntimeError):
     """A maintenance action (compaction, expiry, orphan removal, purge) could not finish."""
 
 
 class SnapshotError(LakehouseError, LookupError):
     """An operator asked for a snapshot, tag or point in time that the table does not have."""
-
-
-class SparkClusterError(LakehouseError, RuntimeError):
-    """The local Spark standalone cluster did not start or stop as asked."""
 
 
 class CatalogUnreachableError(LakehouseError, RuntimeError):

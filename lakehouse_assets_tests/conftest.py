@@ -14,11 +14,11 @@ import uuid
 import psycopg2
 import pytest
 
-from lakehouse_assets.dev.s3server import SeaweedS3
 from lakehouse_assets.runtime.catalog import catalog_for, open_catalog, s3_properties
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.runtime.spark import get_spark
 from lakehouse_assets.settings import CatalogUri, Settings
+from lakehouse_services.s3server import SeaweedS3
 
 # Tests choose their own settings; a developer's LAKEHOUSE_* variables must not leak in.
 _TEST_SETTINGS = ("LAKEHOUSE_TEST_PG_DSN", "LAKEHOUSE_SOAK_SCALE", "LAKEHOUSE_RELIABILITY_FIGURES")

@@ -33,11 +33,11 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from lakehouse_assets.build import build_definitions
-from lakehouse_assets.dev.postgres import ThrowawayPostgres
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
+from lakehouse_services.postgres import ThrowawayPostgres
 
 pytestmark = pytest.mark.slow
 
@@ -287,7 +287,7 @@ def test_silver_equals_the_source_after_snapshot_and_2000_concurrent_transaction
                                                           "valid_to_position", "is_current").collect()}
     assert_equal(current, accounts)
     docs = source_rows(pg.dsn, "docs")
-    # The README's point-in-time query, asked for now, is the source's table: no deleted row, no placeholder.
+    # docs/guarantees.md's point-in-time query, asked for now, is the source's table: no deleted row, no placeholder.
     now = lakehouse.spark.sql(
         f"SELECT * FROM {lakehouse.table_id('silver_docs_history')} WHERE valid_from <= current_timestamp() "
         "AND (valid_to IS NULL OR valid_to > current_timestamp()) AND op <> 'd'").collect()

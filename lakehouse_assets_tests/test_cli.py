@@ -135,7 +135,7 @@ def test_s3_start_status_a_drop_into_it_and_stop(tmp_path):
     import boto3
     from botocore.config import Config
 
-    from lakehouse_assets.dev.s3server import DEFAULT_SECRET_KEY
+    from lakehouse_services.s3server import DEFAULT_SECRET_KEY
 
     started = lakehouse_cli("s3", "start", home=tmp_path)
     try:
@@ -162,6 +162,33 @@ def test_s3_start_status_a_drop_into_it_and_stop(tmp_path):
     assert stopped.stdout.strip() == "stopped"
     assert lakehouse_cli("s3", "status", home=tmp_path).stdout.strip() == "not running"
     assert lakehouse_cli("s3", "stop", home=tmp_path).stdout.strip() == "no S3 server was running"
+
+
+def test_service_commands_with_nothing_running_and_without_the_services_package(tmp_path):
+    for service, nothing in (("s3", "no S3 server was running"), ("cluster", "no cluster was running"),
+                             ("postgres", "no PostgreSQL server was running")):
+        status = lakehouse_cli(service, "status", home=tmp_path)
+        assert (status.returncode, status.stdout) == (0, "not running\n"), status.stderr
+        assert lakehouse_cli(service, "stop", home=tmp_path).stdout == f"{nothing}\n"
+    # Without lakehouse_services (services/, installed by make setup) they say how to install it.
+    script = (
+        "import importlib.abc, sys\n"
+        "class Absent(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'lakehouse_services':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        "from lakehouse_assets.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path)}
+    for service in ("s3", "cluster", "postgres"):
+        done = subprocess.run([sys.executable, "-c", script, service, "start"], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == (f"lakehouse {service}: the local services are not installed: pip install -e services/ "
+                               "(make setup does)\n")
+    assert not (tmp_path / "postgres").exists()
 
 
 def test_pin_reads_back_exactly_what_a_materialisation_pinned_after_the_table_moved_on(tmp_path):

@@ -22,7 +22,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from examples.shop.events_generator import generate
-from lakehouse_assets.cli import reconcile
+from lakehouse_assets.bronze.reconcile import reconcile
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.commit import RUN_ID
 from lakehouse_assets.runtime.freshness import NEWEST_EVENT

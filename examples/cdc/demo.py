@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psycopg2
 
-from lakehouse_assets.dev.postgres import ThrowawayPostgres
+from lakehouse_services.postgres import ThrowawayPostgres
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent

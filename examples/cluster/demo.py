@@ -23,9 +23,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lakehouse_assets.dev.postgres import ThrowawayPostgres
-from lakehouse_assets.dev.s3server import DEFAULT_SECRET_KEY, SeaweedS3
-from lakehouse_assets.dev.spark_cluster import SparkCluster, master_json
+from lakehouse_services.postgres import ThrowawayPostgres
+from lakehouse_services.s3server import DEFAULT_SECRET_KEY, SeaweedS3
+from lakehouse_services.spark_cluster import SparkCluster, master_json
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -46,6 +46,7 @@ from ..runtime.commit import (
 from ..runtime.files import modification_times
 from ..runtime.freshness import from_spark, newest_event
 from ..runtime.resource import LakehouseResource
+from ..runtime.results import reported
 from ..sources.landing import day_folders, landing_date_of, landing_date_value, list_landing_files, of_files, read_landing
 from ..sources.zones import source_root
 from ..tables.handle import TableHandle
@@ -365,6 +366,7 @@ def landing_asset(source: LandingSource, partitions: PartitionsDefinition,
         ],
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
+        can_subset=True,  # both tables are written either way (runtime/results.py)
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
         start, end = context.partition_time_window
@@ -380,7 +382,7 @@ def landing_asset(source: LandingSource, partitions: PartitionsDefinition,
             # Which event days this commit holds rows of, however old: the days silver must decide again.
             days = lakehouse.table(source.bronze).days_added(report.kept.snapshot_id, report.kept.since)
             metadata[EVENT_DAYS] = MetadataValue.json([d.isoformat() for d in days])
-        yield MaterializeResult(asset_key=bronze, metadata=metadata)
-        yield MaterializeResult(asset_key=quarantine, metadata=report.metadata(report.quarantined))
+        yield from reported(context, [MaterializeResult(asset_key=bronze, metadata=metadata),
+                                      MaterializeResult(asset_key=quarantine, metadata=report.metadata(report.quarantined))])
 
     return _asset

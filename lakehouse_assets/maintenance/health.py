@@ -14,6 +14,7 @@ import datetime as dt
 import re
 import statistics
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -22,7 +23,10 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 from pyiceberg.table import Table
 
 from ..project.model import TablePolicy
-from ..times import UTC
+from ..runtime.catalog import catalog_for
+from ..runtime.freshness import freshness_state
+from ..settings import Settings
+from ..times import UTC, from_ms
 
 # Branches that writes cut (runtime/commit.py): `stage_` and `audit_`, then the creation time in epoch seconds.
 _WRITE_BRANCH = re.compile(r"^(?:stage|audit)_(?:(?P<epoch>\d{10})_)?[0-9a-f]+$")
@@ -234,3 +238,32 @@ def thinnable(table: Table, policy: TablePolicy, now: dt.datetime) -> list[int]:
     needed |= on_main
     out += [sid for sid, s in snapshots.items() if sid not in needed and sid not in kept and s.timestamp_ms < since]
     return out
+
+
+def table_summaries(settings: Settings) -> list[dict]:
+    """One row per table in the namespace, read from Iceberg metadata through pyiceberg."""
+    catalog = catalog_for(settings)
+    if not catalog.namespace_exists(settings.namespace):
+        return []
+    rows = []
+    for identifier in sorted(catalog.list_tables(settings.namespace)):
+        table = catalog.load_table(identifier)
+        snapshot = table.current_snapshot()
+        summary: Mapping[str, str] = snapshot.summary if snapshot and snapshot.summary is not None else {}
+        rows.append({
+            "table": ".".join(identifier),
+            "snapshot_id": snapshot.snapshot_id if snapshot else None,
+            "committed_at": (
+                from_ms(snapshot.timestamp_ms).isoformat()
+                if snapshot else None
+            ),
+            # count() uses file statistics and applies delete files when there are any.
+            "rows": table.scan().count() if snapshot else 0,
+            "data_files": int(summary.get("total-data-files", 0) or 0),
+            "delete_files": int(summary.get("total-delete-files", 0) or 0),
+            "total_bytes": int(summary.get("total-files-size", 0) or 0),
+            "snapshots": len(table.metadata.snapshots),
+            "partition_spec": str(table.spec()),
+            "event_lag_s": freshness_state(table, identifier[-1]).as_dict()["event_lag_s"],
+        })
+    return rows

@@ -23,8 +23,10 @@ from typing import Any
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 from pyiceberg.table import Table
 
-from ..project import Freshness
+from ..project import Freshness, Project
+from ..settings import Settings
 from ..times import UTC, from_ms
+from .catalog import catalog_for
 
 NEWEST_EVENT = "lakehouse.newest-event-time"
 NEWEST_LANDED = "lakehouse.newest-landed-at"
@@ -171,6 +173,19 @@ def freshness_state(table: Table, name: str, declared: Freshness | None = None,
     event, landed = head_watermarks(table)
     committed = from_ms(snapshot.timestamp_ms) if snapshot else None
     return FreshnessState(name, _utc(event), _utc(landed), committed, now or dt.datetime.now(UTC), declared)
+
+
+def freshness_rows(settings: Settings, project: Project) -> list[dict]:
+    """Each BI table's freshness on event time, from its current snapshot's watermarks."""
+    catalog = catalog_for(settings)
+    rows = []
+    for name, freshness in project.gold.bi_freshness.items():
+        identifier = (settings.namespace, name)
+        if not catalog.table_exists(identifier):
+            rows.append({"table": name, "status": "missing"})
+            continue
+        rows.append(freshness_state(catalog.load_table(identifier), name, freshness).as_dict())
+    return rows
 
 
 def freshness_check_spec(asset: str, declared: Freshness) -> AssetCheckSpec:

@@ -65,6 +65,7 @@ from ..project.model import pseudonym
 from ..runtime.commit import Window, retry_metadata, stage, with_commit_retries
 from ..runtime.pii import keyed_hash, pii_key
 from ..runtime.resource import LakehouseResource
+from ..runtime.results import reported
 from ..runtime.schema import conform
 from ..sources.cdc import OPS, POSITION
 from ..sources.debezium import UNAVAILABLE
@@ -330,6 +331,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
                      *reference_checks.values()],
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
+        can_subset=True,  # both tables are written either way (runtime/results.py)
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
         def attempt():
@@ -395,7 +397,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
 
         (commits, checks, applied), retries = with_commit_retries(attempt, current.name, context.log.info)
         if not commits:
-            yield from checks
+            yield from reported(context, checks)
             raise_if_failed(checks)
         current_table = lakehouse.table(current)
         for column, spec in reference_checks.items():
@@ -408,9 +410,11 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
             ))
         counts = {"changes_in_window": MetadataValue.int(applied), **retry_metadata(retries)}
         history_commit, current_commit = commits
-        yield MaterializeResult(asset_key=history.name, metadata={**history_commit.metadata(), **counts},
-                                check_results=[c for c in checks if c.asset_key == AssetKey(history.name)])
-        yield MaterializeResult(asset_key=current.name, metadata={**current_commit.metadata(), **counts},
-                                check_results=[c for c in checks if c.asset_key == AssetKey(current.name)])
+        yield from reported(context, [
+            MaterializeResult(asset_key=history.name, metadata={**history_commit.metadata(), **counts},
+                              check_results=[c for c in checks if c.asset_key == AssetKey(history.name)]),
+            MaterializeResult(asset_key=current.name, metadata={**current_commit.metadata(), **counts},
+                              check_results=[c for c in checks if c.asset_key == AssetKey(current.name)]),
+        ])
 
     return _asset

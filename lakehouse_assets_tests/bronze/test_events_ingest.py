@@ -115,7 +115,7 @@ def _crash_run(lakehouse, failpoint, select="bronze_events,bronze_events_quarant
 
 
 def test_a_truncated_gzip_is_quarantined_whole_and_the_good_files_of_its_day_are_taken(lakehouse):
-    from lakehouse_assets.cli import reconcile
+    from lakehouse_assets.bronze.reconcile import reconcile
     from lakehouse_assets.project import load_project
 
     good = land(lakehouse, "good.jsonl", [json.dumps(_event(n)) for n in range(12)])

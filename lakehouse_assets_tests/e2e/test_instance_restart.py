@@ -23,8 +23,9 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from lakehouse_assets.dev.postgres import ThrowawayPostgres, free_port
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_services.postgres import ThrowawayPostgres
+from lakehouse_services.process import free_port
 
 from ..shop import ROOT, temporary_instance
 

@@ -14,7 +14,7 @@ from collections import Counter
 
 from dagster import DagsterInstance, materialize
 
-from lakehouse_assets.cli import reconcile
+from lakehouse_assets.bronze.reconcile import reconcile
 
 from ..shop import SHOP, asset
 from .figures import SCALE, record

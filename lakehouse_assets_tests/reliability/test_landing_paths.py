@@ -6,7 +6,7 @@ import os
 
 from dagster import DagsterInstance, materialize
 
-from lakehouse_assets.cli import reconcile
+from lakehouse_assets.bronze.reconcile import reconcile
 from lakehouse_assets.sources.zones import escapes
 
 from ..automation.test_landing_sensors import bronze_events, evaluate

@@ -16,7 +16,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakehouse_assets.dev.s3server import (
+from lakehouse_assets.runtime import jars
+from lakehouse_services.s3server import (
     S3Ports,
     S3ServerError,
     SeaweedS3,
@@ -24,7 +25,6 @@ from lakehouse_assets.dev.s3server import (
     stop_server,
     weed_binary,
 )
-from lakehouse_assets.runtime import jars
 
 
 def _pid_exists(pid: int) -> bool:
@@ -93,7 +93,7 @@ def test_stop_leaves_no_process(tmp_path):
 def test_detached_server_is_stopped_from_another_process(tmp_path):
     ports = S3Ports.free(iceberg=False)
     starter = (
-        "import sys; from lakehouse_assets.dev.s3server import SeaweedS3, S3Ports; "
+        "import sys; from lakehouse_services.s3server import SeaweedS3, S3Ports; "
         f"SeaweedS3(sys.argv[1], S3Ports(**{asdict(ports)!r})).start(detach=True)"
     )
     subprocess.run([sys.executable, "-c", starter, str(tmp_path)], check=True, timeout=60)

@@ -158,7 +158,7 @@ def test_history_answers_what_a_row_looked_like_at_a_time(cdc):
     versions.sort(key=lambda c: c.position)
     for n, version in enumerate(versions):
         at = dt.datetime.fromtimestamp(version.source["ts_ms"] / 1000, dt.timezone.utc).replace(tzinfo=None)
-        rows = spark.sql(  # the README's query
+        rows = spark.sql(  # docs/guarantees.md's query
             f"SELECT status, total, op FROM {history} WHERE order_id = {key[0]} AND op <> 'd' "
             "AND valid_from <= CAST(:at AS TIMESTAMP) AND (valid_to IS NULL OR valid_to > CAST(:at AS TIMESTAMP))",
             args={"at": at.isoformat(sep=" ")},

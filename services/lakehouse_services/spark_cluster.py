@@ -12,22 +12,16 @@ another can ask for its status or stop it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import socket
-import subprocess
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SparkClusterError
-
-HOST = "127.0.0.1"
-STATE_FILE = "cluster.json"
+from .errors import SparkClusterError
+from .process import HOST, NotReady, StateFile, alive, free_ports, spawn, stop_processes, wait_ready
 
 
 def spark_home() -> Path:
@@ -38,19 +32,6 @@ def spark_home() -> Path:
     if not (home / "bin" / "spark-class").exists():
         raise SparkClusterError(f"{home} has no bin/spark-class: is pyspark installed from its wheel?")
     return home
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):  # held open together, so the ports are distinct
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((HOST, 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass
@@ -64,28 +45,11 @@ class ClusterState:
     workers: int = 0
     started_at: float = 0.0
 
-    @classmethod
-    def read(cls, root: Path | str) -> ClusterState | None:
-        path = Path(root) / STATE_FILE
-        try:
-            return cls(**json.loads(path.read_text()))
-        except FileNotFoundError:
-            return None
-        except (ValueError, TypeError) as exc:
-            raise SparkClusterError(f"{path} is unreadable ({exc}); delete it if no cluster runs") from exc
-
     def write(self) -> None:
-        path = Path(self.root) / STATE_FILE
-        path.with_suffix(".tmp").write_text(json.dumps(asdict(self), indent=2) + "\n")
-        path.with_suffix(".tmp").replace(path)
+        STATE.write(self.root, asdict(self))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+STATE = StateFile("cluster.json", lambda raw: ClusterState(**raw), SparkClusterError)
 
 
 def master_json(master_ui: str, timeout: float = 2.0) -> dict[str, Any]:
@@ -96,31 +60,17 @@ def master_json(master_ui: str, timeout: float = 2.0) -> dict[str, Any]:
 
 def cluster_status(root: Path | str) -> ClusterState | None:
     """The cluster recorded under `root` if its master still runs, else None."""
-    state = ClusterState.read(Path(root).resolve())
-    if state is None or not _alive(state.pids.get("master", -1)):
-        return None
-    return state
+    return STATE.running(root, lambda state: alive(state.pids.get("master", -1)))
 
 
 def stop_cluster(root: Path | str, timeout: float = 20.0) -> bool:
-    """Stop the cluster recorded under `root` (workers first, then the master). True if one ran."""
-    root = Path(root).resolve()
-    state = ClusterState.read(root)
-    if state is None:
-        return False
-    running = [pid for pid in state.pids.values() if _alive(pid)]
-    for name in sorted(state.pids, key=lambda n: n == "master"):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(state.pids[name], signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while any(_alive(pid) for pid in state.pids.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in state.pids.values():
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-    (root / STATE_FILE).unlink(missing_ok=True)
-    return bool(running)
+    """Stop the cluster recorded under `root` (workers first, then the master). True if one ran.
+
+    Each process leads a process group: the executors a worker started go with it.
+    """
+    return STATE.stop(root, lambda state: stop_processes(
+        [state.pids[name] for name in sorted(state.pids, key=lambda n: n == "master")], timeout, group=True,
+        error=SparkClusterError))
 
 
 class SparkCluster:
@@ -145,16 +95,15 @@ class SparkCluster:
             raise SparkClusterError("the cluster is not started")
         return self.state.master_ui
 
+    def _log(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
+
     def _spawn(self, name: str, args: list[str]) -> int:
         home = spark_home()
-        log = open(self.root / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": HOST, "SPARK_NO_DAEMONIZE": "1",
                "SPARK_LOG_DIR": str(self.root / "logs"), "SPARK_WORKER_DIR": str(self.root / "work")}
         env.pop("PYSPARK_SUBMIT_ARGS", None)
-        process = subprocess.Popen([str(home / "bin" / "spark-class"), *args], env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        log.close()
-        return process.pid
+        return spawn([str(home / "bin" / "spark-class"), *args], self._log(name), env=env, append=True).pid
 
     def start(self) -> SparkCluster:
         """Start the master and the workers; return once every worker has registered as ALIVE."""
@@ -164,7 +113,7 @@ class SparkCluster:
                                     "stop it with `lakehouse cluster stop`")
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         (self.root / "work").mkdir(exist_ok=True)
-        port, ui, *worker_uis = _free_ports(2 + self.workers)
+        port, ui, *worker_uis = free_ports(2 + self.workers)
         self.state = ClusterState(root=str(self.root), master_url=f"spark://{HOST}:{port}",
                                   master_ui=f"http://{HOST}:{ui}", workers=self.workers, started_at=time.time())
         self.state.pids["master"] = self._spawn("master", [
@@ -184,27 +133,20 @@ class SparkCluster:
         return self
 
     def _wait_for_workers(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        seen: Any = None
-        while time.monotonic() < deadline:
-            dead = [name for name, pid in self.state.pids.items() if not _alive(pid)]  # type: ignore[union-attr]
-            if dead:
-                raise SparkClusterError(f"{', '.join(dead)} exited while starting:\n{self._logs(dead)}")
-            with contextlib.suppress(OSError, ValueError):
-                seen = master_json(self.master_ui)
-                if sum(w["state"] == "ALIVE" for w in seen.get("workers", [])) >= self.workers:
-                    return
-            time.sleep(0.5)
-        raise SparkClusterError(f"{self.workers} workers did not register within {self.startup_timeout:.0f} s "
-                                f"(master said: {seen})\n{self._logs(list(self.state.pids))}")  # type: ignore[union-attr]
+        pids = self.state.pids if self.state is not None else {}
 
-    def _logs(self, names: list[str], lines: int = 15) -> str:
-        out = []
-        for name in names:
-            path = self.root / "logs" / f"{name}.log"
-            text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
-            out.append(f"--- {path}\n" + "\n".join(text))
-        return "\n".join(out)
+        def registered() -> None:
+            seen = master_json(self.master_ui)
+            if sum(w["state"] == "ALIVE" for w in seen.get("workers", [])) < self.workers:
+                raise NotReady(f"the master said: {seen}")
+
+        def exited() -> str | None:
+            dead = [name for name, pid in pids.items() if not alive(pid)]
+            return f"{', '.join(dead)} exited" if dead else None
+
+        wait_ready(registered, self.startup_timeout, what=f"a master with {self.workers} ALIVE workers",
+                   logs=[self._log(name) for name in pids], not_yet=(OSError, ValueError), exited=exited,
+                   error=SparkClusterError, interval=0.5)
 
     def stop(self) -> None:
         stop_cluster(self.root)

@@ -1,0 +1,124 @@
+"""`lakehouse s3|cluster|postgres start|stop|status`: the local servers of the `lakehouse_services` package,
+started detached under the lakehouse home, checked and stopped from any shell."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import LakehouseError
+from ..settings import Settings
+
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+def _service(command: Command) -> Command:
+    """A command that needs the `lakehouse_services` package: a clear error when it is not installed, and the
+    services' errors as the platform's own (one line on stderr, exit 2)."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        try:
+            from lakehouse_services.errors import ServiceError
+        except ModuleNotFoundError as exc:
+            if exc.name != "lakehouse_services":
+                raise
+            raise LakehouseError("the local services are not installed: pip install -e services/ "
+                                 "(make setup does)") from None
+        try:
+            return command(args, settings)
+        except ServiceError as exc:
+            raise LakehouseError(str(exc)) from exc
+
+    return run
+
+
+def _stop_or_status(action: str, root: Path, service: str, stop: Callable[[Path], bool],
+                    status: Callable[[Path], Any], running: Callable[[Any], str]) -> int:
+    """`stop`, or the `status` of what runs under `root`, said in one line."""
+    if action == "stop":
+        print("stopped" if stop(root) else f"no {service} was running")
+    else:
+        state = status(root)
+        print(running(state) if state is not None else "not running")
+    return 0
+
+
+@_service
+def cmd_s3(args: argparse.Namespace, settings: Settings) -> int:
+    """A local S3-compatible server (SeaweedFS) for trying S3 landing zones and warehouses."""
+    from lakehouse_services.s3server import DEFAULT_SECRET_KEY, SeaweedS3, server_status, stop_server
+
+    root = settings.home / "s3"
+    if args.action != "start":
+        return _stop_or_status(args.action, root, "S3 server", stop_server, server_status,
+                               lambda state: f"running, pid {state.pid}, {state.endpoint_url}")
+    root.mkdir(parents=True, exist_ok=True)
+    server = SeaweedS3(root, buckets=("raw", "lake")).start(detach=True)
+    print(f"S3 server (SeaweedFS) on {server.endpoint_url}, buckets raw and lake; to use it:")
+    print(f"export LAKEHOUSE_S3_ENDPOINT={server.endpoint_url} LAKEHOUSE_S3_ACCESS_KEY={server.access_key} "
+          f"LAKEHOUSE_S3_SECRET_KEY={DEFAULT_SECRET_KEY} LAKEHOUSE_LANDING=s3://raw/landing")
+    return 0
+
+
+@_service
+def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
+    """A Spark standalone cluster (a master and workers, each its own JVM) on this machine."""
+    from lakehouse_services.spark_cluster import SparkCluster, cluster_status, master_json, stop_cluster
+
+    def running(state) -> str:
+        workers = master_json(state.master_ui).get("workers", [])
+        alive = sum(w["state"] == "ALIVE" for w in workers)
+        return f"running: {state.master_url} (UI {state.master_ui}), {alive} of {len(workers)} workers alive"
+
+    root = settings.home / "spark-cluster"
+    if args.action != "start":
+        return _stop_or_status(args.action, root, "cluster", stop_cluster, cluster_status, running)
+    cluster = SparkCluster(root, workers=args.workers, cores=args.cores, memory=args.memory).start()
+    print(f"Spark master {cluster.master_url} (UI {cluster.master_ui}), {args.workers} workers; to use it:")
+    print(f"export LAKEHOUSE_SPARK_MASTER={cluster.master_url}")
+    return 0
+
+
+@_service
+def cmd_postgres(args: argparse.Namespace, settings: Settings) -> int:
+    """A throwaway PostgreSQL with logical decoding (wal_level=logical), for CDC sources and the catalog."""
+    from lakehouse_services.postgres import ThrowawayPostgres, postgres_status, stop_postgres
+
+    root = settings.home / "postgres"
+    if args.action != "start":
+        return _stop_or_status(args.action, root, "PostgreSQL server", stop_postgres, postgres_status,
+                               lambda state: f"running, pid {state.pid}, {state.dsn}")
+    databases = args.database or ["source"]
+    server = ThrowawayPostgres(root, port=args.port, database=databases[0]).start()
+    for name in databases[1:]:
+        server.create_database(name)
+    print(f"PostgreSQL (wal_level=logical) on 127.0.0.1:{server.port}, database{'s' * (len(databases) > 1)} "
+          f"{', '.join(databases)}; to use it:")
+    print(f"export PGHOST=127.0.0.1 PGPORT={server.port} PGUSER=postgres")
+    print(f"a CDC source's DSN (--dsn, or LAKEHOUSE_CDC_<SOURCE>_DSN): '{server.dsn}'")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("s3", help="start, stop or check a local S3 server (SeaweedFS) under the lakehouse home")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.set_defaults(func=cmd_s3)
+
+    p = sub.add_parser("cluster", help="start, stop or check a local Spark standalone cluster (master and workers)")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--cores", type=int, default=1, help="cores per worker")
+    p.add_argument("--memory", default="2g", help="memory per worker")
+    p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("postgres", help="start, stop or check a throwaway PostgreSQL (wal_level=logical) under the "
+                                        "lakehouse home")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--database", action="append", metavar="NAME",
+                   help="start: a database to create (repeatable; default: source)")
+    p.add_argument("--port", type=int, default=0, help="start: the port to listen on (default: a free one)")
+    p.set_defaults(func=cmd_postgres)

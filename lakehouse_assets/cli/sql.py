@@ -1,0 +1,71 @@
+"""Commands that read tables without Spark: `sql` (DuckDB's Iceberg reader) and `pin` (what an ML run pinned)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+
+from ..settings import Settings
+from .output import cell, plain, print_table, unique_names
+
+
+def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
+    from ..sql import fetch
+
+    names, rows, scans = fetch(settings, args.query, as_of=args.as_of, explain=args.explain)
+    for scan in scans:
+        print(f"scan {scan.describe()}", file=sys.stderr)
+    if args.format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows([cell(v) for v in row] for row in rows)
+    elif args.format == "json":
+        keys = unique_names(names)
+        print(json.dumps([{k: plain(v) for k, v in zip(keys, row)} for row in rows], indent=2, ensure_ascii=False))
+    else:
+        keys = unique_names(names)
+        print_table([{k: cell(v, "NULL") for k, v in zip(keys, row)} for row in rows], keys)
+        print(f"({len(rows)} row{'' if len(rows) == 1 else 's'})", file=sys.stderr)
+    return 0
+
+
+def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
+    """What a materialisation pinned, and what reading those snapshots gives (no Spark)."""
+    from dagster import DagsterInstance
+
+    from ..pinning import describe, read_pinned
+
+    try:
+        instance = DagsterInstance.get()
+    except Exception as exc:  # DAGSTER_HOME unset or unreadable
+        raise ValueError(f"no Dagster instance to read pins from ({exc}); run through make, or set DAGSTER_HOME") from exc
+    info = describe(args.asset, args.run_id, args.partition, instance=instance, settings=settings)
+    if args.out:
+        import pyarrow.parquet as pq
+
+        pq.write_table(read_pinned(args.asset, info["run_id"], args.partition, instance=instance,
+                                   settings=settings), args.out)
+        info["written_to"] = args.out
+    print(json.dumps(info, indent=2, default=str))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sql", help="run SQL over the namespace's tables with DuckDB's Iceberg reader (no Spark)")
+    p.add_argument("query", help='e.g. "SELECT day, count(*) FROM gold_daily_activity GROUP BY day"')
+    p.add_argument("--as-of", metavar="SNAPSHOT_ID|TIMESTAMP",
+                   help="read every table as of a snapshot id or an ISO date/timestamp (naive means UTC)")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--explain", action="store_true",
+                   help="print what was read of each table (snapshot, data files read/total, filters, columns, rows) "
+                        "to stderr")
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("pin", help="the snapshots an ML materialisation pinned, read back exactly (no Spark)")
+    p.add_argument("asset", help="e.g. ml_training_set")
+    p.add_argument("--run-id", help="that run's materialisation (default: the newest)")
+    p.add_argument("--partition", help="one daily partition (YYYY-MM-DD)")
+    p.add_argument("--out", help="also write the pinned rows to this Parquet file")
+    p.set_defaults(func=cmd_pin)
