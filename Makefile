@@ -10,24 +10,31 @@ export DAGSTER_HOME := $(CURDIR)
 export LAKEHOUSE_DAGSTER_STORAGE ?= $(LAKEHOUSE_HOME)/dagster
 export LAKEHOUSE_DAGSTER_LOGS ?= $(LAKEHOUSE_HOME)/dagster/logs
 
-DEMO_START ?= 2025-01-01
-DEMO_END ?= 2025-01-03
+# The demo's data: the DEMO_DAYS days ending today (UTC), today until now. Its partitions start with its
+# first day (kept under LAKEHOUSE_HOME, so `make dev` and a later `make demo` use the same partitions).
 DEMO_DAYS ?= 3
+DEMO_END ?= $(shell date -u +%F)
+DEMO_START_FILE := $(LAKEHOUSE_HOME)/demo-start-date
+FIRST_DEMO_DAY = $(or $(shell cat $(DEMO_START_FILE) 2>/dev/null),$(DEMO_START))
+DEMO_START ?= $(shell date -u -d "$(DEMO_END) -$$(($(DEMO_DAYS) - 1)) days" +%F)
+demo dev stream: export LAKEHOUSE_START_DATE ?= $(FIRST_DEMO_DAY)
 
 .PHONY: setup demo demo-cdc cluster-demo dev stream test test-fast e2e soak lint bench snapshots clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt scripts/system-deps.sh
+$(VENV)/.installed: pyproject.toml services/pyproject.toml constraints.txt scripts/system-deps.sh
 	scripts/system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e ./services
 	$(BIN)/python -m lakehouse_assets.runtime.jars fetch-s3
 	touch $@
 
 demo: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
+	@[ -s $(DEMO_START_FILE) ] || echo $(DEMO_START) > $(DEMO_START_FILE)
 	$(BIN)/lakehouse generate --start $(DEMO_START) --days $(DEMO_DAYS)
 	$(BIN)/dagster asset materialize -m lakehouse_assets.definitions --select '*' \
 		--partition-range $(DEMO_START)...$(DEMO_END)
@@ -95,7 +102,7 @@ test-fast: setup
 	$(BIN)/pytest -m "not spark and not postgres and not s3 and not slow and not e2e"
 
 lint: setup
-	$(BIN)/ruff check lakehouse_assets lakehouse_assets_tests examples benchmarks
+	$(BIN)/ruff check lakehouse_assets lakehouse_assets_tests examples benchmarks services
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

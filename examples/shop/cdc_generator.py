@@ -73,7 +73,7 @@ from pathlib import Path
 
 from lakehouse_assets.project import load_project
 
-from .events_generator import PRODUCTS
+from .events_generator import PRODUCTS, elapsed_seconds
 
 # The captured tables as the shop's declaration has them; the generator writes what they would send.
 CDC_TABLES = load_project(Path(__file__).with_name("lakehouse.yaml")).cdc
@@ -407,8 +407,8 @@ class _Shop:
             (self._new_order, 25), (self._advance_order, 30), (self._purge_order, 3), (self._change_quantity, 5),
         ]
         handlers, weights = zip(*actions)
-        # The day is cut into one slot per change; margins keep lagged processing inside the day.
-        slot = (86_400 - 300) * 1_000_000 / changes
+        # What has happened of the day is cut into one slot per change; margins keep lagged processing inside it.
+        slot = (elapsed_seconds(day) - 300) * 1_000_000 / changes
         done = 0
         while done < changes:
             at = start + 60_000_000 + int(done * slot + self.rng.uniform(0, slot))

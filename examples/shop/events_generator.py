@@ -54,13 +54,21 @@ def _iso(ts: dt.datetime) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
 
 
+def elapsed_seconds(day: dt.date) -> int:
+    """How much of the day has happened: a past day whole; today until now (at least a minute)."""
+    midnight = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+    return int(min(86_400, max(60, (dt.datetime.now(dt.timezone.utc) - midnight).total_seconds())))
+
+
 def _session_events(rng: random.Random, day: dt.date, seq: list[int], users: int) -> list[dict]:
     user = rng.randrange(1, users + 1)
     session = f"s{day.strftime('%Y%m%d')}-{seq[0]:06d}"
     seq[0] += 1
-    start = dt.datetime.combine(day, dt.time(), dt.timezone.utc) + dt.timedelta(
-        seconds=rng.randrange(0, 86_400 - 3_600)
-    )
+    elapsed = elapsed_seconds(day)
+    midnight = dt.datetime.combine(day, dt.time(), dt.timezone.utc)
+    # Today's sessions run until now, cut there: the newest events are minutes old, none in the future.
+    latest = 86_400 - 3_600 if elapsed == 86_400 else max(1, elapsed - 60)
+    start, cutoff = midnight + dt.timedelta(seconds=rng.randrange(0, latest)), midnight + dt.timedelta(seconds=elapsed)
     ip = f"198.51.{rng.randrange(0, 256)}.{rng.randrange(1, 255)}"
     referrer = rng.choice(REFERRERS)
     bot = rng.random() < BOT_SHARE
@@ -70,6 +78,8 @@ def _session_events(rng: random.Random, day: dt.date, seq: list[int], users: int
     cart: list[str] = []
     for _ in range(rng.randint(1, 12)):
         ts += dt.timedelta(seconds=rng.randint(2, 180), milliseconds=rng.randint(0, 999))
+        if ts > cutoff:
+            break
         product = rng.choice(PRODUCTS)
         roll = rng.random()
         if cart and roll < 0.12 and not bot:

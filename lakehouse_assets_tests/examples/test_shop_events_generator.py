@@ -31,3 +31,16 @@ def test_regenerating_a_day_replaces_its_files(tmp_path):
     generate_day(tmp_path, day, events_per_day=100, files_per_day=5)
     again = generate_day(tmp_path, day, events_per_day=100, files_per_day=2)
     assert sorted(p.name for p in again.files[0].parent.iterdir()) == ["events-00.jsonl", "events-01.jsonl"]
+
+
+def test_today_runs_until_now_and_no_further(tmp_path):
+    """The demo's last day is today: its events reach the last minutes, none is in the future."""
+    before = dt.datetime.now(dt.timezone.utc)
+    generated = generate_day(tmp_path, before.date(), events_per_day=2_000, malformed_rate=0.0)
+    after = dt.datetime.now(dt.timezone.utc)
+    times = [dt.datetime.fromisoformat(json.loads(line)["event_ts"].replace("Z", "+00:00"))
+             for f in generated.files for line in f.read_text().splitlines()]
+    assert len(times) == generated.events + generated.duplicates
+    assert max(times) <= after
+    if before.hour >= 1:  # a day with an hour behind it has sessions in its last minutes
+        assert max(times) >= before - dt.timedelta(minutes=5)

@@ -149,16 +149,6 @@ def test_a_declaration_can_be_parsed_from_text():
     assert project.file.name == "inline.yaml" and project.gold.purchase_type == "buy"
 
 
-def test_the_readme_example_declaration_loads():
-    readme = (SHOP_FILE.parents[2] / "README.md").read_text()
-    section = readme.split("## Your lakehouse, declared", 1)[1]
-    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
-    project = parse_project(example, str(SHOP_FILE.with_name("readme-example.yaml")))  # generator: beside the shop
-    assert project.events["plays"].paths["country"] == "geo.country"
-    assert project.cdc["subscriptions"].pii == ("account",)
-    assert "gold_plan_revenue" in project.gold.sql_tables
-
-
 def test_a_declared_capture_becomes_an_asset_upstream_of_bronze_with_a_slot_check_and_a_schedule(tmp_path):
     from lakehouse_assets.build import build_definitions
     from lakehouse_assets.settings import Settings

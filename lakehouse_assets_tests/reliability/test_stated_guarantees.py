@@ -1,4 +1,4 @@
-"""The README's promises about what is quarantined or rejected, and why, each with a case that breaks it.
+"""The promises of docs/guarantees.md about what is quarantined or rejected, and why, each with a case that breaks it.
 
 Every Debezium quarantine reason of a PostgreSQL change stream, and every silver event rule of the shop's
 declaration (with the first rule broken deciding), judged on the parsers the assets use.
