@@ -50,7 +50,6 @@ from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .automation.landing_sensors import refusals
 from .bronze.ingest import IngestReport, ingest
 from .bronze.sources import event_landing_source
 from .errors import ConfigurationError
@@ -65,7 +64,7 @@ from .runtime.resource import LakehouseResource
 from .runtime.status import add_to_status, heartbeat_file, stream_status_file
 from .silver.events import StreamedEvents, rejected_spec, silver_spec, take_new_events
 from .sources.landing import of_files
-from .sources.zones import landing_day, source_root
+from .sources.zones import landing_day, refusals, source_root
 from .tables.handle import TableHandle
 from .times import UTC
 

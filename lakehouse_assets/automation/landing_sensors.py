@@ -39,7 +39,7 @@ from ..bronze.ingest import INGEST_LOG, LandingSource
 from ..runtime.catalog import catalog_for
 from ..runtime.resource import LakehouseResource
 from ..runtime.status import stream_is_running
-from ..sources.zones import landing_zone, refused_files, source_root
+from ..sources.zones import landing_zone, refusals, source_root
 from ..times import UTC
 
 # Files modified this long before the watermark are still compared by name: clocks
@@ -82,14 +82,6 @@ def ingested_files(lakehouse: LakehouseResource, source: str, days: Iterable[dt.
         _TAKEN.clear()
     _TAKEN[key] = (table.metadata_location, files)  # the file read: a commit since the pointer's read is newer
     return set(files)
-
-
-def refusals(uris: Iterable[str], root: str, partitions: DailyPartitionsDefinition) -> dict[str, str]:
-    """{uri: why} for the landed files of the source folder `root` that are not taken: their path leads out
-    of the folder, or they cannot be placed in a bronze partition (the partitions' bounds are read once)."""
-    first = partitions.start.date()
-    last_key = partitions.get_last_partition_key()
-    return refused_files(uris, root, first, dt.date.fromisoformat(last_key) if last_key else first - dt.timedelta(days=1))
 
 
 def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,

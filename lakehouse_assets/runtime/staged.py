@@ -238,7 +238,13 @@ def stage(
     table: TableHandle, run_id: str, asset: str, label: str,
     base_snapshot_id: Any = CURRENT, prefix: str = "stage", evolve: bool = False, scope: Any = EVERYTHING,
 ) -> StagedWrite:
-    """A branch `<prefix>_<epoch seconds>_<id>` of `table` cut at `base_snapshot_id` (main's current snapshot by default)."""
+    """A branch `<prefix>_<epoch seconds>_<id>` of `table` cut at `base_snapshot_id` (main's current snapshot by
+    default; None: the empty table).
+
+    `evolve` lets the write add columns the table lacks (bronze's schema drift); anywhere else a column
+    the declaration does not have is an error. `scope` is what the write was decided against
+    (runtime/publish.py): the whole table unless it says less.
+    """
     table.create()
     if base_snapshot_id is CURRENT:
         base_snapshot_id = table.snapshot_id()

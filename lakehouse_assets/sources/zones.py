@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from dagster import DailyPartitionsDefinition
 from dagster_aws.s3 import S3Resource
 
 from ..settings import Settings
@@ -189,3 +190,11 @@ def landing_zone(settings: Settings) -> LocalZone | S3Zone:
     if parts.scheme in ("s3", "s3a"):
         return S3Zone(parts.netloc, parts.path, s3_resource(settings), parts.scheme)
     raise ValueError(f"landing zone {settings.landing!r}: use a local path, file://, s3:// or s3a://")
+
+
+def refusals(uris: Iterable[str], root: str, partitions: DailyPartitionsDefinition) -> dict[str, str]:
+    """{uri: why} for the landed files of the source folder `root` that are not taken: their path leads out
+    of the folder, or they cannot be placed in a bronze partition (the partitions' bounds are read once)."""
+    first = partitions.start.date()
+    last_key = partitions.get_last_partition_key()
+    return refused_files(uris, root, first, dt.date.fromisoformat(last_key) if last_key else first - dt.timedelta(days=1))
