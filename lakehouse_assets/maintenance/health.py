@@ -164,7 +164,7 @@ def table_health(table: Table, name: str, policy: TablePolicy, now: dt.datetime 
     deleted = sum(f.record_count for f in deletes)
     manifests = snapshot.manifests(table.io)
     oldest = min(s.timestamp_ms for s in table.metadata.snapshots)
-    oldest_age = (now - dt.datetime.fromtimestamp(oldest / 1000, UTC)).total_seconds()
+    oldest_age = (now - from_ms(oldest)).total_seconds()
     ratio = deleted / records if records else 0.0
 
     problems = []
