@@ -55,17 +55,24 @@ What the files do to a consumer, on purpose:
   with default "bronze"); before and after images from that day on have it,
   earlier ones do not, and so does the schema of wrapped records.
 
-Everything is a pure function of the arguments: regenerating replaces the
-`*.jsonl` files of every generated day folder.
+A landed file is never written again. Into an empty landing zone the files are a
+pure function of the arguments; today's changes are those committed until a few
+minutes ago, a prefix of the whole day's. A later run continues the same history:
+it simulates from the first day the zone holds changes of (so positions never
+clash), and writes only the changes no landed file holds yet (by table, key,
+position and op), in a day folder that already has files as one new file named
+after the generation time. So a second run on the same day adds the changes
+committed since, and a run on the next day adds the rest of yesterday.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cache
@@ -73,7 +80,7 @@ from pathlib import Path
 
 from lakehouse_assets.project import load_project
 
-from .events_generator import PRODUCTS, elapsed_seconds
+from .events_generator import LANDED_SUFFIXES, PRODUCTS, STAMP, elapsed_seconds
 
 # The captured tables as the shop's declaration has them; the generator writes what they would send.
 CDC_TABLES = load_project(Path(__file__).with_name("lakehouse.yaml")).cdc
@@ -200,6 +207,55 @@ def _replay(changes) -> dict[tuple, dict]:
     return state
 
 
+# --- what an earlier run landed ---------------------------------------------------
+
+def _landed_days(landing: Path) -> list[dt.date]:
+    """The day folders of any captured table that hold files, oldest first."""
+    days = set()
+    for table in CDC_TABLES:
+        for path in (landing / "cdc" / table).glob("date=*/*"):
+            if path.name.endswith(LANDED_SUFFIXES):
+                try:
+                    days.add(dt.date.fromisoformat(path.parent.name.removeprefix("date=")))
+                except ValueError:  # not a day folder: nothing this generator wrote
+                    continue
+    return sorted(days)
+
+
+def _identity(table: str, envelope: dict) -> tuple:
+    """What identifies a change across deliveries: its op, position and key (snapshot rows share a position)."""
+    op = envelope["op"]
+    image = envelope["before"] if op == "d" else envelope["after"]
+    key = tuple(image[c] for c in CDC_TABLES[table].primary_key)
+    return op, source_position(envelope["source"], op), key
+
+
+def _landed_changes(table: str, paths: Iterable[Path]) -> set[tuple]:
+    """The identities of the well-formed changes the files hold (tombstones and broken lines hold none)."""
+    found = set()
+    for path in paths:
+        if not path.name.endswith(LANDED_SUFFIXES):
+            continue
+        data = path.read_bytes()
+        text = gzip.decompress(data) if path.name.endswith(".gz") else data
+        for line in text.decode("utf-8", "replace").splitlines():
+            try:
+                doc = json.loads(line)
+                envelope = doc["payload"] if "payload" in doc and "schema" in doc else doc
+                found.add(_identity(table, envelope))
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+                continue
+    return found
+
+
+def _free_name(folder: Path, stem: str) -> Path:
+    """`<stem>.jsonl` in `folder`, or `<stem>-N.jsonl` when a file has that name: never one that exists."""
+    path, n = folder / f"{stem}.jsonl", 1
+    while path.exists():
+        path, n = folder / f"{stem}-{n}.jsonl", n + 1
+    return path
+
+
 def _day_start_us(day: dt.date) -> int:
     return int(dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp()) * 1_000_000
 
@@ -218,8 +274,9 @@ class _Shop:
     """Both databases, their logs and the changes they emit."""
 
     def __init__(self, seed: int, first_day: dt.date, customers: int, initial_orders: int,
-                 binlog_events_per_file: int, drift_day: dt.date | None) -> None:
+                 binlog_events_per_file: int, drift_day: dt.date | None, now: dt.datetime) -> None:
         self.seed = seed
+        self.now = now  # a day under way is simulated until then
         self.drift_day = drift_day
         self.binlog_events_per_file = binlog_events_per_file
         prices = random.Random(f"{seed}-cdc-prices")
@@ -407,11 +464,17 @@ class _Shop:
             (self._new_order, 25), (self._advance_order, 30), (self._purge_order, 3), (self._change_quantity, 5),
         ]
         handlers, weights = zip(*actions)
-        # What has happened of the day is cut into one slot per change; margins keep lagged processing inside it.
-        slot = (elapsed_seconds(day) - 300) * 1_000_000 / changes
+        # The day is cut into one slot per change; margins keep lagged processing inside it. A day under way
+        # stops a few minutes before now: its changes are a prefix of the whole day's, so a later run that
+        # simulates the day again finds the ones landed before, and adds those committed since.
+        slot = (86_400 - 300) * 1_000_000 / changes
+        elapsed = elapsed_seconds(day, self.now)
+        cutoff = start + (elapsed - 300) * 1_000_000 if elapsed < 86_400 else None
         done = 0
         while done < changes:
             at = start + 60_000_000 + int(done * slot + self.rng.uniform(0, slot))
+            if cutoff is not None and at > cutoff:
+                break
             if key_changes and done >= key_changes[0]:
                 key_changes.pop(0)
                 done += self._change_customer_key(at)
@@ -620,10 +683,11 @@ def _break(rng: random.Random, change: CdcChange, kind: str, wrapped: bool) -> s
 
 def _write_folder(folder: Path, table: str, day: dt.date, deliveries: list[CdcChange], rng: random.Random,
                   files_per_day: int, wrapped_share: float, duplicate_rate: float,
-                  malformed_rate: float) -> GeneratedCdcDay:
+                  malformed_rate: float, stamp: str) -> GeneratedCdcDay:
+    """Write the folder's deliveries: `changes-NN.jsonl` into an empty folder, else one new file
+    `changes-<stamp>.jsonl`; files already there stay as they are."""
     folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*.jsonl"):
-        old.unlink()
+    landed = any(p.name.endswith(LANDED_SUFFIXES) for p in folder.iterdir())
     result = GeneratedCdcDay(table=table, day=day, changes=len(deliveries),
                              late=sum(c.commit_day < day for c in deliveries))
     if not deliveries:
@@ -631,7 +695,7 @@ def _write_folder(folder: Path, table: str, day: dt.date, deliveries: list[CdcCh
 
     deliveries = list(deliveries)
     rng.shuffle(deliveries)
-    n_files = min(files_per_day, len(deliveries))
+    n_files = 1 if landed else min(files_per_day, len(deliveries))
     wrapped = [rng.random() < wrapped_share for _ in range(n_files)]
     # Each file is a list of (sort key, seq, what, change, malformed kind); extras get random keys.
     files: list[list[tuple[float, int, str, CdcChange, str]]] = [[] for _ in range(n_files)]
@@ -667,9 +731,12 @@ def _write_folder(folder: Path, table: str, day: dt.date, deliveries: list[CdcCh
             if change.op == "d":  # Debezium's tombstone, so compaction can drop the key
                 lines.append("null")
                 result.tombstones += 1
-        path = folder / f"changes-{n:02d}.jsonl"
-        with path.open("w", encoding="utf-8", newline="\n") as out:
+        path = _free_name(folder, f"changes-{stamp}") if landed else folder / f"changes-{n:02d}.jsonl"
+        # Written beside its name and renamed: a reader listing the folder never sees half a file.
+        part = path.with_name(f".{path.name}.part")
+        with part.open("w", encoding="utf-8", newline="\n") as out:
             out.write("\n".join(lines) + "\n")
+        part.rename(path)
         result.files.append(path)
         result.lines += len(lines)
     return result
@@ -690,33 +757,49 @@ def generate_cdc(
     customers: int = 200,
     initial_orders: int = 150,
     binlog_events_per_file: int = 100,
+    now: dt.datetime | None = None,
 ) -> CdcGeneration:
     """Simulate the shop over `days` and write every table's change files for them.
 
     `changes_per_day` counts the changes committed each day over all three
-    tables (the initial snapshot of the first day comes on top). The first of
-    the (sorted) days starts with the snapshot; state carries over from day to
-    day, so a day's files depend on the days before it in the same call.
+    tables (the initial snapshot of the first day comes on top); a day under
+    way at `now` (default: the clock's) has those committed until a few minutes
+    before. The first of the (sorted) days starts with the snapshot; state
+    carries over from day to day, so a day's files depend on the days before it
+    in the same call. When the landing zone already holds changes, the days it
+    holds them for are simulated too (the history goes on from its first day)
+    and only changes no landed file holds are written (see the module's docstring).
     """
     days = sorted(set(days))
     if not days:
         return CdcGeneration(days=[], history=[], true_state={t: {} for t in CDC_TABLES})
-    shop = _Shop(seed, days[0], customers, initial_orders, binlog_events_per_file, drift_day)
-    generated = set(days)
+    landed_days = _landed_days(landing)
+    inside = [d for d in days if landed_days and d < landed_days[-1] and d not in landed_days]
+    if inside:
+        raise ValueError(f"{landing / 'cdc'}: the landed change history runs from {landed_days[0]} to "
+                         f"{landed_days[-1]}; changes of {inside[0]}, a day it does not hold, would make another "
+                         "history whose positions clash with it: generate the days it holds or later ones, or into "
+                         "an empty landing zone")
+    simulated = sorted(set(days) | set(landed_days))
+    now = now or dt.datetime.now(dt.timezone.utc)
+    shop = _Shop(seed, simulated[0], customers, initial_orders, binlog_events_per_file, drift_day, now)
     per_day: dict[dt.date, list[CdcChange]] = {}
-    for n, day in enumerate(days):
+    for n, day in enumerate(simulated):
         first = len(shop.history)
-        shop.run_day(day, changes_per_day, late_share, day + dt.timedelta(days=1) in generated, first=n == 0)
+        shop.run_day(day, changes_per_day, late_share, day + dt.timedelta(days=1) in simulated, first=n == 0)
         per_day[day] = shop.history[first:]
 
+    stamp = now.strftime(STAMP)
     results = []
     for table in CDC_TABLES:
+        taken = _landed_changes(table, (landing / "cdc" / table).glob("date=*/*")) if landed_days else set()
         for day in days:
             own = [c for c in per_day[day] if c.table == table and not c.late]
             arrived = [c for c in per_day.get(day - dt.timedelta(days=1), []) if c.table == table and c.late]
+            new = [c for c in arrived + own if _identity(c.table, c.envelope()) not in taken]
             rng = random.Random(f"{seed}-cdc-{table}-{day.isoformat()}-files")
-            results.append(_write_folder(cdc_folder(landing, table, day), table, day, arrived + own, rng,
-                                         files_per_day, wrapped_share, duplicate_rate, malformed_rate))
+            results.append(_write_folder(cdc_folder(landing, table, day), table, day, new, rng,
+                                         files_per_day, wrapped_share, duplicate_rate, malformed_rate, stamp))
 
     true_state = {t: _replay(c for c in shop.history if c.table == t) for t in CDC_TABLES}
     return CdcGeneration(days=results, history=shop.history, true_state=true_state)

@@ -20,14 +20,14 @@ from examples.shop.events_generator import generate_day
 
 def generate(landing: Path, days: list[dt.date], events_per_day: int = 2_000, changes_per_day: int = 300,
              cdc: bool = True, seed: int = 7) -> list[str]:
-    """Write the days' files; returns one line of summary per source and day."""
+    """Write the days' new files (landed files stay as they are); returns one line of summary per source and day."""
     lines = []
     for day in generate_events(landing, days, events_per_day=events_per_day, seed=seed):
-        lines.append(f"events {day.day}: {len(day.files)} files, {day.lines} lines ({day.events} events, "
+        lines.append(f"events {day.day}: {len(day.files)} new files, {day.lines} lines ({day.events} events, "
                      f"{day.duplicates} duplicate deliveries, {sum(day.malformed.values())} malformed)")
     if cdc:
         for d in generate_cdc(landing, days, changes_per_day=changes_per_day, seed=seed).days:
-            lines.append(f"cdc/{d.table} {d.day}: {len(d.files)} files, {d.lines} lines ({d.changes} changes, "
+            lines.append(f"cdc/{d.table} {d.day}: {len(d.files)} new files, {d.lines} lines ({d.changes} changes, "
                          f"{d.tombstones} tombstones, {d.duplicates} duplicates, {sum(d.malformed.values())} malformed)")
     return lines
 

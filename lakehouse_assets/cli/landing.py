@@ -14,6 +14,7 @@ from .output import print_rows
 
 if TYPE_CHECKING:
     from ..project import Project
+    from ..sources.zones import LocalZone, S3Zone
 
 
 def _generator(project: Project):
@@ -60,14 +61,36 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
 
     zone = landing_zone(settings)
     with tempfile.TemporaryDirectory() as tmp:
+        landed = _mirror(project, zone, Path(tmp))
         _generate(project, Path(tmp), days, args)
-        for path in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
+        for path in sorted(p for p in Path(tmp).rglob("*") if p.is_file() and p not in landed):
             day = landing_day(str(path))
             if day is None:
                 raise ValueError(f"the generator wrote {path.relative_to(tmp)}, which is not in a day folder")
             zone.put(path, str(path.parent.parent.relative_to(tmp)), day, path.name)
     print(f"landing zone: {settings.landing}")
     return 0
+
+
+def _mirror(project: Project, zone: LocalZone | S3Zone, folder: Path) -> set[Path]:
+    """Copy the zone's landed files of every landing source into `folder`, with their times: the generator
+    sees what landed before (it never writes a landed file again, and goes on from it)."""
+    import os
+
+    from ..sources.zones import landing_day
+
+    copies = set()
+    for source in project.landing_sources:
+        for f in zone.list(source.landing):
+            day = landing_day(f.uri)
+            if day is None:
+                continue
+            copy = folder / source.landing / f"date={day.isoformat()}" / f.uri.rsplit("/", 1)[1]
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(zone.read(f.uri))
+            os.utime(copy, (f.modified, f.modified))
+            copies.add(copy)
+    return copies
 
 
 def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:

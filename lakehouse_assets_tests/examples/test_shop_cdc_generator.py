@@ -138,13 +138,61 @@ def test_same_arguments_same_bytes(tmp_path):
     assert a.true_state == b.true_state
 
 
-def test_regenerating_replaces_the_day_files(tmp_path):
-    generate_cdc(tmp_path, DAYS[:1], changes_per_day=100, files_per_day=5)
+def test_regenerating_a_past_day_leaves_its_files_as_they_landed(tmp_path):
+    first = generate_cdc(tmp_path, DAYS[:1], changes_per_day=100, files_per_day=5)
+    landed = _files(tmp_path)
     again = generate_cdc(tmp_path, DAYS[:1], changes_per_day=100, files_per_day=2)
-    for table in KEYS:
-        folder = tmp_path / "cdc" / table / f"date={DAYS[0].isoformat()}"
-        assert sorted(p.name for p in folder.iterdir()) == ["changes-00.jsonl", "changes-01.jsonl"]
-    assert all(len(d.files) == 2 for d in again.days)
+    assert _files(tmp_path) == landed and len(landed) == 15
+    assert all(not d.files for d in again.days) and all(len(d.files) == 5 for d in first.days)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _changes(files: dict[str, bytes]) -> Counter:
+    """Deliveries of each well-formed change (by key, position and op) in `files`."""
+    found: Counter = Counter()
+    for name, data in files.items():
+        table = name.split("/")[1]
+        for line in data.decode().splitlines():
+            status, parsed = parse_line(table, line)
+            if status == "ok":
+                found[(table, _identity(table, parsed[0]))] += 1
+    return found
+
+
+def test_runs_later_the_same_day_and_the_next_add_only_new_changes_in_new_files(tmp_path):
+    """A day under way holds the changes committed until a few minutes before the run; a later run keeps every
+    landed file byte for byte and writes the changes committed since (and, the next day, the rest of yesterday)
+    into new files, each change once: together they hold what one run over all the days holds."""
+    live, today = tmp_path / "live", DAYS[2]
+    at = [dt.datetime.combine(today, dt.time(10), dt.timezone.utc),
+          dt.datetime.combine(today, dt.time(16), dt.timezone.utc),
+          dt.datetime.combine(today + dt.timedelta(days=1), dt.time(9), dt.timezone.utc)]
+    runs = [DAYS, DAYS, [*DAYS[1:], today + dt.timedelta(days=1)]]
+    landed: dict[str, bytes] = {}
+    for n, (days, now) in enumerate(zip(runs, at)):
+        generated = generate_cdc(live, days, changes_per_day=150, now=now)
+        files = _files(live)
+        assert {k: files[k] for k in landed} == landed, "a landed file was written again"
+        new = {k: v for k, v in files.items() if k not in landed}
+        if n > 0:  # after the first run: only files named after the run's time, or of a day new to the zone
+            stamp = now.strftime("%Y%m%dT%H%M%S")
+            assert all(k.endswith(f"changes-{stamp}.jsonl") or "date=2025-03-04" in k for k in new), sorted(new)
+            assert new and not set(_changes(new)) & set(_changes(landed)), "a change was delivered again"
+        assert sorted(str(f.relative_to(live)) for d in generated.days for f in d.files) == sorted(new)
+        committed = [c for c in generated.history if c.commit_day == today and c.op != "r"]
+        assert max(c.source["ts_ms"] for c in committed) <= now.timestamp() * 1000
+        landed = files
+    again = generate_cdc(live, runs[-1], changes_per_day=150, now=at[-1])
+    assert not any(d.files for d in again.days) and _files(live) == landed
+
+    whole = tmp_path / "whole"
+    generate_cdc(whole, [*DAYS, today + dt.timedelta(days=1)], changes_per_day=150, now=at[-1])
+    assert set(_changes(landed)) == set(_changes(_files(whole)))
+    with pytest.raises(ValueError, match="history runs from 2025-03-01"):
+        generate_cdc(live, [DAYS[0] - dt.timedelta(days=1)], changes_per_day=150, now=at[-1])
 
 
 def test_counts_match_the_files_line_by_line(lake):
