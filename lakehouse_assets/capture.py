@@ -7,11 +7,14 @@ declared CDC source, with the `pgoutput` plugin, and writes each record value
 `<landing>/cdc/<table>/date=<today>/capture-*.jsonl`, local or S3.
 
 Exactly what is landed is never lost:
-- records go to a hidden part file in `<home>/capture/<source>/staging`, which is
-  fsynced before the engine is told the batch is processed; only then can their
-  offsets be flushed (file offset store, `<home>/capture/<source>/offsets.dat`);
-- a part file is published (an atomic rename, or an upload) when it reaches its
-  size or age, and at stop; at start, part files a crash left behind are
+- records go to a hidden part file in `<home>/capture/<source>/staging`, which
+  (with its folder entry) is fsynced before the engine is told the batch is
+  processed; only then can their offsets be flushed (file offset store,
+  `<home>/capture/<source>/offsets.dat`);
+- a part file is published when it reaches its size or age, and at stop: into a
+  local zone as a copy that is fsynced, renamed into place and made durable by an
+  fsync of its folder; into S3 by an upload, durable once it completes. Only then
+  is the staging copy deleted. At start, part files a crash left behind are
   published first. A crash therefore replays records (silver drops the
   duplicates: a change is (key, position, op)), and never loses one.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -38,7 +42,7 @@ from .project import CdcTable, Project
 from .runtime.failpoints import failpoint
 from .runtime.status import add_to_status, capture_status_file
 from .settings import Settings, validate_identifier
-from .sources.zones import landing_zone
+from .sources.zones import LocalZone, S3Zone, landing_zone
 from .times import UTC
 
 PLUGIN = "pgoutput"
@@ -191,7 +195,7 @@ class LandingWriter:
         self.max_bytes, self.max_seconds = max_bytes, max_seconds
         self.open: dict[str, _Part] = {}
         self.published: list[str] = []
-        staging.mkdir(parents=True, exist_ok=True)
+        _durable_folder(staging)
 
     def recover(self) -> list[str]:
         """Publish the part files a crash left: their records were fsynced, their offsets may be flushed."""
@@ -213,8 +217,9 @@ class LandingWriter:
         if part is None:
             name = f"capture-{dt.datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}.jsonl.part"
             path = self.staging / table / f"date={today.isoformat()}" / name
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _durable_folder(path.parent)
             part = self.open[table] = _Part(table, today, path, time.monotonic(), handle=open(path, "ab"))
+            _fsync(path.parent)  # the new file's entry: fsyncing its bytes alone would not keep its name
         data = ("\n".join(lines) + "\n").encode()
         part.handle.write(data)
         part.size += len(data)
@@ -245,9 +250,52 @@ class LandingWriter:
 
     def _publish(self, path: Path, table: str, day: dt.date) -> str:
         failpoint("capture:before-publish")
-        uri = self.zone.put(path, f"cdc/{table}", day, path.name.removesuffix(".part"))
-        path.unlink()
+        uri = land(self.zone, path, f"cdc/{table}", day, path.name.removesuffix(".part"))
+        failpoint("capture:after-publish")
+        path.unlink()  # only once the landed copy is durable: until then the staging copy is the records
         return uri
+
+
+def land(zone: LocalZone | S3Zone, local: Path, source: str, day: dt.date, name: str) -> str:
+    """Put a finished part file into the landing zone durably: once this returns, no crash takes it back.
+
+    Local: copied to a hidden file beside the target, fsynced, renamed into place (readers never see half a
+    file), then the folder fsynced (the rename is only durable then). S3: the completed upload is the
+    durability point (the object store acknowledges only a stored object).
+    """
+    if isinstance(zone, S3Zone):
+        return zone.put(local, source, day, name)
+    target = zone.root / source / f"date={day.isoformat()}" / name
+    _durable_folder(target.parent)
+    temporary = target.with_name(f".{name}.part")
+    with open(local, "rb") as src, open(temporary, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+        dst.flush()
+        os.fsync(dst.fileno())  # before the rename: a crash must not leave a named file without its bytes
+    os.rename(temporary, target)
+    _fsync(target.parent)
+    return f"file:{target}"
+
+
+def _fsync(path: Path) -> None:
+    """fsync a file or a folder by its path (a folder's fsync makes its entries durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _durable_folder(folder: Path) -> None:
+    """Create `folder` and its missing parents, each new one fsynced into its parent: a crash that forgets a
+    folder forgets the files in it."""
+    missing = []
+    while not folder.is_dir():
+        missing.append(folder)
+        folder = folder.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)
+        _fsync(new.parent)
 
 
 def _handler_class():
