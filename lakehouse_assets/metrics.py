@@ -52,6 +52,7 @@ from .project import Project
 from .project.model import INGEST_LOG
 from .runtime.status import capture_status_file, read_status, stream_is_running, stream_status_file
 from .settings import Settings
+from .sources.versions import CHANGED, Taken, epoch_ms, needs_a_look
 from .times import UTC, from_ms
 
 PREFIX = "lakehouse"
@@ -215,7 +216,10 @@ class LakehouseCollector:
             return None
         table = self.catalog.load_table(identifier)
         if self._ingest_log is None or self._ingest_log[0] != table.metadata_location:
-            rows = table.scan(selected_fields=("source", "source_file", "records", "kept", "quarantined")).to_arrow()
+            names = {f.name for f in table.schema().fields}
+            rows = table.scan(selected_fields=tuple(c for c in (
+                "source", "source_file", "records", "kept", "quarantined", "size", "modified", "etag", "sha256",
+                "version", "change") if c in names)).to_arrow()
             self._ingest_log = (table.metadata_location, rows)
         return self._ingest_log[1]
 
@@ -228,13 +232,17 @@ class LakehouseCollector:
         except Exception as exc:  # noqa: BLE001
             return self._failed("the ingest log", exc)
         totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-        taken: dict[str, set[str]] = defaultdict(set)
-        if rows is not None:
-            for source, file, records, kept, quarantined in zip(*(rows.column(c).to_pylist() for c in (
-                    "source", "source_file", "records", "kept", "quarantined"))):
-                total = totals[source]
-                total[0], total[1], total[2] = total[0] + records, total[1] + kept, total[2] + quarantined
-                taken[source].add(file)
+        taken: dict[str, dict[str, Taken]] = defaultdict(dict)
+        changed: dict[str, int] = defaultdict(int)
+        for row in rows.to_pylist() if rows is not None else []:
+            source, total = row["source"], totals[row["source"]]
+            total[0], total[1], total[2] = (total[0] + row["records"], total[1] + row["kept"],
+                                            total[2] + row["quarantined"])
+            version, before = row.get("version") or 0, taken[source].get(row["source_file"])
+            if before is None or version >= before.version:
+                taken[source][row["source_file"]] = Taken(version, row.get("size"), epoch_ms(row.get("modified")),
+                                                          row.get("sha256"), None, row.get("etag"))
+            changed[source] += row.get("change") == CHANGED
         zone = landing_zone(self.settings)
         first = dt.date.fromisoformat(str(self.settings.start_date or self.project.start_date))
         today = dt.datetime.now(UTC).date()
@@ -246,14 +254,17 @@ class LakehouseCollector:
             out.counter("source_records_in", "Records in the landing files ingested", s, records)
             out.counter("source_records_kept", "Records kept in bronze", s, kept)
             out.counter("source_records_quarantined", "Records quarantined, each with its reason", s, quarantined)
+            out.counter("source_files_changed_after_taken", "Landed files rewritten, truncated or replaced after they "
+                        "were taken: their new content is quarantined whole", s, changed[name])
             try:
-                files = [f.uri for f in zone.list(name)]
-                refused = refused_files(files, source_root(self.settings, name), first, today)
-                waiting = sum(uri not in refused and uri not in taken[name] for uri in files)
+                listed = zone.list(name)
+                refused = refused_files([f.uri for f in listed], source_root(self.settings, name), first, today)
+                waiting = sum(f.uri not in refused and needs_a_look(f.stat, taken[name].get(f.uri)) for f in listed)
             except Exception as exc:  # noqa: BLE001
                 errors += self._failed(f"the landing zone of {name}", exc)
                 continue
-            out.gauge("source_landing_files_waiting", "Files landed and not ingested yet (the backlog)", s, waiting)
+            out.gauge("source_landing_files_waiting", "Files landed, or changed, and not ingested yet as they are now "
+                      "(the backlog)", s, waiting)
             out.gauge("source_landing_files_refused", "Files that will not be ingested: outside a day folder or the "
                       "partition range (the landing sensor reports each)", s, len(refused))
             if name in streamed and (self.settings.home / "streams" / name).exists():

@@ -11,6 +11,12 @@ same tables and with the same code as the daily assets:
 3. gold: `merge_minutes` recomputes the minutes those events fall in from silver
    and MERGEs them into gold_minute_activity.
 
+Spark's file source hands over each path once. What it cannot hand over again, a file
+the batch left because it was still being written, or lines appended to a file taken
+before, is found by a sweep every SWEEP_SECONDS while no batch runs: the files of the
+recent day folders whose identity the ingest log does not hold (sources/versions.py),
+processed as a batch of their own (`sweep-N`).
+
 Exactly once across crashes: Spark's checkpoint records which files make batch N
 before it runs, so a restarted query re-runs batch N with the same files; every
 commit of batch N carries the query id and batch id in its snapshot summary,
@@ -52,6 +58,7 @@ from pyspark.sql import functions as F
 
 from .bronze.ingest import IngestReport, ingest
 from .bronze.sources import event_landing_source
+from .bronze.taken import TakenIndex
 from .errors import ConfigurationError
 from .gold.events import gold_specs, merge_minutes
 from .partitions import daily_partitions
@@ -64,17 +71,19 @@ from .runtime.resource import LakehouseResource
 from .runtime.status import add_to_status, heartbeat_file, stream_status_file
 from .silver.events import StreamedEvents, rejected_spec, silver_spec, take_new_events
 from .sources.landing import of_files
-from .sources.zones import landing_day, refusals, source_root
+from .sources.versions import needs_a_look
+from .sources.zones import landing_day, landing_zone, refusals, source_root
 from .tables.handle import TableHandle
 from .times import UTC
 
 QUERY_ID = "lakehouse.stream.query-id"
 BATCH_ID = "lakehouse.stream.batch-id"
+SWEEP_SECONDS = 10.0
 
 
 @dataclass
 class BatchReport:
-    batch_id: int
+    batch_id: int | str  # Spark's batch id, or `sweep-N`
     files: int
     refused: int = 0
     records_in: int = 0
@@ -110,7 +119,7 @@ class EventStream:
                                          f"{sorted(project.events)} to stream")
             source = next(iter(project.events.values()))
         self.lakehouse, self.source = lakehouse, source
-        self.landing = event_landing_source(source)
+        self.landing = event_landing_source(source, project.landing)
         settings = lakehouse.settings
         self.partitions: DailyPartitionsDefinition = daily_partitions(settings.start_date or project.start_date)
         self.checkpoint = checkpoint or str(Path(settings.home) / "streams" / source.name / "checkpoint")
@@ -123,6 +132,10 @@ class EventStream:
                              and MINUTE_ACTIVITY in gold.event_tables) else None
         self.reports: list[BatchReport] = []
         self.last_activity = time.monotonic()
+        self._batch = threading.Lock()  # a sweep and a batch never run at once
+        self._waiting: set[str] = set()  # files a batch left because they were still being written
+        self._sweeps = 0
+        self._taken = TakenIndex()
 
     # -- the query ---------------------------------------------------------------------------------
 
@@ -151,11 +164,15 @@ class EventStream:
         self.log(f"streaming {self.landing.name}/ (query {query.id}, checkpoint {self.checkpoint})")
         beat = heartbeat_file(self.lakehouse.settings.home, self.landing.name)
         beat.parent.mkdir(parents=True, exist_ok=True)
+        swept = time.monotonic()
         try:
             while query.isActive:
                 beat.touch()
                 time.sleep(0.5)
                 now = time.monotonic()
+                if now - swept >= SWEEP_SECONDS and not query.status.get("isTriggerActive"):
+                    self.sweep()
+                    swept = now = time.monotonic()
                 if stop is not None and stop.is_set():
                     break
                 if max_seconds is not None and now - started > max_seconds:
@@ -180,12 +197,37 @@ class EventStream:
         rows = files_df.collect()
         if not rows:
             return
+        landed = sorted(r.modificationTime.timestamp() for r in rows)  # naive local times, as PySpark gives them
+        self._run_batch(sorted(r.path for r in rows), batch_id, landed)
+
+    def sweep(self) -> BatchReport | None:
+        """Process the files the file source will not hand over again: those a batch left while they were being
+        written, and those of the recent day folders changed since they were taken (lines appended)."""
+        settings = self.lakehouse.settings
+        since = dt.datetime.now(UTC).date() - dt.timedelta(days=1)
+        listed = landing_zone(settings).list(self.landing.name, since=since)
+        taken = self._taken.taken(settings, self.landing.name, {f.day for f in listed if f.day is not None})
+        # A file never taken is the file source's, unless it has been there for a while (it was handed to a
+        # batch of an earlier run of the stream that left it while it was being written).
+        overdue = time.time() - 3 * SWEEP_SECONDS
+        pending = {f.uri for f in listed if needs_a_look(f.stat, taken.get(f.uri))
+                   and (f.uri in taken or f.changed < overdue)}
+        paths = sorted((pending | self._waiting) - set(refusals(pending, source_root(settings, self.landing.name),
+                                                                self.partitions)))
+        if not paths:
+            return None
+        self._sweeps += 1
+        return self._run_batch(paths, f"sweep-{self._sweeps}", [f.modified for f in listed if f.uri in paths])
+
+    def _run_batch(self, paths: list[str], batch_id: int | str, landed: list[float]) -> BatchReport:
+        with self._batch:
+            return self._timed_batch(paths, batch_id, landed)
+
+    def _timed_batch(self, paths: list[str], batch_id: int | str, landed: list[float]) -> BatchReport:
         self.last_activity = time.monotonic()
         began = time.monotonic()
-        landed = sorted(r.modificationTime.timestamp() for r in rows)  # naive local times, as PySpark gives them
-        report = self.process(sorted(r.path for r in rows), batch_id,
-                              dt.datetime.fromtimestamp(landed[-1], UTC))
-        report.landed_at = landed
+        report = self.process(paths, batch_id, dt.datetime.fromtimestamp(max(landed), UTC) if landed else None)
+        report.landed_at = sorted(landed)
         report.seconds = round(time.monotonic() - began, 3)
         self.reports.append(report)
         self.last_activity = time.monotonic()
@@ -198,8 +240,9 @@ class EventStream:
             self.log(f"could not update the stream's status file: {exc}")
         self.log(f"batch {batch_id}: {report.files} files, {report.records_in} records, {report.silver_added} "
                  f"events to silver, {report.minutes} minutes to gold in {report.seconds:.1f}s")
+        return report
 
-    def process(self, paths: list[str], batch_id: int, newest_modified: dt.datetime | None = None) -> BatchReport:
+    def process(self, paths: list[str], batch_id: int | str, newest_modified: dt.datetime | None = None) -> BatchReport:
         lakehouse, source = self.lakehouse, self.source
         query_id = self._query_id()
         props = {QUERY_ID: query_id, BATCH_ID: str(batch_id)}
@@ -228,6 +271,7 @@ class EventStream:
             clock = time.monotonic()
 
         ingested = ingest(lakehouse, self.landing, files, run_id, label, log=self.log, properties=props)
+        self._waiting = (self._waiting - set(files)) | set(ingested.waiting)
         report.records_in, report.retries, report.newest_landed_at = (
             ingested.records_in, ingested.retries, ingested.newest_landed_at or newest_modified)
         report.kept = ingested.kept.added_records if ingested.kept else 0
@@ -271,7 +315,7 @@ class EventStream:
         report.visible_at = dt.datetime.now(UTC)
         return report
 
-    def _delivered(self, bronze: TableHandle, query_id: str, batch_id: int, files: list[str],
+    def _delivered(self, bronze: TableHandle, query_id: str, batch_id: int | str, files: list[str],
                    before: int | None) -> DataFrame:
         """The bronze rows of this batch: what its own commits appended (read incrementally), or, when
         another writer took these files first, those files' rows. Main's history is walked back to `before`,
@@ -308,7 +352,7 @@ class EventStream:
     def _materialized(self, asset: str, days: list[str], commit: CommitResult, props: dict[str, str],
                       extra: dict[str, Any] | None = None) -> None:
         metadata = {**commit.metadata(), "stream_query_id": MetadataValue.text(props[QUERY_ID]),
-                    "stream_batch_id": MetadataValue.int(int(props[BATCH_ID])), **(extra or {})}
+                    "stream_batch_id": MetadataValue.text(props[BATCH_ID]), **(extra or {})}
         for day in days:
             if self.partitions.has_partition_key(day):
                 self._report(AssetMaterialization(asset_key=asset, partition=day, metadata=metadata))

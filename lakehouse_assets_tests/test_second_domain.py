@@ -33,6 +33,8 @@ pytestmark = pytest.mark.slow  # a module-wide pipeline run
 DECLARATION = """\
 name: streaming
 start_date: 2025-03-01
+landing:
+  settle: 0s    # the test writes each file whole before any run looks
 events:
   plays:
     landing: app/plays

@@ -9,6 +9,7 @@ only spares re-reading files already fully taken; correctness never rests on it.
 """
 
 import datetime as dt
+import hashlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,8 +32,10 @@ from pyspark.sql import types as T
 
 from ..errors import BalanceError
 from ..partitions import SINGLE_RUN
+from ..project import LandingPolicy
 from ..project.model import INGEST_LOG as INGEST_LOG_NAME
 from ..runtime.commit import (
+    CURRENT,
     EVERYTHING,
     CommitResult,
     StagedWrite,
@@ -43,11 +46,35 @@ from ..runtime.commit import (
     stage,
     with_commit_retries,
 )
-from ..runtime.files import modification_times
+from ..runtime.files import exists, file_statuses
 from ..runtime.freshness import from_spark, newest_event
 from ..runtime.resource import LakehouseResource
 from ..runtime.results import reported
-from ..sources.landing import day_folders, landing_date_of, landing_date_value, list_landing_files, of_files, read_landing
+from ..sources.landing import (
+    day_folders,
+    landing_date_of,
+    landing_date_value,
+    list_landing_files,
+    of_files,
+    read_contents,
+    read_landing,
+)
+from ..sources.versions import (
+    APPENDED,
+    CHANGED,
+    CHANGED_REASON,
+    NEW,
+    TOUCHED,
+    WAIT,
+    Content,
+    Decision,
+    Stat,
+    Taken,
+    decide,
+    needs_a_look,
+    settled,
+    within_grace,
+)
 from ..sources.zones import source_root
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
@@ -66,12 +93,21 @@ INGEST_LOG = TableSpec(
         col("quarantined", T.LongType(), False),
         col("ingested_at", T.TimestampType(), False),
         col("run_id", T.StringType(), False),
+        # The file's identity as taken (sources/versions.py): how the next look tells a new or changed file.
+        col("size", T.LongType(), True, "bytes of the file as taken"),
+        col("modified", T.TimestampType(), True, "the file's modification time as taken"),
+        col("etag", T.StringType(), True, "the object's ETag as taken (object stores)"),
+        col("sha256", T.StringType(), True, "hash of the file's bytes as taken"),
+        col("lines", T.LongType(), True, "the file's lines as taken; null when it could not be read"),
+        col("change", T.StringType(), True, "new, appended, touched, changed or retaken (sources/versions.py)"),
+        col("version", T.IntegerType(), True, "1 at the file's first take, one more at each take after it"),
     ]),
     # A look-up of some landing days' files (the sensors', each tick) reads only their manifests.
     partitioned_by=("landing_date",),
 )
 
 
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 MAX_NEW_COLUMNS = 32  # per run: a flood of new keys is more likely garbage than schema
 EVENT_DAYS = "event_days"  # bronze materialisation metadata: the event days its commit added rows to
 
@@ -99,6 +135,7 @@ class LandingSource:
     new_keys: Callable[..., Column] | None = None
     new_columns: Callable[..., tuple[list[tuple[str, str]], dict[str, Any]]] | None = None
     event_time: str | None = None  # the bronze column whose newest value is the table's event-time watermark
+    policy: LandingPolicy = field(default_factory=LandingPolicy)  # when a landed file is complete enough to take
 
 
 @dataclass
@@ -106,6 +143,7 @@ class IngestReport:
     files_listed: int
     files_read: int = 0
     records_in: int = 0
+    waiting: list[str] = field(default_factory=list)  # files left for a later run: not settled or not ready
     kept: CommitResult | None = None
     quarantined: CommitResult | None = None
     new_columns: list[str] = field(default_factory=list)
@@ -125,6 +163,7 @@ class IngestReport:
         counts: dict[str, Any] = {
             "landing_files_listed": MetadataValue.int(self.files_listed),
             "landing_files_taken": MetadataValue.int(self.files_read),
+            "landing_files_waiting": MetadataValue.int(len(self.waiting)),
             "records_in": MetadataValue.int(self.records_in),
             "records_kept": MetadataValue.int(self.kept.added_records if self.kept else 0),
             "records_quarantined": MetadataValue.int(self.quarantined.added_records if self.quarantined else 0),
@@ -137,13 +176,15 @@ class IngestReport:
         return {**(commit.metadata() if commit else {}), **counts}
 
 
-def stage_new_files(table: TableHandle, df: DataFrame | None, files: list[str], run_id: str, asset: str, label: str,
+def stage_new_files(table: TableHandle, df: DataFrame | None, fresh: list[str], run_id: str, asset: str, label: str,
                     scope: Window, properties: dict[str, str] | None = None,
-                    watermarks: tuple[dt.datetime | None, dt.datetime | None] = (None, None)) -> StagedWrite:
-    """Stage the rows of `df` whose source_file the table's main branch does not hold yet. `scope`: the landing
-    days of `files`, the only rows that decision read. `watermarks`: the newest event time and landing time of
-    these rows (runtime/freshness.py). `df` None: no rows to add, the branch gets the stamped commit only."""
-    base = table.create().snapshot_id()
+                    watermarks: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
+                    base: Any = CURRENT) -> StagedWrite:
+    """Stage the rows of `df`, less those of the `fresh` files (taken for the first time) that the table's main
+    branch already holds. `scope`: the landing days of the run's files, the only rows its decisions read.
+    `watermarks`: the newest event time and landing time of these rows (runtime/freshness.py). `df` None: no
+    rows to add, the branch gets the stamped commit only. `base`: the snapshot the decisions were read at."""
+    base = table.create().snapshot_id() if base is CURRENT else base
     # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
     staged = stage(table, run_id, asset, label, base, evolve=True, scope=scope).with_watermarks(*watermarks)
     staged.properties.update(properties or {})
@@ -151,10 +192,10 @@ def stage_new_files(table: TableHandle, df: DataFrame | None, files: list[str], 
         staged.stamped = False  # stamped when published (runtime/publish.py: publish_all)
         return staged
     rows = df
-    if base is not None:
+    if base is not None and fresh:
         taken = [
             r.source_file for r in table.read(snapshot_id=base)
-            .where(of_files(files)).select("source_file").distinct().collect()
+            .where(of_files(fresh)).select("source_file").distinct().collect()
         ]
         if taken:
             rows = df.where(~F.col("source_file").isin(taken))
@@ -166,57 +207,212 @@ def _conform(df: DataFrame, schema: T.StructType) -> DataFrame:
     return df.select(*(F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields))
 
 
+@dataclass
+class Take:
+    """What one attempt of an ingest run takes: each file's decision (sources/versions.py) and content as read."""
+
+    log_base: int | None  # the ingest log's snapshot the decisions were read at
+    history: dict[str, Taken]
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    contents: dict[str, Content] = field(default_factory=dict)
+    waiting: list[str] = field(default_factory=list)  # not taken this time: being written, or not marked ready
+    lines: DataFrame | None = None
+    line_counts: dict[str, int] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def files(self) -> list[str]:
+        """The files this take decides something of (the log gets a row for each)."""
+        return sorted(self.decisions)
+
+    @property
+    def to_read(self) -> list[str]:
+        return [f for f, d in sorted(self.decisions.items()) if d.change != TOUCHED and self.contents[f].stat.size]
+
+    @property
+    def changed(self) -> list[str]:
+        return [f for f, d in self.decisions.items() if d.change == CHANGED]
+
+    @property
+    def fresh(self) -> list[str]:
+        return [f for f, d in self.decisions.items() if d.change == NEW]
+
+    def records(self) -> dict[str, int]:
+        """Records in, per file: its lines (those after the taken ones for an append); an unreadable file is one."""
+        out = {}
+        for f, decision in self.decisions.items():
+            if f in self.unreadable:
+                out[f] = 1
+            elif decision.change == TOUCHED:
+                out[f] = 0
+            else:
+                out[f] = self.line_counts.get(f, 0) - decision.skip_lines
+        return out
+
+    def drop(self, files: set[str]) -> None:
+        for f in files:
+            self.decisions.pop(f, None)
+            self.waiting.append(f)
+
+
+def _history(ingest_log: TableHandle, source: str, files: list[str], base: int | None) -> dict[str, Taken]:
+    """The log's newest row of each of `files`, read at snapshot `base`."""
+    if base is None or not files:
+        return {}
+    rows = ingest_log.read(snapshot_id=base).where((F.col("source") == source) & of_files(files))
+    newest = rows.groupBy("source_file").agg(F.max_by(
+        F.struct("size", F.unix_millis("modified").alias("modified_ms"), "etag", "sha256", "lines", "version"),
+        F.coalesce(F.col("version"), F.lit(0))).alias("t")).collect()
+    return {
+        r.source_file: Taken(r.t.version or 0, r.t.size, r.t.modified_ms, r.t.sha256, r.t.lines, r.t.etag)
+        for r in newest
+    }
+
+
+def look(lakehouse: LakehouseResource, source: LandingSource, ingest_log: TableHandle, files: list[str],
+         now: dt.datetime) -> Take:
+    """Decide what to take of each file: those the log holds as they are now are skipped without a read; the
+    others, once settled, are hashed and decided against the log's newest row (sources/versions.py)."""
+    spark, policy = lakehouse.spark, source.policy
+    base = ingest_log.snapshot_id()
+    take = Take(base, _history(ingest_log, source.name, files, base))
+    statuses = file_statuses(spark, files)
+    ready = _ready_folders(spark, statuses, policy.ready_marker)
+    candidates = []
+    for f, (size, modified_ms, etag) in statuses.items():
+        stat = Stat(size, modified_ms, etag)
+        if not needs_a_look(stat, take.history.get(f)):
+            continue
+        if settled(stat, now, policy, ready.get(f.rsplit("/", 1)[0], True)):
+            candidates.append(f)
+        else:
+            take.waiting.append(f)
+    prefixes = {f: t.size for f in candidates if (t := take.history.get(f)) is not None and t.size is not None}
+    # Spark's file scans skip empty files: their content is known without a read.
+    contents = {f: Content(Stat(0, statuses[f][1]), EMPTY_SHA256) for f in candidates if statuses[f][0] == 0}
+    contents.update(read_contents(spark, [f for f in candidates if f not in contents], prefixes))
+    for f, content in contents.items():
+        content = Content(Stat(content.stat.size, content.stat.modified_ms, statuses[f][2]), content.sha256,
+                          content.prefix_sha256, content.prefix_ends_line, content.ends_line)
+        decision = decide(f, content, take.history.get(f), now, policy)
+        if decision.change == WAIT:
+            take.waiting.append(f)
+        else:
+            take.decisions[f], take.contents[f] = decision, content
+    return take
+
+
+def _ready_folders(spark: Any, statuses: dict[str, Any], marker: str | None) -> dict[str, bool]:
+    """Whether each folder of the files holds the declared ready marker (every folder is ready without one)."""
+    if marker is None:
+        return {}
+    return {folder: exists(spark, f"{folder}/{marker}") for folder in {f.rsplit("/", 1)[0] for f in statuses}}
+
+
+def read_take(lakehouse: LakehouseResource, source: LandingSource, take: Take, now: dt.datetime,
+              log: Callable[[str], None]) -> None:
+    """Read the lines of the files the take decided to take; a file that changed while it was read, or that
+    cannot be read yet because it is still being written, is left for the next run."""
+    spark, policy = lakehouse.spark, source.policy
+    todo = take.to_read
+    lines, take.unreadable, take.line_counts = read_landing(spark, todo)
+    after = file_statuses(spark, todo)
+    moved = {f for f in todo if after.get(f, (None, None))[:2] != (take.contents[f].stat.size,
+                                                                     take.contents[f].stat.modified_ms)}
+    young = {f for f in take.unreadable if within_grace(take.contents[f].stat, now, policy)}
+    for f in sorted(moved | young):
+        log(f"{source.name}: {f}: {'changed while it was read' if f in moved else 'still being written'}: "
+            "left for the next run")
+    take.drop(moved | young)
+    for f in moved | young:
+        take.unreadable.pop(f, None)
+    for f, decision in list(take.decisions.items()):
+        short = decision.change == APPENDED and (f in take.unreadable or take.line_counts.get(f, 0) < decision.skip_lines)
+        if short:  # not the taken lines followed by more after all
+            take.decisions[f] = Decision(CHANGED)
+    for f in take.unreadable:
+        log(f"{source.name}: {f}: {take.unreadable[f]}: quarantined whole")
+    skips = [(f, d.skip_lines) for f, d in take.decisions.items() if d.skip_lines]
+    if skips:  # an append: only the lines after those taken before
+        taken = spark.createDataFrame(skips, "source_file string, _skip int")
+        lines = lines.join(F.broadcast(taken), "source_file", "left") \
+            .where(F.col("source_line") > F.coalesce(F.col("_skip"), F.lit(0))).drop("_skip")
+    kept = set(take.decisions)
+    take.lines = lines.where(F.col("source_file").isin(sorted(kept))) if moved | young else lines
+
+
 def ingest(
     lakehouse: LakehouseResource, source: LandingSource, files: list[str], run_id: str, label: str,
     log: Callable[[str], None] = print, properties: dict[str, str] | None = None,
 ) -> IngestReport:
-    """Take the landing `files` not taken yet; `properties` go into the summary of every snapshot published."""
-    spark = lakehouse.spark
+    """Take what the landing `files` hold that the ingest log does not; `properties` go into the summary of every
+    snapshot published."""
     report = IngestReport(files_listed=len(files))
-    timed = report.timed
     ingest_log, bronze, quarantine = (lakehouse.table(s).create()
                                       for s in (INGEST_LOG, source.bronze, source.quarantine))
-    with timed("files already taken"):
-        done = {
-            r.source_file for r in ingest_log.read()
-            .where((F.col("source") == source.name) & of_files(files))
-            .select("source_file").distinct().collect()
-        } if files else set()
-    todo = [f for f in files if f not in done]
-    report.files_read = len(todo)
-    log(f"{source.name} {label}: {len(files)} landing files, {len(done)} already taken, {len(todo)} to read")
-    if not todo:
-        report.kept = current_state(bronze)
-        report.quarantined = current_state(quarantine)
-        return report
 
-    with timed("read files"):
-        lines, unreadable, line_counts = read_landing(spark, todo)
-    for f, why in unreadable.items():
-        log(f"{source.name}: {f}: {why}: quarantined whole")
+    def attempt() -> list[CommitResult] | None:
+        now = dt.datetime.now(UTC)
+        with report.timed("files already taken"):
+            take = look(lakehouse, source, ingest_log, files, now)
+        log(f"{source.name} {label}: {len(files)} landing files, {len(take.decisions)} to take"
+            f"{f', {len(take.waiting)} not settled yet' if take.waiting else ''}")
+        if take.decisions:
+            with report.timed("read files"):
+                read_take(lakehouse, source, take, now, log)
+        report.files_read, report.waiting = len(take.decisions), sorted(take.waiting)
+        if not take.decisions:
+            return None
+        report.records_in = sum(take.records().values())
+        return _write(lakehouse, source, take, (ingest_log, bronze, quarantine), run_id, label, report, log,
+                      properties)
+
+    published, report.retries = with_commit_retries(attempt, source.bronze.name, log)
+    if published is None:
+        report.kept, report.quarantined = current_state(bronze), current_state(quarantine)
+    else:
+        report.kept, report.quarantined = published[0], published[1]
+    return report
+
+
+def _write(lakehouse: LakehouseResource, source: LandingSource, take: Take, tables: tuple[TableHandle, ...],
+           run_id: str, label: str, report: IngestReport, log: Callable[[str], None],
+           properties: dict[str, str] | None) -> list[CommitResult]:
+    """Stage bronze, the quarantine and the ingest log's rows of the take, and publish the three together, only
+    once records in = kept + quarantined, file by file, on what was staged."""
+    spark = lakehouse.spark
+    ingest_log, bronze, quarantine = tables
+    todo = take.files
+    assert take.lines is not None
+    lines = take.lines
     # One time for every row of the run, whichever pass writes it.
     stamps = {"ingested_at": F.lit(dt.datetime.now(UTC)), "run_id": F.lit(run_id)}
+    records = take.records()
     # An unreadable file is one record, quarantined with the reason (its raw bytes stay in the landing zone).
-    unread = spark.createDataFrame([(f, why) for f, why in unreadable.items()], "source_file string, reason string")
+    unread = spark.createDataFrame(
+        [(f, f"{CHANGED_REASON}; {why}" if take.decisions[f].change == CHANGED else why)
+         for f, why in take.unreadable.items()], "source_file string, reason string")
     unread = unread.select("source_file", "reason", F.lit(0).alias("source_line"), F.lit("").alias("payload"),
                            landing_date_of(F.col("source_file")).alias("landing_date")).withColumns(stamps)
-    records = {**line_counts, **dict.fromkeys(unreadable, 1)}  # records in, per file
     hints: dict[str, Any] = {}
-    if source.survey:
-        with timed("new fields"):
-            added, hints = source.survey(lines, bronze.schema(), todo)
+    if source.survey and take.to_read:
+        with report.timed("new fields"):
+            added, hints = source.survey(lines, bronze.schema(), take.to_read)
             if added:
                 _add_columns(report, bronze, added, log)
-
-    landed = max(modification_times(spark, todo).values())
+    landed = max(c.stat.modified_ms for f, c in take.contents.items() if f in take.decisions) / 1000
     report.newest_landed_at = dt.datetime.fromtimestamp(landed, UTC)
     # Whether a file was taken is decided on the rows of its landing day: writes of other days never conflict.
     days = [landing_date_value(f) for f in todo]
     scope: Any = EVERYTHING if None in days else Window(
         "landing_date", min(days), max(days) + dt.timedelta(days=1), label)  # type: ignore[type-var,operator]
+    changed = take.changed
 
     def judged() -> DataFrame:
         parsed = source.parse(lines, bronze.schema(), **hints).withColumns(stamps)
+        if changed:  # a file changed after it was taken: its new content is quarantined whole
+            parsed = parsed.withColumn("reason", F.when(F.col("source_file").isin(changed), F.lit(CHANGED_REASON))
+                                       .otherwise(F.col("reason")))
         # The filters on `reason` stay above the parse: pushed down through its projections, each step would
         # inline the expressions below it into the condition, which then grows with every layer (on CDC images
         # it exhausted the heap) and computes the parse twice. Spark pushes no filter below a non-deterministic
@@ -231,8 +427,8 @@ def ingest(
             keys = Observation("new_keys")
             found = F.array_distinct(F.flatten(F.collect_set(source.new_keys(bronze.schema(), **hints))))
             parsed = parsed.observe(keys, F.concat_ws(",", found).alias("keys"))
-        write = stage_new_files(bronze, _conform(parsed.where(F.col("reason").isNull()), bronze.schema()), todo,
-                                run_id, source.bronze.name, label, scope, properties)
+        write = stage_new_files(bronze, _conform(parsed.where(F.col("reason").isNull()), bronze.schema()),
+                                take.fresh, run_id, source.bronze.name, label, scope, properties)
         new = sorted(filter(None, (keys.get["keys"] or "").split(","))) if keys is not None else []
         if not new:
             return write
@@ -241,52 +437,62 @@ def ingest(
             source.new_columns(lines, bronze.schema(), new, **hints)
         hints.update(more)
         _add_columns(report, bronze, added, log)
-        return stage_new_files(bronze, _conform(judged().where(F.col("reason").isNull()), bronze.schema()), todo,
-                               run_id, source.bronze.name, label, scope, properties)
+        return stage_new_files(bronze, _conform(judged().where(F.col("reason").isNull()), bronze.schema()),
+                               take.fresh, run_id, source.bronze.name, label, scope, properties)
 
-    def attempt() -> list[CommitResult]:
-        # Each table takes what its main does not hold yet; the three publish together or not at all,
-        # and only once records in = kept + quarantined, file by file, on what was staged.
-        staged: list[StagedWrite] = []
-        try:
-            with timed("parse, judge and write bronze"):
-                staged.append(stage_bronze())
-            with timed("count kept"):
-                kept, newest_event = _held(staged[0], todo, source.event_time)
-            bad = unread if unreadable else None  # None: every line was kept, the quarantine adds nothing
-            if sum(kept.values()) < sum(line_counts.values()):
-                bad = judged().where(F.col("reason").isNotNull()).unionByName(unread, allowMissingColumns=True)
-            with timed("write quarantine"):
-                staged.append(stage_new_files(
-                    quarantine, None if bad is None else
-                    _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
-                    todo, run_id, source.quarantine.name, label, scope, properties,
-                    (None, report.newest_landed_at)))
-            with timed("records in = kept + quarantined"):
-                quarantined, _ = _held(staged[1], todo)
-                per_file = _verify_balance(source, records, kept, quarantined)
-            # The event-time watermark is known once bronze is written: an empty commit on top carries it.
-            staged[0].with_watermarks(newest_event, report.newest_landed_at)
-            staged[0].stamped = False
-            # An empty file has no record to decide: it is not logged, and is looked at again next time.
-            log_rows = [(source.name, f, landing_date_value(f), n, k, q, run_id)
-                        for f, (n, k, q) in per_file.items() if n]
-            log_df = spark.createDataFrame(
-                log_rows, "source string, source_file string, landing_date date, records long, kept long, "
-                          "quarantined long, run_id string").withColumn("ingested_at", stamps["ingested_at"])
-            staged.append(stage_new_files(ingest_log, _conform(log_df, INGEST_LOG.schema), todo, run_id,
-                                          INGEST_LOG.name, label, scope, properties))
-        except Exception:
-            for write in staged:
-                write.discard(quietly=True)
-            raise
-        with timed("publish"):
-            return publish_all(staged)
+    staged: list[StagedWrite] = []
+    try:
+        with report.timed("parse, judge and write bronze"):
+            staged.append(stage_bronze())
+        with report.timed("count kept"):
+            kept, newest_event = _held(staged[0], todo, run_id, source.event_time)
+        bad = unread if take.unreadable else None  # None: every line was kept, the quarantine adds nothing
+        if sum(kept.values()) < sum(take.line_counts.get(f, 0) - d.skip_lines for f, d in take.decisions.items()
+                                    if f not in take.unreadable):
+            bad = judged().where(F.col("reason").isNotNull()).unionByName(unread, allowMissingColumns=True)
+        with report.timed("write quarantine"):
+            staged.append(stage_new_files(
+                quarantine, None if bad is None else
+                _conform(bad.withColumn("source", F.lit(source.name)), quarantine.schema()),
+                take.fresh, run_id, source.quarantine.name, label, scope, properties,
+                (None, report.newest_landed_at)))
+        with report.timed("records in = kept + quarantined"):
+            quarantined, _ = _held(staged[1], todo, run_id)
+            per_file = _verify_balance(source, records, kept, quarantined)
+        # The event-time watermark is known once bronze is written: an empty commit on top carries it.
+        staged[0].with_watermarks(newest_event, report.newest_landed_at)
+        staged[0].stamped = False
+        staged.append(stage_new_files(ingest_log, _conform(_log_rows(spark, source, take, per_file, run_id)
+                                                           .withColumn("ingested_at", stamps["ingested_at"]),
+                                                           INGEST_LOG.schema),
+                                      take.fresh, run_id, INGEST_LOG.name, label, scope, properties,
+                                      base=take.log_base))
+    except Exception:
+        for write in staged:
+            write.discard(quietly=True)
+        raise
+    with report.timed("publish"):
+        return publish_all(staged)
 
-    published, report.retries = with_commit_retries(attempt, source.bronze.name, log)
-    report.kept, report.quarantined = published[0], published[1]
-    report.records_in = sum(records.values())
-    return report
+
+def _log_rows(spark: Any, source: LandingSource, take: Take, per_file: dict[str, tuple[int, int, int]],
+              run_id: str) -> DataFrame:
+    """One ingest log row per file decided: what it held, where it went, and its identity as taken."""
+    rows = []
+    for f, decision in sorted(take.decisions.items()):
+        n, k, q = per_file.get(f, (0, 0, 0))
+        content, before = take.contents[f], take.history.get(f)
+        lines = None if f in take.unreadable else (
+            take.line_counts.get(f, 0) if content.stat.size else 0) if decision.change != TOUCHED else \
+            (before.lines if before is not None else None)
+        modified = dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(milliseconds=content.stat.modified_ms)
+        rows.append((source.name, f, landing_date_value(f), n, k, q, run_id, content.stat.size, modified,
+                     content.stat.etag, content.sha256, lines, decision.change,
+                     (before.version if before is not None else 0) + 1))
+    return spark.createDataFrame(
+        rows, "source string, source_file string, landing_date date, records long, kept long, quarantined long, "
+              "run_id string, size long, modified timestamp, etag string, sha256 string, lines long, "
+              "change string, version int")
 
 
 def _add_columns(report: IngestReport, bronze: TableHandle, added: list[tuple[str, str]],
@@ -296,13 +502,14 @@ def _add_columns(report: IngestReport, bronze: TableHandle, added: list[tuple[st
     log(f"{bronze.name}: new fields in the data became columns: {[name for name, _ in added]}")
 
 
-def _held(write: StagedWrite, files: list[str], event_time: str | None = None) -> tuple[dict[str, int], Any]:
-    """Rows per file that the staged branch holds for `files` (one scan of its lineage columns), and the
+def _held(write: StagedWrite, files: list[str], run_id: str, event_time: str | None = None) -> tuple[dict[str, int], Any]:
+    """Rows per file that this run staged on the branch for `files` (one scan of its lineage columns), and the
     newest `event_time` among them that is not in the future (runtime/freshness.py: newest_event)."""
     figures = [F.count(F.lit(1)).alias("n")]
     if event_time:
         figures.append(newest_event(event_time).alias("newest"))
-    counts = write.read().where(of_files(files)).groupBy("source_file").agg(*figures).collect()
+    counts = write.read().where(of_files(files) & (F.col("run_id") == run_id)) \
+        .groupBy("source_file").agg(*figures).collect()
     newest = max((r.newest for r in counts if r.newest is not None), default=None) if event_time else None
     return {r.source_file: r.n for r in counts}, from_spark(newest)
 

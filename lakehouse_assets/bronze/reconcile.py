@@ -2,20 +2,27 @@
 
 Per landing source and landing day, the records in the zone's files (lines, as bronze
 reads them) are compared with the rows bronze kept and the rows it quarantined, read
-from the two tables' `landing_date` column through pyiceberg.
+from the two tables' `landing_date` column through pyiceberg. A file changed after it
+was taken landed more than its current lines: the lines of its versions before the
+change (the ingest log's records of them) count as records in too, and so do those of
+a file the log lists that has since been removed from the zone.
 """
 
 from __future__ import annotations
 
 import gzip
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pyarrow.compute as pc
+from pyiceberg.expressions import EqualTo, Reference
+from pyiceberg.expressions.literals import literal
 
 from ..project import Project
+from ..project.model import INGEST_LOG
 from ..runtime.catalog import catalog_for
 from ..settings import Settings
-from ..sources.zones import escapes, landing_zone, source_root
+from ..sources.versions import RESTARTS
+from ..sources.zones import escapes, landing_day, landing_zone, source_root
 
 
 def landing_records(data: bytes, name: str) -> int:
@@ -28,6 +35,30 @@ def landing_records(data: bytes, name: str) -> int:
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
+def _earlier_records(catalog, namespace: str, source: str, landed: set[str]) -> dict[str, int]:
+    """Records the log holds of file versions no longer in the zone: those before a file's last change (a new
+    content), and every version of a file removed since it was taken."""
+    identifier = (namespace, INGEST_LOG)
+    if not catalog.table_exists(identifier):
+        return {}
+    table = catalog.load_table(identifier)
+    fields = [f for f in ("source_file", "records", "change", "version") if f in {c.name for c in table.schema().fields}]
+    rows = table.scan(row_filter=EqualTo(term=Reference("source"), value=literal(source)),
+                      selected_fields=tuple(fields)).to_arrow().to_pylist()
+    versions: dict[str, list[tuple[int, int, str | None]]] = defaultdict(list)
+    for row in rows:
+        versions[row["source_file"]].append((row.get("version") or 0, row["records"], row.get("change")))
+    earlier = {}
+    for uri, taken in versions.items():
+        if uri not in landed:
+            earlier[uri] = sum(records for _, records, _ in taken)
+            continue
+        restart = max((v for v, _, change in taken if change in RESTARTS), default=None)
+        if restart is not None:
+            earlier[uri] = sum(records for v, records, _ in taken if v < restart)
+    return earlier
+
+
 def reconcile(settings: Settings, project: Project, source: str | None = None) -> list[dict]:
     """Per landing source and day: lines in the landing files vs rows kept in bronze + rows quarantined."""
     if source is None:
@@ -36,10 +67,16 @@ def reconcile(settings: Settings, project: Project, source: str | None = None) -
     zone = landing_zone(settings)
     lines_in: Counter = Counter()
     root = source_root(settings, source)
+    landed = set()
     for f in zone.list(source):
         if f.day is not None and not escapes(f.uri, root):  # a refused file is never read, here neither
             lines_in[f.day.isoformat()] += landing_records(zone.read(f.uri), f.uri)
+            landed.add(f.uri)
     catalog = catalog_for(settings)
+    for uri, records in _earlier_records(catalog, settings.namespace, source, landed).items():
+        day = landing_day(uri)
+        if day is not None:
+            lines_in[day.isoformat()] += records
 
     def per_day(table: str) -> Counter:
         identifier = (settings.namespace, table)

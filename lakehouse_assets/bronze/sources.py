@@ -15,7 +15,7 @@ from functools import partial
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from ..project import CdcTable, EventSource, Project
+from ..project import CdcTable, EventSource, LandingPolicy, Project
 from ..runtime.files import first_lines
 from ..sources.cdc import bronze_cdc_schema, new_image_keys, parse_cdc, survey_cdc, typed_new_fields
 from ..sources.events import new_event_keys, parse_events
@@ -40,7 +40,7 @@ def event_bronze_spec(source: EventSource) -> TableSpec:
     )
 
 
-def event_landing_source(source: EventSource) -> LandingSource:
+def event_landing_source(source: EventSource, policy: LandingPolicy | None = None) -> LandingSource:
     return LandingSource(
         name=source.landing,
         bronze=event_bronze_spec(source),
@@ -50,6 +50,7 @@ def event_landing_source(source: EventSource) -> LandingSource:
         parse=partial(parse_events, source),
         new_keys=partial(new_event_keys, source),
         event_time=source.timestamp,
+        policy=policy or LandingPolicy(),
     )
 
 
@@ -74,7 +75,7 @@ def cdc_bronze_spec(table: CdcTable) -> TableSpec:
     )
 
 
-def cdc_landing_source(table: CdcTable) -> LandingSource:
+def cdc_landing_source(table: CdcTable, policy: LandingPolicy | None = None) -> LandingSource:
     return LandingSource(
         name=table.landing,
         bronze=cdc_bronze_spec(table),
@@ -86,9 +87,10 @@ def cdc_landing_source(table: CdcTable) -> LandingSource:
         new_keys=new_image_keys,
         new_columns=_cdc_new_columns,
         event_time="source_ts",
+        policy=policy or LandingPolicy(),
     )
 
 
 def landing_sources(project: Project) -> list[LandingSource]:
-    return [*(event_landing_source(s) for s in project.events.values()),
-            *(cdc_landing_source(t) for t in project.cdc.values())]
+    return [*(event_landing_source(s, project.landing) for s in project.events.values()),
+            *(cdc_landing_source(t, project.landing) for t in project.cdc.values())]

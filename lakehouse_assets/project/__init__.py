@@ -1,7 +1,7 @@
 """A lakehouse project declared as data (`lakehouse.yaml`), validated on load."""
 
 from .load import load_project, parse_duration, parse_project
-from .model import CdcTable, EventSource, Freshness, Gold, Project, SqlTable
+from .model import CdcTable, EventSource, Freshness, Gold, LandingPolicy, Project, SqlTable
 
-__all__ = ["CdcTable", "EventSource", "Freshness", "Gold", "Project", "SqlTable", "load_project", "parse_duration",
-           "parse_project"]
+__all__ = ["CdcTable", "EventSource", "Freshness", "Gold", "LandingPolicy", "Project", "SqlTable", "load_project",
+           "parse_duration", "parse_project"]

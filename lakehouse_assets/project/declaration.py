@@ -163,6 +163,17 @@ class MaintenanceDecl(TableMaintenanceDecl):
     tables: dict[str, TableMaintenanceDecl] = {}
 
 
+class LandingDecl(_Decl):
+    """When a landed file is complete enough to be taken (sources/versions.py)."""
+
+    settle: str = Field("5s", description="a file is taken once it has not changed for this long")
+    ready_marker: Optional[str] = Field(
+        None, description="a file that marks a day folder complete (e.g. _SUCCESS): its files wait for it")
+    incomplete_grace: str = Field(
+        "5m", description="a file ending mid-record (no final newline, a gzip stream without its end) waits this "
+                          "long after its last change before it is taken as it is")
+
+
 class ProjectDecl(_Decl):
     name: str
     description: str = ""
@@ -172,3 +183,4 @@ class ProjectDecl(_Decl):
     cdc: dict[str, CdcSourceDecl] = {}
     gold: GoldDecl = GoldDecl()
     maintenance: MaintenanceDecl = Field(default_factory=MaintenanceDecl)  # type: ignore[arg-type]
+    landing: LandingDecl = Field(default_factory=LandingDecl)  # type: ignore[arg-type]

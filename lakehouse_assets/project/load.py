@@ -25,6 +25,7 @@ from .declaration import (
     FieldDecl,
     FreshnessDecl,
     GoldDecl,
+    LandingDecl,
     MaintenanceDecl,
     ProjectDecl,
     TableMaintenanceDecl,
@@ -39,6 +40,7 @@ from .model import (
     EventSource,
     Freshness,
     Gold,
+    LandingPolicy,
     Maintenance,
     Project,
     SqlTable,
@@ -443,8 +445,17 @@ def parse_project(text: str, file: str = "<declaration>") -> Project:
         name=decl.name, file=Path(file), description=decl.description,
         start_date=decl.start_date or dt.date(2025, 1, 1), generator=generator,
         events=events, cdc=cdc, gold=gold, captures=captures,
-        maintenance=_maintenance(c, decl.maintenance, list(owners)),
+        maintenance=_maintenance(c, decl.maintenance, list(owners)), landing=_landing(c, decl.landing),
     )
+
+
+def _landing(c: _Checker, decl: LandingDecl) -> LandingPolicy:
+    marker = decl.ready_marker
+    if marker is not None and (not marker or "/" in marker or marker.endswith((".jsonl", ".jsonl.gz"))):
+        c.fail(("landing", "ready_marker"), f"ready_marker {marker!r} must be a plain file name that is not a "
+                                            "landing file's (e.g. _SUCCESS)")
+    return LandingPolicy(settle=c.duration(("landing", "settle"), decl.settle), ready_marker=marker,
+                         incomplete_grace=c.duration(("landing", "incomplete_grace"), decl.incomplete_grace))
 
 
 def load_project(path: str | Path) -> Project:

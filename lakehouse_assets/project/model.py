@@ -262,6 +262,16 @@ class Maintenance:
 
 
 @dataclass(frozen=True)
+class LandingPolicy:
+    """When a landed file is complete enough to be taken: unchanged for `settle`, its folder marked ready by
+    `ready_marker` when one is declared, and a file that ends mid-record unchanged for `incomplete_grace`."""
+
+    settle: dt.timedelta = dt.timedelta(seconds=5)
+    ready_marker: str | None = None
+    incomplete_grace: dt.timedelta = dt.timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
 class Project:
     name: str
     file: Path
@@ -273,6 +283,7 @@ class Project:
     gold: Gold = field(default_factory=Gold)
     captures: dict[str, Capture] = field(default_factory=dict)  # by `cdc:` entry
     maintenance: Maintenance = field(default_factory=Maintenance)
+    landing: LandingPolicy = field(default_factory=LandingPolicy)
 
     @property
     def landing_sources(self) -> list[EventSource | CdcTable]:

@@ -56,3 +56,36 @@ def first_lines(spark: SparkSession, files: list[str], max_bytes: int) -> dict[s
             if stream is not None:
                 stream.close()
     return out
+
+
+def file_statuses(spark: SparkSession, files: list[str]) -> dict[str, tuple[int, int, str | None]]:
+    """Each file's (size in bytes, modification time in ms, ETag or None) as its file system reports it now;
+    a file that is gone is left out."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    out = {}
+    for f in files:
+        path = jvm.org.apache.hadoop.fs.Path(f)
+        try:
+            status = path.getFileSystem(conf).getFileStatus(path)
+        except Exception:  # noqa: BLE001, S112 - removed since it was listed: nothing to take
+            continue
+        out[f] = (int(status.getLen()), int(status.getModificationTime()), _etag(status))
+    return out
+
+
+def _etag(status) -> str | None:
+    """An object store's ETag (Hadoop's EtagSource), without quotes; None for a local file."""
+    try:
+        etag = status.getEtag()
+    except Exception:  # noqa: BLE001 - not an EtagSource
+        return None
+    return str(etag).strip('"') if etag else None
+
+
+def exists(spark: SparkSession, path: str) -> bool:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    return bool(hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(hpath))

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..runtime.files import glob_files
+from .versions import Content, Stat
 from .zones import escapes
 
 MAX_RECORD_BYTES = 64 * 1024
@@ -87,6 +88,35 @@ def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[
         .otherwise(payload).alias("payload"),
     )
     return lines, before
+
+
+def read_contents(spark: SparkSession, files: list[str], prefixes: dict[str, int]) -> dict[str, Content]:
+    """Each file's identity and content hash, read by Spark where the file is (a job over the files' bytes,
+    local or S3 alike). `prefixes`: for a file taken before, the size it had then, whose bytes are hashed too
+    (were they kept, and lines only appended after them?). A file that is gone is left out."""
+    if not files:
+        return {}
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    listed = {str(jvm.org.apache.hadoop.fs.Path(f).toUri().toString()): f for f in files}
+    sizes = spark.createDataFrame([(uri, prefixes.get(f)) for uri, f in listed.items()],
+                                  "_path string, _prefix long")
+    rows = (spark.read.format("binaryFile").load(files)
+            .select(F.col("_metadata.file_path").alias("_path"), "length", "modificationTime", "content")
+            .join(F.broadcast(sizes), "_path", "left")
+            .select("_path", "length", F.unix_millis("modificationTime").alias("modified_ms"),
+                    F.sha2("content", 256).alias("sha256"),
+                    F.expr("CASE WHEN _prefix IS NOT NULL THEN sha2(substring(content, 1, _prefix), 256) END")
+                    .alias("prefix_sha256"),
+                    F.expr("_prefix IS NULL OR _prefix = 0 OR substring(content, _prefix, 1) = X'0A'")
+                    .alias("prefix_ends_line"),
+                    F.expr("length = 0 OR substring(content, -1, 1) = X'0A'").alias("ends_line"))
+            .collect())
+    return {
+        listed.get(r._path, r._path): Content(Stat(r.length, r.modified_ms), r.sha256, r.prefix_sha256,
+                                              bool(r.prefix_ends_line), bool(r.ends_line))
+        for r in rows
+    }
 
 
 def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str], dict[str, int]]:

@@ -19,6 +19,7 @@ from dagster import DailyPartitionsDefinition
 from dagster_aws.s3 import S3Resource
 
 from ..settings import Settings
+from .versions import Stat
 
 _DAY = re.compile(r"/date=(\d{4}-\d{2}-\d{2})/[^/]+$")  # directly in its day folder, as bronze lists them
 LANDING_SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -28,7 +29,16 @@ LANDING_SUFFIXES = (".jsonl", ".jsonl.gz")
 class LandedFile:
     uri: str
     size: int
-    modified: float  # seconds since the epoch
+    modified: float  # seconds since the epoch, as the file system (or the object store) gives it
+    # When the file last changed here, whatever time a copy gave it: a local file's inode change time (set
+    # by every write, rename and time change, and by no tool), an object's upload time.
+    changed: float = 0.0
+    etag: str | None = None
+
+    @property
+    def stat(self) -> Stat:
+        """The file's identity as the ingest log records it (milliseconds, as Hadoop's file systems give them)."""
+        return Stat(self.size, round(self.modified * 1000), self.etag)
 
     @property
     def day(self) -> dt.date | None:
@@ -105,27 +115,30 @@ class LocalZone:
         self.root = root
 
     def list(self, source: str, since: dt.date | None = None, changed_after: float | None = None) -> list[LandedFile]:
-        """The source's files, one folder deep. `changed_after` (epoch seconds): only those of folders whose
-        entries changed since (a file landing in a folder, by creation or rename, changes the folder's
-        modification time), whatever their day; else `since`: only those of day folders from that day on."""
+        """The source's files, one folder deep; with `since` or `changed_after` (epoch seconds), only those of day
+        folders from day `since` on (where files are still being written and appended to) and of folders that
+        changed after `changed_after`, whatever their day: a file landing in a folder (created, renamed, copied
+        with its old times kept) changes the folder's inode change time, which no copying tool can set back."""
         base = self.root / source
         if not base.exists():
             return []
-        if changed_after is not None:  # one stat per folder (scandir knows a folder without one)
-            paths = (Path(folder.path) / name for folder in os.scandir(base)
-                     if folder.is_dir() and folder.stat().st_mtime > changed_after for name in os.listdir(folder.path))
-        elif since is not None:
-            first = f"date={since.isoformat()}"
-            paths = (p for folder in base.iterdir()
-                     if folder.name.startswith("date=") and folder.name >= first and folder.is_dir()
-                     for p in folder.iterdir())
-        else:
+        if since is None and changed_after is None:
             paths = base.glob("*/*")
+        else:
+            first = f"date={since.isoformat()}" if since is not None else None
+            # One stat per folder older than `since` (scandir knows a folder without one).
+            folders = [folder.path for folder in os.scandir(base) if folder.is_dir() and (
+                (first is not None and folder.name.startswith("date=") and folder.name >= first)
+                or (changed_after is not None and folder.stat().st_ctime > changed_after))]
+            paths = (Path(folder) / name for folder in folders for name in os.listdir(folder))
         return sorted(
-            (LandedFile(f"file:{p}", (st := p.stat()).st_size, st.st_mtime)
+            (LandedFile(f"file:{p}", (st := p.stat()).st_size, st.st_mtime_ns // 1_000_000 / 1000, st.st_ctime)
              for p in paths if p.is_file() and p.name.endswith(LANDING_SUFFIXES)),
             key=lambda f: f.uri,
         )
+
+    def has(self, uri: str) -> bool:
+        return Path(uri.removeprefix("file:")).is_file()
 
     def read(self, uri: str) -> bytes:
         return Path(uri.removeprefix("file:")).read_bytes()
@@ -159,9 +172,19 @@ class S3Zone:
                 if since is not None and not obj["Key"][len(self._key(source)) + 1:].startswith("date="):
                     continue  # past the day folders: other folders are read by a whole listing
                 if obj["Key"].endswith(LANDING_SUFFIXES):
-                    files.append(LandedFile(f"{self.scheme}://{self.bucket}/{obj['Key']}", obj["Size"],
-                                            obj["LastModified"].timestamp()))
+                    modified = obj["LastModified"].timestamp()
+                    files.append(LandedFile(f"{self.scheme}://{self.bucket}/{obj['Key']}", obj["Size"], modified,
+                                            modified, str(obj.get("ETag", "")).strip('"') or None))
         return sorted(files, key=lambda f: f.uri)
+
+    def has(self, uri: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.s3.get_client().head_object(Bucket=self.bucket, Key=uri.split(f"://{self.bucket}/", 1)[1])
+        except ClientError:
+            return False
+        return True
 
     def read(self, uri: str) -> bytes:
         key = uri.split(f"://{self.bucket}/", 1)[1]

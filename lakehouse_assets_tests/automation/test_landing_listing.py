@@ -1,6 +1,7 @@
-"""What a landing sensor's tick reads on a local zone: the folders that changed since its watermark, the whole
-source folder every FULL_LISTING_SECONDS, and the ingest log of the new files' days only (an S3 zone's old
-day folders: test_landing_sensors). No Spark: the ingest log is a real Iceberg table written with pyiceberg."""
+"""What a landing sensor's tick reads on a local zone: yesterday's and today's folders and those that changed
+since its watermark, the whole source folder every FULL_LISTING_SECONDS, and the ingest log of the new files'
+days only (an S3 zone's old day folders: test_landing_sensors). No Spark: the ingest log is a real Iceberg table
+written with pyiceberg (here with the columns of a log written before files' identities were recorded)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,15 @@ def requested(result) -> set[str]:
     return {r.tags["lakehouse/new_files"] + "@" + r.partition_key for r in result.run_requests}
 
 
-def test_ticks_read_only_the_folders_that_changed_and_a_file_landing_in_an_old_day_folder_is_taken_at_once(tmp_path):
+def remembered(cursor: dict) -> set[str]:
+    """The files a cursor remembers having requested (by identity: path, size, modification time)."""
+    return {identity.split("|")[0] for identity in cursor["requested"]}
+
+
+def test_ticks_read_only_the_folders_that_changed_and_a_file_landing_in_an_old_day_folder_is_taken_at_once(
+        tmp_path, monkeypatch):
+    # No look-back: the old folder, written moments ago by this test, is then behind the first tick's watermark.
+    monkeypatch.setattr(landing_sensors, "LOOKBACK_SECONDS", 0)
     lakehouse = LakehouseResource(home=str(tmp_path / "lake"), namespace="lake", landing=str(tmp_path / "landing"))
     landing = tmp_path / "landing"
     for n in range(30):  # an old day's files, taken long ago (the log says so)
@@ -64,23 +73,24 @@ def test_ticks_read_only_the_folders_that_changed_and_a_file_landing_in_an_old_d
     result = tick(lakehouse, None)
     assert requested(result) == {f"1@{TODAY}"}
     cursor = json.loads(result.cursor)
-    assert first in cursor["recent"] and cursor["listed_all_at"] > 0
+    assert first in remembered(cursor) and cursor["listed_all_at"] > 0
 
-    # The next ticks read the folders that changed since the watermark (less the look-back): not the old one.
+    # The next ticks read today's folder and those that changed since the watermark: not the old one.
     second = land(landing, TODAY, "b.jsonl")
     result = tick(lakehouse, json.dumps(cursor))
     assert requested(result) == {f"1@{TODAY}"}
     cursor = json.loads(result.cursor)
-    assert {first, second} <= set(cursor["recent"]) and not set(old) & set(cursor["recent"])
+    assert {first, second} <= remembered(cursor) and not set(old) & remembered(cursor)
     result = tick(lakehouse, json.dumps(cursor))
     assert not result.run_requests
     assert "(2 listed in recent folders)" in result.skip_message, result.skip_message  # none of the old 30
 
-    # A file landing now in a folder of 2025 (a replayed archive) changes that folder: the next tick takes it.
-    late = land(landing, OLD_DAY, "replayed-archive.jsonl")
+    # A file copied now into a folder of 2025 with its times kept three days old (`cp -p`, `rsync -a`, a replayed
+    # archive) changes that folder's inode change time, which no copy sets back: the next tick takes it.
+    late = land(landing, OLD_DAY, "replayed-archive.jsonl", age_s=3 * 86_400)
     result = tick(lakehouse, json.dumps(cursor))
     assert requested(result) == {f"1@{OLD_DAY}"}
-    assert late in json.loads(result.cursor)["recent"]
+    assert late in remembered(json.loads(result.cursor))
 
 
 def test_a_file_outside_any_day_folder_is_reported_once_across_partial_and_whole_listings(tmp_path):
@@ -109,7 +119,12 @@ def test_the_log_look_up_answers_from_its_last_read_until_the_log_changes(tmp_pa
     catalog = catalog_for(lakehouse.settings)
     catalog.create_namespace_if_not_exists("lake")
     identifier = ("lake", "bronze_ingest_log")
-    assert landing_sensors.ingested_files(lakehouse, "events", {TODAY}) == set()  # no log yet: nothing taken
+    index = landing_sensors.TakenIndex()
+
+    def taken(day: dt.date) -> set[str]:
+        return set(index.taken(lakehouse.settings, "events", {day}))
+
+    assert taken(TODAY) == set()  # no log yet: nothing taken
 
     def logged(*files: str) -> None:
         rows = pa.table({"source": ["events"] * len(files), "source_file": list(files),
@@ -119,14 +134,14 @@ def test_the_log_look_up_answers_from_its_last_read_until_the_log_changes(tmp_pa
         append_retrying(catalog, identifier, rows)
 
     logged("file:/a.jsonl")
-    assert landing_sensors.ingested_files(lakehouse, "events", {TODAY}) == {"file:/a.jsonl"}
+    assert taken(TODAY) == {"file:/a.jsonl"}
     reads = []
     original = type(catalog).load_table
     monkeypatch.setattr(type(catalog), "load_table", lambda self, ident: reads.append(ident) or original(self, ident))
-    assert landing_sensors.ingested_files(lakehouse, "events", {TODAY}) == {"file:/a.jsonl"}
+    assert taken(TODAY) == {"file:/a.jsonl"}
     assert reads == [], "the log did not change: its files were not read again"
     logged("file:/b.jsonl")  # an ingest run's commit
     reads.clear()
-    assert landing_sensors.ingested_files(lakehouse, "events", {TODAY}) == {"file:/a.jsonl", "file:/b.jsonl"}
+    assert taken(TODAY) == {"file:/a.jsonl", "file:/b.jsonl"}
     assert reads == [identifier]
-    assert landing_sensors.ingested_files(lakehouse, "events", {OLD_DAY}) == set()  # another day: its own answer
+    assert taken(OLD_DAY) == set()  # another day: its own answer

@@ -20,7 +20,7 @@ from lakehouse_assets.sources.zones import landing_zone
 from ..shop import SHOP, asset
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
-EVENTS = event_landing_source(SHOP.events["events"])
+EVENTS = event_landing_source(SHOP.events["events"], SHOP.landing)
 bronze_events = asset("bronze_events")
 PARTITIONS = daily_partitions(SHOP.start_date)
 SENSOR = landing_sensor(EVENTS, PARTITIONS)

@@ -117,7 +117,7 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
     # Every commit of the stream names its query and micro-batch.
     gold = lakehouse.iceberg_table("gold_minute_activity").current_snapshot()
     stamps = gold.summary.additional_properties
-    assert stamps[QUERY_ID] and int(stamps[BATCH_ID]) == max(r.batch_id for r in reports if r.minutes)
+    assert stamps[QUERY_ID] and stamps[BATCH_ID] == str([r.batch_id for r in reports if r.minutes][-1])
 
     # Dagster saw the commits as materialisations of those assets and partitions, with the snapshot id.
     latest = instance.get_latest_materialization_event(AssetKey("gold_minute_activity"))
@@ -142,6 +142,35 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
     assert fresh["gold_daily_activity"]["status"] == "missing"  # the daily tables are the automation's, not the stream's
     check_key = AssetCheckKey(AssetKey("gold_minute_activity"), "event_time_freshness")
     assert check_key in instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])
+
+
+def test_lines_appended_to_a_file_the_stream_took_are_taken_once_by_its_sweep(lakehouse, tmp_path):
+    """Spark's file source hands a path over once; the stream's sweep finds the file changed (its identity is not
+    the ingest log's) and takes the appended lines, each once, through silver to gold."""
+    landing = lakehouse.settings.local_path(lakehouse.settings.landing)
+    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1)
+    first = batch_of("a", 6, now() - dt.timedelta(minutes=10))
+    more = batch_of("m", 4, now() - dt.timedelta(minutes=3))
+    land(landing, TODAY, "a.jsonl", first)
+    path = landing / "events" / f"date={TODAY}" / "a.jsonl"
+
+    def append():
+        time.sleep(8)  # after the first batch took the file
+        with path.open("a") as f:
+            f.write("\n".join(more) + "\n")
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    reports = stream.run(until_idle=25, max_seconds=150)
+    writer.join()
+
+    spark = lakehouse.spark
+    assert [r.records_in for r in reports if r.records_in] == [len(first), len(more)]
+    assert any(str(r.batch_id).startswith("sweep-") and r.records_in == len(more) for r in reports)
+    bronze = spark.table(lakehouse.table_id("bronze_events"))
+    assert sorted(r.source_line for r in bronze.collect()) == list(range(1, 11))
+    assert spark.table(lakehouse.table_id("silver_events")).count() == 10
+    assert gold_minutes(spark, lakehouse.table_id("gold_minute_activity")) == minute_oracle(first + more)
 
 
 def _stream_cli(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -1,0 +1,131 @@
+"""A landed file's versions: what the ingest log knows of a file, and what a take decides of it.
+
+A file's identity is its path with its size and modification time (and, on an
+object store, its ETag), plus a hash of its content, all recorded by the ingest
+log each time the file is taken. Comparing a listing with the log finds new and
+changed files whatever their timestamps say (a copy that kept an old time is as
+new as any). What a take decides of a changed file rests on the hash: the same
+bytes are a touch; the old bytes followed by more, lines appended (taken from
+the next line on); anything else, a file changed after it was taken, whose new
+content is quarantined whole. No file is taken before it has settled.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from ..project import LandingPolicy
+
+# What a take did with a file: each is the `change` of its ingest log row.
+NEW = "new"  # first taken (an empty file too: 0 records)
+APPENDED = "appended"  # the taken bytes unchanged, lines added after them: the new lines taken
+TOUCHED = "touched"  # a new modification time, the same bytes: nothing to take, the identity recorded
+CHANGED = "changed"  # rewritten, truncated or replaced after it was taken: its new content quarantined whole
+RETAKEN = "retaken"  # unreadable when taken (a broken gzip), readable now: taken whole
+# Not taken this time: the file is being written, or its folder is not marked ready.
+WAIT = "wait"
+# A version that starts the file's content anew: lines counted before it belong to versions no longer landed.
+RESTARTS = (CHANGED, RETAKEN)
+CHANGED_REASON = "changed after it was taken"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A file as a listing sees it: size in bytes, modification time in milliseconds since the epoch."""
+
+    size: int
+    modified_ms: int
+    etag: str | None = None
+
+    def same_as(self, taken: Taken) -> bool:
+        return (self.size, self.modified_ms) == (taken.size, taken.modified_ms) and (
+            self.etag is None or taken.etag is None or self.etag == taken.etag)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The ingest log's newest row of a file. `sha256` None: taken before identities were recorded (the file
+    counts as taken whatever it is now); `lines` None: the content could not be read (quarantined whole)."""
+
+    version: int
+    size: int | None
+    modified_ms: int | None
+    sha256: str | None
+    lines: int | None
+    etag: str | None = None
+
+    @property
+    def legacy(self) -> bool:
+        return self.sha256 is None or self.size is None
+
+
+@dataclass(frozen=True)
+class Content:
+    """What a read of the file's bytes found: its hash, the hash of its first `Taken.size` bytes and whether
+    the byte before them ends a line, and whether the file itself ends with a newline."""
+
+    stat: Stat
+    sha256: str
+    prefix_sha256: str | None = None
+    prefix_ends_line: bool = True
+    ends_line: bool = True
+
+
+@dataclass(frozen=True)
+class Decision:
+    change: str
+    skip_lines: int = 0  # lines of the file already taken (APPENDED)
+
+
+def epoch_ms(value: dt.datetime | None) -> int | None:
+    """A time as whole milliseconds since the epoch (naive: UTC), exactly: no float in between."""
+    if value is None:
+        return None
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
+    return (aware - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def compressed(uri: str) -> bool:
+    return uri.endswith(".gz")
+
+
+def needs_a_look(stat: Stat, taken: Taken | None) -> bool:
+    """Whether a listed file may hold something the log has not taken (no hash needed to know it has not)."""
+    return taken is None or (not taken.legacy and not stat.same_as(taken))
+
+
+def settled(stat: Stat, now: dt.datetime, policy: LandingPolicy, ready: bool = True) -> bool:
+    """Unchanged for the declared settle time (a file modified in the future waits for its time to pass), and
+    its folder marked ready when the declaration names a marker."""
+    age_ms = now.timestamp() * 1000 - stat.modified_ms
+    return ready and age_ms >= policy.settle.total_seconds() * 1000
+
+
+def within_grace(stat: Stat, now: dt.datetime, policy: LandingPolicy) -> bool:
+    """Changed so recently that a file ending mid-record is taken for one still being written."""
+    return now.timestamp() * 1000 - stat.modified_ms < policy.incomplete_grace.total_seconds() * 1000
+
+
+def decide(uri: str, content: Content, taken: Taken | None, now: dt.datetime, policy: LandingPolicy) -> Decision:
+    """What to take of a settled file whose identity the log does not hold yet."""
+    if content.stat.size and not compressed(uri) and not content.ends_line and within_grace(content.stat, now, policy):
+        return Decision(WAIT)  # its last line is still being written
+    if taken is None:
+        return Decision(NEW)
+    if content.sha256 == taken.sha256:
+        return Decision(TOUCHED)
+    if taken.lines is None:
+        return Decision(RETAKEN)
+    grown = taken.size is not None and content.stat.size > taken.size
+    # Appending to a file whose last taken line had no newline would change that line: not an append.
+    if grown and content.prefix_sha256 == taken.sha256 and (content.prefix_ends_line or compressed(uri)):
+        return Decision(APPENDED, skip_lines=taken.lines)
+    return Decision(CHANGED)
+
+
+def newest(rows: list[Taken]) -> Taken | None:
+    return max(rows, key=lambda t: t.version, default=None)

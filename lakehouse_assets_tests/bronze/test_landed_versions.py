@@ -1,0 +1,159 @@
+"""A landed file is decided by its identity and content, whatever its timestamps: appended lines are taken once,
+a rewrite is quarantined whole, an empty file is logged, a touch takes nothing, and a file still being written
+(a line without its newline, a young file under a declared settle time, a folder without its ready marker) waits.
+Records in = kept + quarantined, file version by file version, checked by `lakehouse reconcile`."""
+
+import datetime as dt
+import json
+import os
+import shutil
+import time
+
+from lakehouse_assets.bronze.ingest import ingest as take
+from lakehouse_assets.bronze.reconcile import reconcile
+from lakehouse_assets.bronze.sources import event_landing_source
+from lakehouse_assets.project import LandingPolicy
+from lakehouse_assets.sources.landing import day_folders, list_landing_files
+
+from ..shop import SHOP
+from .test_events_ingest import DAY, _event, ingest
+
+EVENTS = SHOP.events["events"]
+
+
+def folder(lakehouse):
+    path = lakehouse.settings.local_path(lakehouse.settings.landing) / "events" / f"date={DAY}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def lines(first, n, bad=()):
+    return "".join(("{broken" if k in bad else json.dumps(_event(k))) + "\n" for k in range(first, first + n))
+
+
+def rows(lakehouse, table):
+    return sorted((r.source_file.rsplit("/", 1)[1], r.source_line) for r in
+                  lakehouse.spark.table(lakehouse.table_id(table)).select("source_file", "source_line").collect())
+
+
+def log(lakehouse):
+    return sorted((r.source_file.rsplit("/", 1)[1], r.version, r.change, r.records, r.kept, r.quarantined, r.lines)
+                  for r in lakehouse.spark.table(lakehouse.table_id("bronze_ingest_log")).collect())
+
+
+def balanced(lakehouse):
+    found = reconcile(lakehouse.settings, SHOP, "events")
+    assert found and all(r["balanced"] for r in found), found
+    return sum(r["records_in"] for r in found)
+
+
+def counts(meta):
+    return meta["records_in"].value, meta["records_kept"].value, meta["records_quarantined"].value
+
+
+def test_lines_appended_to_a_taken_file_are_taken_once_with_their_own_line_numbers(lakehouse):
+    path = folder(lakehouse) / "a.jsonl"
+    path.write_text(lines(0, 5))
+    assert counts(ingest(lakehouse)) == (5, 5, 0)
+    with path.open("a") as f:  # the producer goes on writing the same file
+        f.write(lines(5, 3, bad={6}))
+    assert counts(ingest(lakehouse)) == (3, 2, 1)
+    assert counts(ingest(lakehouse)) == (0, 0, 0)  # nothing new: nothing taken twice
+    assert rows(lakehouse, "bronze_events") == [("a.jsonl", n) for n in (1, 2, 3, 4, 5, 6, 8)]
+    assert rows(lakehouse, "bronze_events_quarantine") == [("a.jsonl", 7)]
+    assert log(lakehouse) == [("a.jsonl", 1, "new", 5, 5, 0, 5), ("a.jsonl", 2, "appended", 3, 2, 1, 8)]
+    assert balanced(lakehouse) == 8
+
+
+def test_a_file_rewritten_after_it_was_taken_is_quarantined_whole_and_nothing_else_is_lost(lakehouse):
+    path = folder(lakehouse) / "a.jsonl"
+    path.write_text(lines(0, 5))
+    (folder(lakehouse) / "b.jsonl").write_text(lines(10, 2))
+    assert counts(ingest(lakehouse)) == (7, 7, 0)
+    path.write_text(lines(100, 4))  # replaced in place: not the taken bytes followed by more
+    assert counts(ingest(lakehouse)) == (4, 0, 4)
+    quarantined = lakehouse.spark.table(lakehouse.table_id("bronze_events_quarantine")).collect()
+    assert sorted((r.source_line, r.reason) for r in quarantined) == [
+        (n, "changed after it was taken") for n in (1, 2, 3, 4)]
+    assert [json.loads(r.payload)["event_id"] for r in sorted(quarantined, key=lambda r: r.source_line)] == [
+        f"e-{n:04d}" for n in range(100, 104)]
+    assert len(rows(lakehouse, "bronze_events")) == 7  # what was taken before stays as it was
+    # Cut short (truncated) after that: another change, quarantined whole again; the log keeps every version.
+    path.write_text(lines(100, 2))
+    assert counts(ingest(lakehouse)) == (2, 0, 2)
+    assert [v[:3] for v in log(lakehouse) if v[0] == "a.jsonl"] == [
+        ("a.jsonl", 1, "new"), ("a.jsonl", 2, "changed"), ("a.jsonl", 3, "changed")]
+    assert balanced(lakehouse) == 7 + 4 + 2  # every version's lines, each decided once
+
+
+def test_an_empty_file_is_logged_once_and_a_touched_file_takes_nothing(lakehouse):
+    empty = folder(lakehouse) / "empty.jsonl"
+    empty.write_text("")
+    (folder(lakehouse) / "a.jsonl").write_text(lines(0, 3))
+    first = ingest(lakehouse)
+    assert counts(first) == (3, 3, 0) and first["landing_files_taken"].value == 2
+    again = ingest(lakehouse)
+    assert again["landing_files_taken"].value == 0 and again["snapshot_id"].value == first["snapshot_id"].value
+    earlier = time.time() - 100
+    os.utime(folder(lakehouse) / "a.jsonl", (earlier, earlier))  # a new time (`touch -d`), the same bytes
+    assert counts(ingest(lakehouse)) == (0, 0, 0)
+    assert log(lakehouse) == [("a.jsonl", 1, "new", 3, 3, 0, 3), ("a.jsonl", 2, "touched", 0, 0, 0, 3),
+                              ("empty.jsonl", 1, "new", 0, 0, 0, 0)]
+    assert ingest(lakehouse)["landing_files_taken"].value == 0
+    assert balanced(lakehouse) == 3
+
+
+def test_a_file_whose_last_line_is_still_being_written_waits_and_is_then_taken_whole(lakehouse):
+    path = folder(lakehouse) / "a.jsonl"
+    half = lines(0, 2) + json.dumps(_event(2))[:20]  # the writer is in the middle of line 3
+    path.write_text(half)
+    meta = ingest(lakehouse)
+    assert counts(meta) == (0, 0, 0) and meta["landing_files_waiting"].value == 1
+    path.write_text(lines(0, 3))
+    assert counts(ingest(lakehouse)) == (3, 3, 0)
+    # A file without a final newline that has not changed for longer than the grace is taken as it is.
+    tail = folder(lakehouse) / "b.jsonl"
+    tail.write_text(lines(10, 2) + json.dumps(_event(12)))
+    stale = time.time() - 600
+    os.utime(tail, (stale, stale))
+    assert counts(ingest(lakehouse)) == (3, 3, 0)
+    assert balanced(lakehouse) == 6
+
+
+def test_files_copied_with_old_times_are_taken_like_any_other(lakehouse, tmp_path):
+    """`cp -p`, `rsync -a`, `tar x`: the copy keeps the source's modification time, days old."""
+    source = tmp_path / "archive.jsonl"
+    source.write_text(lines(0, 4))
+    old = time.time() - 3 * 86_400
+    os.utime(source, (old, old))
+    shutil.copy2(source, folder(lakehouse) / "archive.jsonl")
+    assert os.stat(folder(lakehouse) / "archive.jsonl").st_mtime < time.time() - 86_400
+    assert counts(ingest(lakehouse)) == (4, 4, 0)
+    assert balanced(lakehouse) == 4
+
+
+def _take(lakehouse, policy):
+    source = event_landing_source(EVENTS, policy)
+    day = dt.date.fromisoformat(DAY)
+    files, _ = list_landing_files(lakehouse.spark, day_folders(lakehouse.settings.landing, "events", day,
+                                                               day + dt.timedelta(days=1)),
+                                  f"{lakehouse.settings.landing}/events")
+    return take(lakehouse, source, files, f"test-{time.time_ns()}", DAY, log=lambda _: None)
+
+
+def test_a_declared_settle_time_and_ready_marker_hold_a_file_until_it_is_complete(lakehouse):
+    path = folder(lakehouse) / "a.jsonl"
+    path.write_text(lines(0, 3))
+    settle = LandingPolicy(settle=dt.timedelta(seconds=60))
+    report = _take(lakehouse, settle)
+    assert report.records_in == 0 and report.waiting == [f"file:{path}"]
+    minute_ago = time.time() - 61
+    os.utime(path, (minute_ago, minute_ago))
+    assert _take(lakehouse, settle).records_in == 3
+
+    marked = LandingPolicy(settle=dt.timedelta(0), ready_marker="_SUCCESS")
+    (folder(lakehouse) / "b.jsonl").write_text(lines(10, 2))
+    assert _take(lakehouse, marked).records_in == 0
+    (folder(lakehouse) / "_SUCCESS").write_text("")
+    assert _take(lakehouse, marked).records_in == 2
+    assert balanced(lakehouse) == 5
