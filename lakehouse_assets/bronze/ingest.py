@@ -1,11 +1,14 @@
 """Exactly-once ingestion of landing files into a bronze table and its quarantine.
 
 A file is taken once, whatever happens: retried runs, a crash half way, a sensor
-firing twice. The record of what was taken lives in the tables themselves: every
-row carries its `source_file`, and each write appends only rows of files that
-the table's main branch does not hold yet, published atomically on top of the
-snapshot that was checked (see `append_staged`). The ingest log, written last,
-only spares re-reading files already fully taken; correctness never rests on it.
+firing twice, a copy that kept old timestamps. The ingest log holds a row per file
+version taken (its size, time, hash and lines); a run decides each file against the
+log's newest row of it (sources/versions.py): new lines are taken, a changed file's
+new content is quarantined, a file still being written waits. Bronze, its
+quarantine and the log's rows are published together, in one transaction of the
+catalog, on top of the snapshots the decisions were read at (runtime/publish.py):
+a concurrent run that took the same file first makes this one decide again. Rows of
+a file taken for the first time that the table already holds are left out as well.
 """
 
 import datetime as dt

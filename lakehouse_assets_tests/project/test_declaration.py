@@ -167,3 +167,17 @@ def test_a_declared_capture_becomes_an_asset_upstream_of_bronze_with_a_slot_chec
     assert sorted(s.name for s in defs.schedules) == ["capture_app_schedule", "lakehouse_nightly_maintenance"]
     fails(tmp_path, BASE.replace("connector: postgresql", "connector: mysql").replace(
         "    schema: public\n", "    capture: {}\n"), 23, "capture runs Debezium's PostgreSQL connector")
+
+
+def test_when_a_landed_file_is_complete_is_declared_and_checked(tmp_path):
+    import datetime as dt
+
+    default = parse_project(BASE).landing
+    assert (default.settle, default.ready_marker, default.incomplete_grace) == (
+        dt.timedelta(seconds=5), None, dt.timedelta(minutes=5))
+    declared = parse_project(BASE + "landing:\n  settle: 0s\n  ready_marker: _SUCCESS\n  incomplete_grace: 2m\n").landing
+    assert (declared.settle, declared.ready_marker, declared.incomplete_grace) == (
+        dt.timedelta(0), "_SUCCESS", dt.timedelta(minutes=2))
+    line = BASE.count("\n") + 2
+    fails(tmp_path, BASE + "landing:\n  settle: soon\n", line, "is not a duration")
+    fails(tmp_path, BASE + "landing:\n  ready_marker: done.jsonl\n", line, "must be a plain file name")
