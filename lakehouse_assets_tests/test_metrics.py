@@ -5,6 +5,7 @@ rules users load. `e2e/test_operations.py` scrapes a real lakehouse with a real 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -162,3 +163,26 @@ def test_the_unit_tests_catch_a_stale_table_rule_that_does_not_fire(tmp_path):
     tested = subprocess.run([_promtool(), "test", "rules", "alerts_test.yml"], cwd=tmp_path, capture_output=True,
                             text=True)
     assert tested.returncode != 0 and "LakehouseTableStale" in tested.stdout + tested.stderr
+
+
+def test_files_are_waiting_until_taken_as_they_are_now_and_changed_files_are_counted(tmp_path):
+    settings = Settings(home=tmp_path / "lake", project=str(SHOP_FILE), namespace="lake")
+    catalog = open_catalog(settings.catalog_name, settings.catalog, settings.warehouse)
+    catalog.create_namespace("lake")
+    landing = settings.local_path(settings.landing)
+    same, grown = _land(landing, "events/date=2025-01-01/a.jsonl", 3), _land(landing, "events/date=2025-01-01/b.jsonl", 2)
+    stats = {uri: os.stat(uri.removeprefix("file:")) for uri in (same, grown)}
+
+    def taken(uri: str, version: int, change: str, size: int) -> dict:
+        modified = dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(milliseconds=stats[uri].st_mtime_ns // 1_000_000)
+        return {"source": "events", "source_file": uri, "records": 2, "kept": 0, "quarantined": 2, "size": size,
+                "modified": modified, "sha256": "0" * 64, "version": version, "change": change}
+
+    log = pa.Table.from_pylist([taken(same, 1, "new", 1), taken(same, 2, "changed", stats[same].st_size),
+                                taken(grown, 1, "new", stats[grown].st_size - 1)])  # b.jsonl grew since
+    catalog.create_table(("lake", "bronze_ingest_log"), log.schema)
+    append_retrying(catalog, ("lake", "bronze_ingest_log"), log)
+    m = scrape(LakehouseCollector(settings, SHOP, DagsterInstance.ephemeral(), log=print))
+    events = (("source", "events"),)
+    assert m[("lakehouse_source_landing_files_waiting", events)] == 1  # b.jsonl as it is now; a.jsonl is taken
+    assert m[("lakehouse_source_files_changed_after_taken_total", events)] == 1
