@@ -17,9 +17,9 @@ LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("ts", pa.timestamp("us", tz="UTC"))])
 
 
-def lakehouse_cli(*args, home, namespace="lake"):
+def lakehouse_cli(*args, home, namespace="lake", **env_vars):
     env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_NAMESPACE": namespace,
-           "LAKEHOUSE_PROJECT": str(SHOP_FILE)}
+           "LAKEHOUSE_PROJECT": str(SHOP_FILE), **env_vars}
     return subprocess.run([LAKEHOUSE, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -108,6 +108,83 @@ def test_health_snapshots_tag_and_rollback_from_the_command_line(lake_settings, 
     assert refused.returncode == 2 and "has no snapshot 123" in refused.stderr
     refused = lakehouse_cli("tag", "ops_probe", "x'; DROP TABLE t; --", home=lake_settings.home, namespace=namespace)
     assert refused.returncode == 2 and "invalid tag name" in refused.stderr
+
+
+def _take(catalog, namespace, run, files, ts):
+    """What one ingest run publishes, as pyiceberg appends in publish order (bronze, quarantine, log), each
+    stamped with the run, as the staged writes stamp theirs: one kept line and one quarantined per file."""
+    from lakehouse_assets.runtime.commit import ASSET, RUN_ID
+
+    day = ts.date()
+    tables = {
+        "bronze_events": [{"event_id": f"{run}-{f}", "event_ts": ts, "source_file": f} for f in files],
+        "bronze_events_quarantine": [{"reason": "malformed JSON", "source_file": f} for f in files],
+        "bronze_ingest_log": [{"source": "events", "source_file": f, "landing_date": day, "run_id": run}
+                              for f in files],
+    }
+    for name, rows in tables.items():
+        table = catalog.load_table((namespace, name))
+        table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()),
+                     snapshot_properties={RUN_ID: run, ASSET: name})
+
+
+def test_rollback_of_a_bronze_table_names_what_went_back_and_tells_dagster(lake_settings, namespace, tmp_path):
+    """`lakehouse rollback bronze_events` moves its quarantine and its ingest log rows too, prints the days and
+    the runs that take them again, and reports bronze's landing days to Dagster for the automation."""
+    import time
+
+    from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform
+    from pyiceberg.types import DateType, NestedField, StringType, TimestamptzType
+
+    catalog = catalog_for(lake_settings)
+    catalog.create_namespace(namespace)
+    bronze = Schema(NestedField(1, "event_id", StringType()), NestedField(2, "event_ts", TimestamptzType()),
+                    NestedField(3, "source_file", StringType()))
+    catalog.create_table((namespace, "bronze_events"), schema=bronze,
+                         partition_spec=PartitionSpec(PartitionField(2, 1000, DayTransform(), "event_ts_day")))
+    catalog.create_table((namespace, "bronze_events_quarantine"), schema=Schema(
+        NestedField(1, "reason", StringType()), NestedField(2, "source_file", StringType())))
+    catalog.create_table((namespace, "bronze_ingest_log"), schema=Schema(
+        NestedField(1, "source", StringType()), NestedField(2, "source_file", StringType()),
+        NestedField(3, "landing_date", DateType()), NestedField(4, "run_id", StringType())))
+    landed = "file:/landing/events/date=2025-01-02/"
+    _take(catalog, namespace, "run-a", [landed + "a.jsonl"], dt.datetime(2025, 1, 2, 5, tzinfo=dt.timezone.utc))
+    time.sleep(0.01)
+    good = dt.datetime.now(dt.timezone.utc).isoformat()
+    time.sleep(0.01)
+    _take(catalog, namespace, "run-b", [landed + "b.jsonl"], dt.datetime(2025, 1, 2, 6, tzinfo=dt.timezone.utc))
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+
+    done = lakehouse_cli("rollback", "bronze_events", "--to", good, home=lake_settings.home, namespace=namespace,
+                         DAGSTER_HOME=str(dagster_home), LAKEHOUSE_START_DATE="2025-01-01")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("bronze_events: main moved from snapshot ")
+    assert lines[1].startswith("bronze_events_quarantine: main moved from snapshot ")
+    assert lines[2].startswith("bronze_ingest_log: 1 rows of events deleted")
+    assert lines[3:7] == [
+        "landing days rolled back: 2025-01-02", "event days rolled back: 2025-01-02",
+        "take the files again: dagster asset materialize -m lakehouse_assets.definitions --select "
+        "bronze_events,bronze_events_quarantine --partition-range 2025-01-02...2025-01-02",
+        "then decide silver again: dagster asset materialize -m lakehouse_assets.definitions --select "
+        "silver_events --partition-range 2025-01-02...2025-01-02 (gold and ML follow by their automation)"]
+    assert [r["source_file"] for r in catalog.load_table((namespace, "bronze_ingest_log")).scan().to_arrow()
+            .to_pylist()] == [landed + "a.jsonl"]
+    assert [r["source_file"] for r in catalog.load_table((namespace, "bronze_events_quarantine")).scan().to_arrow()
+            .to_pylist()] == [landed + "a.jsonl"]
+
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        for asset in ("bronze_events", "bronze_events_quarantine"):
+            [record] = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(asset)), limit=5).records
+            assert record.partition_key == "2025-01-02"
+            assert record.asset_materialization.metadata["event_days"].value == ["2025-01-02"]
+    again = json.loads(lakehouse_cli("rollback", "bronze_events", "--to", good, "--json", home=lake_settings.home,
+                                     namespace=namespace).stdout)
+    assert again["changed"] is False and again["table"] == "bronze_events"
 
 
 def test_drop_writes_a_new_file_each_time_and_refuses_a_bad_day(tmp_path):

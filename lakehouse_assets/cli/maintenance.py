@@ -6,20 +6,93 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..settings import Settings
 from .output import print_table, progress
 from .tables import maintenance_policies, open_table, table_names
 
+if TYPE_CHECKING:
+    from ..project import Project
+
 
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
-    from ..maintenance.snapshots import rollback
+    """A table's main back to a snapshot of its past; a landing source's bronze with its quarantine and its rows
+    of the ingest log (maintenance/landing_rollback.py), its landing days then requested again."""
+    from ..maintenance.landing_rollback import rollback_table
+    from ..project import load_project
+    from ..runtime.catalog import catalog_for
 
-    result = rollback(open_table(settings, args.table), args.table, args.to)
-    print(json.dumps(result) if args.json else (
-        f"{args.table}: main moved from snapshot {result['from']} back to {result['to']}" if result["changed"]
-        else f"{args.table}: main is already at snapshot {result['to']}"))
+    project = load_project(settings.project)
+    result = rollback_table(catalog_for(settings), settings.namespace, project, args.table, args.to)
+    if "source" in result and result["changed"]:
+        result["reported_to_dagster"] = _report_rolled_back(settings, project, result)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"{args.table}: main moved from snapshot {result['from']} back to {result['to']}" if result["changed"]
+          else f"{args.table}: main is already at snapshot {result['to']}")
+    if "source" in result and result["changed"]:
+        _print_landing_rollback(project, result)
     return 0
+
+
+def _print_landing_rollback(project: Project, result: dict) -> None:
+    """What went back with bronze, the days concerned and the runs that take and decide them again."""
+    from ..project import EventSource
+
+    quarantine, source = result["quarantine"], project.landing_source(result["source"])
+    print(f"{quarantine['table']}: main moved from snapshot {quarantine['from']} back to {quarantine['to']} "
+          f"(its snapshot as of {result['as_of']})" if quarantine["changed"] else
+          f"{quarantine['table']}: main stays at snapshot {quarantine['to']} (its snapshot as of {result['as_of']})")
+    print(f"{result['ingest_log']['table']}: {result['ingest_log']['rows_deleted']} rows of {result['source']} "
+          f"deleted: files taken after {result['as_of']}, which the next bronze run of their day takes again")
+    landing, events = result["landing_days"], result["event_days"]
+    print(f"landing days rolled back: {', '.join(landing) or 'none'}")
+    print(f"event days rolled back: {', '.join(events) or 'none'}")
+    command = "dagster asset materialize -m lakehouse_assets.definitions"
+    if landing:
+        print(f"take the files again: {command} --select {source.bronze},{source.quarantine} "
+              f"--partition-range {landing[0]}...{landing[-1]}")
+    # Silver of events is by event day; silver of a CDC table by landing day, bronze's own.
+    silver, days = ((source.silver, events) if isinstance(source, EventSource) else
+                    (f"{source.silver},{source.history}", landing))
+    if days:
+        print(f"then decide silver again: {command} --select {silver} --partition-range {days[0]}...{days[-1]} "
+              "(gold and ML follow by their automation)")
+    if result["reported_to_dagster"]:
+        print(f"reported to Dagster: {source.bronze} and {source.quarantine} changed on "
+              f"{len(result['reported_to_dagster'])} landing days; the automation requests the silver days that "
+              "read them")
+    elif landing:
+        print("DAGSTER_HOME is not set: nothing reported to Dagster; run the commands above")
+
+
+def _report_rolled_back(settings: Settings, project: Project, result: dict) -> list[str]:
+    """Tell Dagster that bronze and its quarantine changed on the landing days rolled back, with the event days
+    (a run-less materialisation, as the stream reports its commits): the automation decides the silver days that
+    read them again, the late-events sensor those beyond its reach. The landing days reported; none without
+    DAGSTER_HOME."""
+    import os
+
+    if not os.environ.get("DAGSTER_HOME") or not result["landing_days"]:
+        return []
+    from dagster import AssetMaterialization, DagsterInstance, MetadataValue
+
+    from ..bronze.ingest import EVENT_DAYS
+    from ..partitions import daily_partitions
+
+    partitions = daily_partitions(settings.start_date or project.start_date)
+    days = [d for d in result["landing_days"] if partitions.has_partition_key(d)]
+    metadata = {"rolled_back_to_snapshot": MetadataValue.text(str(result["to"])),
+                "rolled_back_as_of": MetadataValue.text(result["as_of"]),
+                "landing_files_no_longer_taken": MetadataValue.int(len(result["files"])),
+                EVENT_DAYS: MetadataValue.json(result["event_days"])}
+    instance = DagsterInstance.get()
+    for asset in (result["table"], result["quarantine"]["table"]):
+        for day in days:
+            instance.report_runless_asset_event(AssetMaterialization(asset_key=asset, partition=day, metadata=metadata))
+    return days
 
 
 def cmd_tag(args: argparse.Namespace, settings: Settings) -> int:
@@ -118,7 +191,8 @@ def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rollback", help="move a table's main back to an earlier snapshot (by id or time)")
+    p = sub.add_parser("rollback", help="move a table's main back to an earlier snapshot (by id or time); a landing "
+                                        "source's bronze with its quarantine and its rows of the ingest log")
     p.add_argument("table")
     p.add_argument("--to", required=True, metavar="SNAPSHOT_ID|TIMESTAMP",
                    help="a snapshot id on main, or an ISO time (the last snapshot committed at or before it)")

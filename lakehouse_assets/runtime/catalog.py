@@ -11,6 +11,7 @@ from typing import Any
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import CatalogUnreachableError
@@ -77,3 +78,31 @@ def append_retrying(catalog: SqlCatalog, identifier: tuple[str, str], data: Any,
         return table
 
     return retry_commit(append, f"append to {'.'.join(identifier)}", attempts, log, pause_s=(0.025, 0.075))
+
+
+class _Moved(Exception):
+    def __init__(self, table: str):
+        super().__init__(table)
+        self.table = table
+
+
+_SWAP = text("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old "
+             "WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name "
+             "AND metadata_location = :old")
+
+
+def swap_pointers(catalog: SqlCatalog, namespace: str, pointers: list[tuple[str, str, str]]) -> str | None:
+    """Move each (table, old metadata file, new metadata file) pointer in one transaction of the catalog's
+    database, each only if it still is the old file (Iceberg's compare-and-swap): None when every pointer
+    moved; else the first table that had moved meanwhile, and none moved. A refusal of the database itself
+    (busy, locked) raises, with nothing moved either."""
+    try:
+        with catalog.engine.begin() as connection:
+            for name, old, new in pointers:
+                moved = connection.execute(_SWAP, {"new": new, "old": old, "catalog": catalog.name,
+                                                   "namespace": namespace, "name": name}).rowcount
+                if moved != 1:
+                    raise _Moved(name)  # leaving the block rolls every update back
+    except _Moved as lost:
+        return lost.table
+    return None

@@ -27,10 +27,9 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sqlalchemy import text
-
 from ..errors import ConcurrentCommitError, PublishedError
 from ..times import EPOCH, UTC
+from .catalog import swap_pointers
 from .conflicts import CATALOG_BUSY, CONFLICT, commit_failure, failure_message
 from .failpoints import failpoint
 from .freshness import NEWEST_EVENT, NEWEST_LANDED
@@ -204,16 +203,9 @@ def _new_metadata(write: StagedWrite, jtable: Any) -> tuple[str, str, str]:
 def _swap(writes: list[StagedWrite], pointers: list[tuple[str, str, str]]) -> None:
     """One transaction of the catalog's database: every table's pointer moves, or (_LostSwap) none does."""
     engine = writes[0].table.engine
-    catalog, namespace = engine.catalog, engine.settings.namespace
-    statement = text("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old "
-                     "WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name "
-                     "AND metadata_location = :old")
-    with catalog.engine.begin() as connection:
-        for name, old, new in pointers:
-            moved = connection.execute(statement, {"new": new, "old": old, "catalog": catalog.name,
-                                                   "namespace": namespace, "name": name}).rowcount
-            if moved != 1:
-                raise _LostSwap(name)  # leaving the block rolls every update back
+    lost = swap_pointers(engine.catalog, engine.settings.namespace, pointers)
+    if lost is not None:
+        raise _LostSwap(lost)
 
 
 def _drop_files(write: StagedWrite, locations: list[str]) -> None:

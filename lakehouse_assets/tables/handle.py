@@ -92,27 +92,10 @@ class TableHandle:
         days: set[dt.date] = set()
         snapshot = table.snapshot_by_id(snapshot_id)
         while snapshot is not None:
-            days.update(self._days_added(table, snapshot))
+            days.update(days_added_by(table, snapshot))
             parent = snapshot.parent_snapshot_id
             snapshot = table.snapshot_by_id(parent) if parent is not None and parent != since else None
         return sorted(days)
-
-    @staticmethod
-    def _days_added(table: Table, snapshot: Snapshot) -> set[dt.date]:
-        snapshot_id = snapshot.snapshot_id
-        days: set[dt.date] = set()
-        for manifest in snapshot.manifests(table.io):
-            if manifest.added_snapshot_id != snapshot_id or manifest.content != ManifestContent.DATA:
-                continue
-            fields = table.specs()[manifest.partition_spec_id].fields
-            day = next((n for n, f in enumerate(fields) if isinstance(f.transform, DayTransform)), None)
-            if day is None:
-                continue
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                value = entry.data_file.partition[day]
-                if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot_id and value is not None:
-                    days.add(_EPOCH + dt.timedelta(days=value))
-        return days
 
     def read(self, snapshot_id: int | None = None, branch: str | None = None, reader: str = "") -> DataFrame:
         """The table's rows (main now, at a snapshot, or on a branch); UpstreamMissingError if it does not exist."""
@@ -144,3 +127,22 @@ class TableHandle:
     def add_columns(self, columns: list[tuple[str, str]]) -> None:
         """Evolve the table on purpose: nullable columns (`name` or `struct.name`) the data brought."""
         add_columns(self.spark, self.create().id, columns)
+
+
+def days_added_by(table: Table, snapshot: Snapshot) -> set[dt.date]:
+    """The days (of the table's `days(...)` partitioning) commit `snapshot` added data files to, read from its
+    manifests: metadata only."""
+    snapshot_id = snapshot.snapshot_id
+    days: set[dt.date] = set()
+    for manifest in snapshot.manifests(table.io):
+        if manifest.added_snapshot_id != snapshot_id or manifest.content != ManifestContent.DATA:
+            continue
+        fields = table.specs()[manifest.partition_spec_id].fields
+        day = next((n for n, f in enumerate(fields) if isinstance(f.transform, DayTransform)), None)
+        if day is None:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            value = entry.data_file.partition[day]
+            if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot_id and value is not None:
+                days.add(_EPOCH + dt.timedelta(days=value))
+    return days

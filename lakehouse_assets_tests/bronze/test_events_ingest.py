@@ -210,3 +210,99 @@ def test_a_file_whose_name_needs_escaping_in_a_uri_is_taken_once_under_its_own_n
     assert names == {"a b%.jsonl"}
     bad = spark.table(lakehouse.table_id("bronze_events_quarantine")).first()
     assert (bad.source_line, bad.payload, bad.reason) == (4, "{cut", "malformed JSON")
+
+
+def _content(lakehouse, table):
+    """A table's rows as (file name, line, payload) triples, sorted: what it holds of the landing zone."""
+    rows = lakehouse.spark.table(lakehouse.table_id(table)).select("source_file", "source_line", "payload").collect()
+    return sorted((r.source_file.rsplit("/", 1)[1], r.source_line, r.payload) for r in rows)
+
+
+def _log(lakehouse):
+    return sorted((r.source, r.source_file.rsplit("/", 1)[1]) for r in
+                  lakehouse.spark.table(lakehouse.table_id("bronze_ingest_log")).collect())
+
+
+def _pointers(lakehouse):
+    return [lakehouse.iceberg_table(t).metadata_location
+            for t in ("bronze_events", "bronze_events_quarantine", "bronze_ingest_log")]
+
+
+def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_and_the_files_are_taken_again(
+        lakehouse):
+    """A bad write rolled back by time: bronze, its quarantine and the events' rows of the shared ingest log go
+    back to that instant together (another source's later take stays); the next run of the landing day takes
+    the file again, records in = kept + quarantined, and bronze holds its lines once."""
+    import datetime as dt
+    import time
+
+    from examples.shop.cdc_generator import generate_cdc
+    from lakehouse_assets.bronze.reconcile import reconcile
+    from lakehouse_assets.maintenance.landing_rollback import rollback_landing
+    from lakehouse_assets.project import load_project
+
+    from ..shop import asset
+
+    project = load_project(SHOP_FILE)
+    land(lakehouse, "a.jsonl", [json.dumps(_event(n)) for n in range(10)] + ["{broken"])
+    ingest(lakehouse)
+    good = (_content(lakehouse, "bronze_events"), _content(lakehouse, "bronze_events_quarantine"))
+    time.sleep(0.05)
+    before_bad_write = dt.datetime.now(dt.timezone.utc).isoformat()
+    time.sleep(0.05)
+    land(lakehouse, "b.jsonl", [json.dumps(_event(n)) for n in range(10, 15)] + ["{cut"])  # 5 good lines, 1 bad
+    assert ingest(lakehouse)["landing_files_taken"].value == 1
+    # Another source takes a file after that instant: its row of the shared log must stay.
+    generate_cdc(lakehouse.settings.local_path(lakehouse.settings.landing), [dt.date.fromisoformat(DAY)],
+                 changes_per_day=20, customers=5, initial_orders=2)
+    assert materialize([asset("bronze_cdc_customers")], resources={"lakehouse": lakehouse}, partition_key=DAY,
+                       instance=DagsterInstance.ephemeral()).success
+    cdc_log = [row for row in _log(lakehouse) if row[0] == "cdc/customers"]
+    assert cdc_log
+
+    report = rollback_landing(lakehouse.catalog, lakehouse.settings.namespace, project.landing_source("events"),
+                              before_bad_write)
+    assert report.changed and [f.rsplit("/", 1)[1] for f in report.files] == ["b.jsonl"]
+    assert report.landing_days == report.event_days == [dt.date.fromisoformat(DAY)]
+    assert (_content(lakehouse, "bronze_events"), _content(lakehouse, "bronze_events_quarantine")) == good
+    assert _log(lakehouse) == sorted([("events", "a.jsonl"), *cdc_log])
+
+    again = ingest(lakehouse)
+    assert (again["landing_files_taken"].value, again["records_in"].value) == (1, 6)
+    rows = reconcile(lakehouse.settings, project, "events")
+    assert [(r["records_in"], r["kept"], r["quarantined"]) for r in rows] == [(11 + 6, 10 + 5, 1 + 1)]
+    bronze = _content(lakehouse, "bronze_events")
+    assert bronze == sorted(good[0] + [("b.jsonl", n + 1, json.dumps(_event(10 + n))) for n in range(5)])
+    assert _content(lakehouse, "bronze_events_quarantine") == sorted(good[1] + [("b.jsonl", 6, "{cut")])
+    assert _log(lakehouse) == sorted([("events", "a.jsonl"), ("events", "b.jsonl"), *cdc_log])
+
+
+def test_a_rollback_that_cannot_keep_bronze_and_its_quarantine_together_changes_nothing(lakehouse):
+    """The quarantine's snapshot of the target instant has expired: the rollback is refused, and bronze, its
+    quarantine and the ingest log stay exactly as they were; so are rollbacks of the quarantine or the log alone."""
+    import pytest
+
+    from lakehouse_assets.errors import SnapshotError
+    from lakehouse_assets.maintenance.landing_rollback import rollback_table
+    from lakehouse_assets.project import load_project
+
+    project = load_project(SHOP_FILE)
+    land(lakehouse, "a.jsonl", [json.dumps(_event(n)) for n in range(4)] + ["{broken"])
+    ingest(lakehouse)
+    target = lakehouse.iceberg_table("bronze_events").current_snapshot().snapshot_id
+    land(lakehouse, "b.jsonl", [json.dumps(_event(n)) for n in range(4, 8)] + ["{cut"])
+    ingest(lakehouse)
+    s = lakehouse.settings
+    lakehouse.spark.sql(f"CALL {s.catalog_name}.system.expire_snapshots(table => '{s.namespace}.bronze_events_quarantine', "
+                        "older_than => TIMESTAMP '2100-01-01 00:00:00', retain_last => 1)")
+    pointers = _pointers(lakehouse)
+    held_before = (_content(lakehouse, "bronze_events"), _content(lakehouse, "bronze_events_quarantine"), _log(lakehouse))
+
+    for table, refusal in (("bronze_events", "bronze_events_quarantine"),
+                           ("bronze_events_quarantine", "goes back with bronze_events"),
+                           ("bronze_ingest_log", "roll back a source's bronze table")):
+        with pytest.raises(SnapshotError, match=refusal):
+            rollback_table(lakehouse.catalog, s.namespace, project, table, str(target))
+    assert _pointers(lakehouse) == pointers
+    assert (_content(lakehouse, "bronze_events"), _content(lakehouse, "bronze_events_quarantine"),
+            _log(lakehouse)) == held_before
