@@ -82,6 +82,9 @@ class CdcTableDecl(_Decl):
     partition: Optional[list[str]] = None
     write_mode: Literal["merge-on-read", "copy-on-write"] = "merge-on-read"
     subject: Optional[str] = Field(None, description="the column naming the person a row is about (for forget)")
+    rounding: dict[str, str] = Field(
+        {}, description="decimal column -> half_up: a value with more scale than declared is rounded (half away "
+                        "from zero) rather than quarantined")
 
 
 class CaptureDecl(_Decl):

@@ -35,6 +35,7 @@ from .model import (
     GOLD_EVENT_TABLES,
     INGEST_LOG,
     MAX_LATENESS,
+    ROUNDINGS,
     Capture,
     CdcTable,
     EventSource,
@@ -233,6 +234,15 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
         for column in t.references:
             c.member((*path, "references", column), column, columns, "referencing column", owner)
         c.member((*path, "subject"), t.subject, columns, "subject column", owner)
+        for column, how in t.rounding.items():
+            c.member((*path, "rounding", column), column, columns, "rounded column", owner)
+            if not isinstance(columns[column], T.DecimalType):
+                c.fail((*path, "rounding", column), f"only a decimal column is rounded; {column} is "
+                                                     f"{columns[column].simpleString()}")
+            if how not in ROUNDINGS:
+                c.fail((*path, "rounding", column), f"rounding {how!r} of {column} is not known: write half_up "
+                                                     "(half away from zero), or leave the column out to quarantine "
+                                                     "values with more scale than declared")
         tables.append(CdcTable(
             name=name, connector=decl.connector, server=decl.server or source_name, database=decl.database,
             db_schema=decl.schema_ if decl.connector == "postgresql" else None,
@@ -242,7 +252,7 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
             partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
             write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
             time_precision_mode=decl.time_precision_mode, source=source_name,
-            subject=t.subject,
+            subject=t.subject, rounding=dict(t.rounding),
         ))
     return tables
 

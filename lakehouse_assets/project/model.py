@@ -16,6 +16,7 @@ from pyspark.sql import types as T
 from .declaration import RuleDecl, ValueCheck
 
 INGEST_LOG = "bronze_ingest_log"
+ROUNDINGS = ("half_up",)  # how a CDC table's decimal column may round a value with more scale than declared
 MAX_LATENESS = "max_lateness"  # the rule an event breaks when it lands later than its source allows
 # The gold and ML tables built from an event source with a user field.
 MINUTE_ACTIVITY = "gold_minute_activity"
@@ -108,6 +109,9 @@ class CdcTable(_Pseudonymised):
     time_precision_mode: str = "adaptive"
     source: str = ""  # the `cdc:` entry (one connector) it is declared under
     subject: str | None = None  # the column naming the person a row is about (`lakehouse forget`)
+    # Decimal column -> how a value with more scale than declared is rounded (`half_up`); any other such
+    # value is quarantined.
+    rounding: dict[str, str] = field(default_factory=dict)
 
     @property
     def topic(self) -> str:

@@ -34,7 +34,7 @@ from pyspark.sql import types as T
 from ..project import CdcTable
 from ..tables.registry import col
 from ..tables.types import spark_type, type_name
-from .debezium import SCHEMA, Modes, column_encodings, declared_type_of, decode, encodings_of
+from .debezium import SCHEMA, Modes, column_encodings, declared_type_of, decode, encodings_of, more_scale
 from .landing import LINEAGE_COLUMNS, MAX_RECORD_BYTES, blank, json_reason
 
 OPS = ("c", "u", "d", "r")
@@ -82,22 +82,38 @@ def _millis(c: Column) -> Column:
     return F.timestamp_millis(c.cast("long"))
 
 
+def _modes(info: CdcTable) -> Modes:
+    return Modes(info.decimal_handling_mode, info.time_precision_mode)
+
+
+def _declared(info: CdcTable, f: T.StructField) -> str:
+    """The declared type of an image field; a field added upstream has the type bronze gave it."""
+    return info.columns.get(f.name) or type_name(f.dataType)
+
+
 def _decoded(info: CdcTable, as_text: Column, image: T.StructType, encodings: Column) -> Column:
     """The typed struct of an image's values as JSON text (a field is null where its value does not decode)."""
-    modes = Modes(info.decimal_handling_mode, info.time_precision_mode)
     return F.struct(*(
-        decode(as_text[f.name], info.columns.get(f.name) or type_name(f.dataType), encodings[f.name], modes).alias(f.name)
+        decode(as_text[f.name], _declared(info, f), encodings[f.name], _modes(info), info.rounding.get(f.name))
+        .alias(f.name)
         for f in image.fields
     ))
 
 
-def _bad_value(as_text: Column, typed: Column, image: T.StructType) -> Column:
+def _bad_value(info: CdcTable, as_text: Column, typed: Column, image: T.StructType, encodings: Column) -> Column:
     """The first field whose text did not decode, as a reason (null when every one did)."""
     reason = F.lit(None).cast("string")
     for f in reversed(image.fields):
         bad = as_text[f.name].isNotNull() & typed[f.name].isNull()
-        reason = F.when(bad, F.concat(F.lit(f"{f.name} is not a {f.dataType.simpleString()}: "),
-                                      as_text[f.name])).otherwise(reason)
+        why = F.concat(F.lit(f"{f.name} is not a {f.dataType.simpleString()}: "), as_text[f.name])
+        # Decoded again only for a record already bad: a decimal the declared scale would round.
+        digits = more_scale(as_text[f.name], _declared(info, f), encodings[f.name], _modes(info))
+        if digits is not None and f.name not in info.rounding:
+            why = F.coalesce(F.concat(
+                F.lit(f"{f.name}: decimal "), digits,
+                F.lit(f" has more scale than the declared {f.dataType.simpleString()} "
+                      f"(declare rounding: {{{f.name}: half_up}} to round it)")), why)
+        reason = F.when(bad, why).otherwise(reason)
     return reason
 
 
@@ -254,7 +270,8 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     })
     src = e["source"]
     before, after = F.col("before_v"), F.col("after_v")
-    before_bad, after_bad = _bad_value(e["before"], before, image), _bad_value(e["after"], after, image)
+    before_bad = _bad_value(info, e["before"], before, image, e["encodings"])
+    after_bad = _bad_value(info, e["after"], after, image, e["encodings"])
     key_image = F.when(e["op"] == "d", F.col("before")).otherwise(F.col("after"))
     mysql = info.connector == "mysql"
     binlog_index = F.regexp_extract(src["file"], r"\.(\d+)$", 1).cast("long")

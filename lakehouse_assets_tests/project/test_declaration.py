@@ -169,6 +169,20 @@ def test_a_declared_capture_becomes_an_asset_upstream_of_bronze_with_a_slot_chec
         "    schema: public\n", "    capture: {}\n"), 23, "capture runs Debezium's PostgreSQL connector")
 
 
+def test_rounding_is_declared_per_decimal_column_and_only_half_up(tmp_path):
+    text = BASE.replace("          plan: string\n", "          plan: string\n          price: \"decimal(10,2)\"\n"
+                                                    "        rounding: {price: half_up}\n")
+    project, _ = load_text(tmp_path, text)
+    assert project.cdc["accounts"].rounding == {"price": "half_up"}
+    assert parse_project(BASE).cdc["accounts"].rounding == {}  # by default a value is never rounded
+    fails(tmp_path, text.replace("{price: half_up}", "{price: half_even}"), 31,
+          "rounding 'half_even' of price is not known: write half_up")
+    fails(tmp_path, text.replace("{price: half_up}", "{plan: half_up}"), 31,
+          "only a decimal column is rounded; plan is string")
+    fails(tmp_path, text.replace("{price: half_up}", "{cost: half_up}"), 31,
+          "rounded column 'cost' is not among the columns of table accounts")
+
+
 def test_when_a_landed_file_is_complete_is_declared_and_checked(tmp_path):
     import datetime as dt
 
