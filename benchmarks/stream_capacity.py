@@ -60,7 +60,8 @@ def run(rates: tuple[int, ...] = RATES, step: float = 60, interval: float = 2.0,
     with tempfile.TemporaryDirectory(prefix="lakehouse-capacity-") as tmp:
         home = Path(tmp)
         env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_HOME"))},
-               "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP), "LAKEHOUSE_PII_KEY": "bench-key"}
+               "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP),
+               "LAKEHOUSE_PII_KEY": "bench-key-for-pseudonyms-in-benchmarks"}
         today = dt.datetime.now(dt.timezone.utc).date()
         folder = home / "landing" / "events" / f"date={today.isoformat()}"
         folder.mkdir(parents=True)

@@ -47,6 +47,8 @@ LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 DECLARATION = """\
 name: app_{mode}
 start_date: {start}
+landing:
+  settle: 0s    # the capture lands each file whole, renamed into place
 cdc:
   app{suffix}:
     connector: postgresql

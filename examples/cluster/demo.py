@@ -61,7 +61,7 @@ def base_env(home: Path) -> dict[str, str]:
     (dagster / "storage").mkdir(parents=True, exist_ok=True)
     return {**env, "LAKEHOUSE_HOME": str(home / "lake"), "LAKEHOUSE_PROFILES": str(HERE / "profiles.yaml"),
             "LAKEHOUSE_PROJECT": os.environ.get("LAKEHOUSE_PROJECT", str(ROOT / "examples/shop/lakehouse.yaml")),
-            "LAKEHOUSE_PII_KEY": os.environ.get("LAKEHOUSE_PII_KEY", "cluster-demo-key"),
+            "LAKEHOUSE_PII_KEY": os.environ.get("LAKEHOUSE_PII_KEY", "cluster-demo-key-for-pseudonyms-in-the-demo"),
             "DAGSTER_HOME": str(dagster), "LAKEHOUSE_DAGSTER_STORAGE": str(dagster / "storage"),
             "LAKEHOUSE_DAGSTER_LOGS": str(dagster / "logs")}
 

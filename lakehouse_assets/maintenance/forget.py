@@ -39,11 +39,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
-from pyspark.sql import functions as F
 
 from ..errors import MaintenanceError
 from ..project import Project
-from ..runtime.pii import keyed_hash, pii_key
+from ..runtime.pii import keyed_hash_of, pii_key
 from ..runtime.resource import LakehouseResource
 from ..settings import validate_identifier
 from .health import file_paths, files_of
@@ -259,7 +258,7 @@ class Forget:
             raise ValueError("a subject id is 1 to 1000 characters")
         started = time.monotonic()
         self._subject = subject
-        hashed = self.spark.range(1).select(keyed_hash(F.lit(subject), pii_key(self.lakehouse.settings))).first()[0]
+        hashed = keyed_hash_of(subject, pii_key(self.lakehouse.settings))
         targets, left = subject_targets(self.project, subject, hashed, self._event_keys)
         report = ForgetReport(subject, left_alone=left)
         checked = []

@@ -63,7 +63,7 @@ from ..partitions import SINGLE_RUN
 from ..project import CdcTable
 from ..project.model import pseudonym
 from ..runtime.commit import Window, retry_metadata, stage, with_commit_retries
-from ..runtime.pii import keyed_hash, pii_key
+from ..runtime.pii import keyed_hash, pii_key, with_pii_pads
 from ..runtime.resource import LakehouseResource
 from ..runtime.results import reported
 from ..runtime.schema import conform
@@ -161,10 +161,11 @@ def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, w
     once = W.partitionBy("key", "change_position", "op").orderBy("ingested_at", "source_file", "source_line")
     rows = rows.withColumn("_n", F.row_number().over(once)).where("_n = 1")
     image = F.when(F.col("op") == "d", F.col("before")).otherwise(F.col("after"))
-    key = pii_key(lakehouse.settings)
+    if info.pii:
+        rows = with_pii_pads(rows, pii_key(lakehouse.settings))
     return rows.select(
         "key",
-        *(F.when(image[c] == UNAVAILABLE, F.lit(UNAVAILABLE)).otherwise(keyed_hash(image[c], key))
+        *(F.when(image[c] == UNAVAILABLE, F.lit(UNAVAILABLE)).otherwise(keyed_hash(image[c]))
           .alias(info.silver_column(c)) if c in info.pii else image[c].alias(c) for c in image_columns),
         "op",
         "change_position",

@@ -51,7 +51,7 @@ from ..project.declaration import RuleDecl
 from ..project.model import MAX_LATENESS, pseudonym
 from ..runtime.commit import CommitResult, Window, retry_metadata, stage, with_commit_retries
 from ..runtime.freshness import derived_watermarks, newest_event, newest_event_time
-from ..runtime.pii import keyed_hash, pii_key
+from ..runtime.pii import keyed_hash, pii_key, with_pii_pads
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import COPY_ON_WRITE, TableSpec, col
 from ..times import EPOCH, UTC
@@ -176,9 +176,12 @@ def first_delivery(delivered: DataFrame, key: str) -> DataFrame:
 
 def split(lakehouse: LakehouseResource, source: EventSource, judged: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(silver rows, rejected rows) of events judged by `first_broken_rule` (column `rule`)."""
-    secret, hashes = pii_key(lakehouse.settings), source.pseudonyms
-    clean = judged.where(F.col("rule").isNull()).select(*(
-        keyed_hash(F.col(hashes[f.name]), secret).alias(f.name) if f.name in hashes else F.col(f.name)
+    hashes = source.pseudonyms
+    clean = judged.where(F.col("rule").isNull())
+    if hashes:
+        clean = with_pii_pads(clean, pii_key(lakehouse.settings))
+    clean = clean.select(*(
+        keyed_hash(F.col(hashes[f.name])).alias(f.name) if f.name in hashes else F.col(f.name)
         for f in silver_spec(source).schema.fields
     ))
     return clean, judged.where(F.col("rule").isNotNull()).select(*rejected_spec(source).column_names)

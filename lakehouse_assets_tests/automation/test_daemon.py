@@ -88,7 +88,7 @@ def _daemon(env: dict, dagster_home: Path, tmp_path: Path) -> subprocess.Popen:
 
 
 def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tmp_path):
-    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key")
+    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key-for-pseudonyms-in-tests")
     landing = settings.local_path(settings.landing) / "events"
     daemon = _daemon(env, dagster_home, tmp_path)
     try:
@@ -115,7 +115,7 @@ def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tm
 def test_with_the_stream_running_minute_gold_follows_in_seconds_and_daily_gold_by_the_daemon(tmp_path, monkeypatch):
     """`make dev`'s arrangement: the daemon and `lakehouse stream` on one instance. The stream takes the file
     (the landing sensor stands aside) and reports its commits; the daemon's automation carries the daily tables."""
-    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key")
+    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key-for-pseudonyms-in-tests")
     landing = settings.local_path(settings.landing) / "events"
     daemon = _daemon(env, dagster_home, tmp_path)
     stream = _start([sys.executable, "-m", "lakehouse_assets.cli", "stream", "--trigger-seconds", "2"], env, tmp_path,
@@ -186,13 +186,13 @@ def test_data_committed_days_before_it_lands_reaches_silver_and_gold_with_no_run
     """A capture down for a week and a replayed day of events: changes committed 8 to 10 days ago and events
     of 8 days ago land in today's folders. With nobody launching a run, silver equals the source's truth, every
     bronze event key is in silver or rejected, and daily gold counts the old day's events."""
-    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key")
+    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key-for-pseudonyms-in-tests")
     landing = settings.local_path(settings.landing)
     today = dt.datetime.now(dt.timezone.utc).date()
     archive = tmp_path / "archive"
     generated = generate_cdc(archive, [today - dt.timedelta(days=d) for d in (10, 9, 8)], changes_per_day=40,
                              malformed_rate=0.0, late_share=0.0, duplicate_rate=0.02)
-    truth = _cdc_truth(generated, b"daemon-test-key")
+    truth = _cdc_truth(generated, b"daemon-test-key-for-pseudonyms-in-tests")
     daemon = _daemon(env, dagster_home, tmp_path)
     try:
         for n, f in enumerate(sorted(archive.rglob("*.jsonl*"))):

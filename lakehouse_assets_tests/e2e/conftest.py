@@ -42,7 +42,7 @@ class DemoLake:
 @pytest.fixture(scope="session")
 def demo_lake(tmp_path_factory) -> DemoLake:
     root = tmp_path_factory.mktemp("demo")
-    env, settings, dagster_home = temporary_instance(root, "e2e-demo-key")
+    env, settings, dagster_home = temporary_instance(root, "e2e-demo-key-for-pseudonyms-in-tests")
     lake = DemoLake(root, env, settings, dagster_home)
     lake.run("lakehouse", "generate", "--start", DEMO_DAY.isoformat(), "--days", "1", "--events-per-day", "300",
              "--changes-per-day", "60")

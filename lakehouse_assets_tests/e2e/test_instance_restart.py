@@ -132,7 +132,7 @@ def _recorded(base: str, runs: dict[str, str]) -> dict:
 
 
 def test_runs_event_logs_and_sensor_state_on_postgresql_survive_a_restart(tmp_path):
-    env, settings, dagster_home = temporary_instance(tmp_path, "restart-test-key")
+    env, settings, dagster_home = temporary_instance(tmp_path, "restart-test-key-for-pseudonyms-in-tests")
     shutil.copy(ROOT / "examples" / "cluster" / "dagster.yaml", dagster_home / "dagster.yaml")
     landing = settings.local_path(settings.landing) / "events"
     port = free_port()

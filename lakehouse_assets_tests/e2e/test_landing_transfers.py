@@ -76,7 +76,7 @@ def _project(tmp_path: Path, settle: str) -> Path:
 
 
 def test_local_transfers_old_times_halves_slow_gzip_and_empty_files_are_each_decided_once(tmp_path):
-    env, settings, dagster_home = temporary_instance(tmp_path, "transfer-test-key")
+    env, settings, dagster_home = temporary_instance(tmp_path, "transfer-test-key-for-pseudonyms-in-tests")
     env["LAKEHOUSE_PROJECT"] = str(_project(tmp_path, "15s"))
     folder = settings.local_path(settings.landing) / "events" / f"date={TODAY}"
     folder.mkdir(parents=True)
@@ -122,7 +122,7 @@ def test_local_transfers_old_times_halves_slow_gzip_and_empty_files_are_each_dec
 
 
 def test_s3_objects_uploaded_again_with_more_lines_or_replaced_are_each_decided_once(tmp_path, s3_server):
-    env, settings, dagster_home = temporary_instance(tmp_path, "transfer-test-key")
+    env, settings, dagster_home = temporary_instance(tmp_path, "transfer-test-key-for-pseudonyms-in-tests")
     prefix = f"landing-{uuid.uuid4().hex[:8]}"
     env.update({k: v for k, v in os.environ.items() if k.startswith("LAKEHOUSE_S3_")})
     env["LAKEHOUSE_LANDING"] = f"s3://raw/{prefix}"

@@ -183,7 +183,7 @@ def test_a_stream_killed_in_a_micro_batch_restarts_and_holds_each_record_once(tm
     home = tmp_path / "lake"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")},
            "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP_FILE), "LAKEHOUSE_SPARK_MASTER": "local[2]",
-           "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_PII_KEY": "stream-test-key"}
+           "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_PII_KEY": "stream-test-key-for-pseudonyms-in-tests"}
     landing = home / "landing"
     lines = batch_of("k1", 40, now() - dt.timedelta(minutes=30))
     more = batch_of("k2", 25, now() - dt.timedelta(minutes=8)) + [lines[0]]
