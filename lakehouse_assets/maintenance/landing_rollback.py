@@ -165,9 +165,11 @@ class _Plan:
             raise SnapshotError(f"{INGEST_LOG}: its snapshot of {iso_ms(instant)} has expired, so which files it "
                                 f"listed then is not known; {name} cannot go back that far")
         rows = _log_rows(log, source.landing, None)
-        listed_then = {r["source_file"] for r in _log_rows(log, source.landing, then)} if then else set()
-        gone = [r for r in rows if r["source_file"] not in listed_then]
-        kept = [r for r in rows if r["source_file"] in listed_then]
+        # A file is logged once per version taken (its lines appended, its content changed): a version logged
+        # after the instant is undone, the file's earlier versions stay.
+        listed_then = {_version(r) for r in _log_rows(log, source.landing, then)} if then else set()
+        gone = [r for r in rows if _version(r) not in listed_then]
+        kept = [r for r in rows if _version(r) in listed_then]
         q_kept = ancestors_of(quarantine.snapshot_by_id(q_target), quarantine.metadata)
         _check_runs(source, _runs(undone, name), _runs(q_undone, source.quarantine), _runs(q_kept, source.quarantine),
                     {r["run_id"] for r in gone}, {r["run_id"] for r in kept})
@@ -175,10 +177,12 @@ class _Plan:
         q_now = quarantine.current_snapshot()
         report.quarantine_from = q_now.snapshot_id if q_now else None
         report.quarantine_to, report.instant_ms = q_target, instant
-        report.files = sorted(r["source_file"] for r in gone)
+        report.files = sorted({r["source_file"] for r in gone})
         report.landing_days = sorted({r["landing_date"] for r in gone if r["landing_date"] is not None})
         report.event_days = sorted({d for s in undone if _props(s).get(ASSET) == name for d in days_added_by(bronze, s)})
-        log_filter = And(_of_source(source.landing), In("source_file", set(report.files))) if gone else None  # type: ignore[arg-type, call-arg]
+        # The undone runs' rows of this source (a run's rows are all undone or all kept: _check_runs).
+        gone_runs = {r["run_id"] for r in gone}
+        log_filter = And(_of_source(source.landing), In("run_id", gone_runs)) if gone else None  # type: ignore[arg-type, call-arg]
         return cls(bronze, quarantine, log, report, log_filter)
 
     def transactions(self) -> list[tuple[Table, Transaction]]:
@@ -245,10 +249,18 @@ def _snapshot_at(table: Table, name: str, instant: int, bronze: str) -> int:
 
 
 def _log_rows(log: Table, source: str, snapshot: Snapshot | None) -> list[dict[str, Any]]:
-    """This source's rows of the log (now, or at `snapshot`): the file, its landing day and the run that took it."""
-    scan = log.scan(row_filter=_of_source(source), selected_fields=("source_file", "landing_date", "run_id"),
+    """This source's rows of the log (now, or at `snapshot`): the file, its version, its landing day and the run
+    that took it."""
+    names = {f.name for f in log.schema().fields}
+    fields = tuple(f for f in ("source_file", "version", "landing_date", "run_id") if f in names)
+    scan = log.scan(row_filter=_of_source(source), selected_fields=fields,
                     snapshot_id=snapshot.snapshot_id if snapshot else None)
     return scan.to_arrow().to_pylist()
+
+
+def _version(row: dict[str, Any]) -> tuple[str, int]:
+    """A file version the log lists (a row logged before versions were recorded is the file's version 0)."""
+    return row["source_file"], row.get("version") or 0
 
 
 def _of_source(source: str) -> BooleanExpression:

@@ -157,3 +157,27 @@ def test_a_declared_settle_time_and_ready_marker_hold_a_file_until_it_is_complet
     (folder(lakehouse) / "_SUCCESS").write_text("")
     assert _take(lakehouse, marked).records_in == 2
     assert balanced(lakehouse) == 5
+
+
+def test_a_rollback_to_before_an_append_undoes_that_version_only_and_the_lines_are_taken_again(lakehouse):
+    from lakehouse_assets.maintenance.landing_rollback import rollback_landing
+
+    path = folder(lakehouse) / "a.jsonl"
+    path.write_text(lines(0, 4))
+    assert counts(ingest(lakehouse)) == (4, 4, 0)
+    time.sleep(0.05)
+    before_append = dt.datetime.now(dt.timezone.utc).isoformat()
+    time.sleep(0.05)
+    with path.open("a") as f:
+        f.write(lines(4, 3, bad={5}))
+    assert counts(ingest(lakehouse)) == (3, 2, 1)
+
+    report = rollback_landing(lakehouse.catalog, lakehouse.settings.namespace, SHOP.landing_source("events"),
+                              before_append)
+    assert report.changed and [f.rsplit("/", 1)[1] for f in report.files] == ["a.jsonl"]
+    assert log(lakehouse) == [("a.jsonl", 1, "new", 4, 4, 0, 4)]  # the first version stays taken
+    assert rows(lakehouse, "bronze_events") == [("a.jsonl", n) for n in (1, 2, 3, 4)]
+    assert rows(lakehouse, "bronze_events_quarantine") == []
+    assert counts(ingest(lakehouse)) == (3, 2, 1)  # the appended lines, taken again, once
+    assert rows(lakehouse, "bronze_events") == [("a.jsonl", n) for n in (1, 2, 3, 4, 5, 7)]
+    assert balanced(lakehouse) == 7
