@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from urllib.parse import quote
 
 import psycopg2
 import pytest
@@ -25,7 +26,6 @@ _TEST_SETTINGS = ("LAKEHOUSE_TEST_PG_DSN", "LAKEHOUSE_SOAK_SCALE", "LAKEHOUSE_RE
 for _var in [v for v in os.environ if v.startswith("LAKEHOUSE_") and v not in _TEST_SETTINGS]:
     del os.environ[_var]
 
-PG_ADMIN_DSN = os.environ.get("LAKEHOUSE_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 PG_CATALOG = "pg"
 S3_CATALOG = "s3lake"  # same SQLite catalog database, its warehouse on the S3 server
 S3_WAREHOUSE = "s3://lake/warehouse"
@@ -81,22 +81,45 @@ def lake_settings(lake_root, s3_server) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def pg_catalog_uri():
+def pg_admin_dsn(tmp_path_factory):
+    """The PostgreSQL server the run creates its databases on: LAKEHOUSE_TEST_PG_DSN (a libpq DSN, e.g.
+    `host=db port=5432 user=lake password=... dbname=postgres`), or else a throwaway server of the run's own
+    (trust authentication, a free loopback port), stopped at the end."""
+    given = os.environ.get("LAKEHOUSE_TEST_PG_DSN")
+    if given:
+        yield given
+        return
+    from lakehouse_services.postgres import ThrowawayPostgres
+
+    server = ThrowawayPostgres(tmp_path_factory.mktemp("pg"), database="postgres").start()
+    try:
+        yield server.dsn
+    finally:
+        server.stop()
+
+
+def dsn_of(admin_dsn: str, database: str) -> str:
+    """The admin DSN pointed at another database of the same server (its user and password kept)."""
+    parts = dict(kv.split("=", 1) for kv in admin_dsn.split())
+    return " ".join(f"{k}={v}" for k, v in {**parts, "dbname": database}.items())
+
+
+@pytest.fixture(scope="session")
+def pg_catalog_uri(pg_admin_dsn):
     """A fresh PostgreSQL database to hold a second, shared catalog; dropped afterwards."""
     database = f"lakehouse_test_{uuid.uuid4().hex[:8]}"
     try:
-        admin = psycopg2.connect(PG_ADMIN_DSN)
+        admin = psycopg2.connect(pg_admin_dsn)
     except psycopg2.OperationalError as exc:
-        pytest.fail(
-            f"PostgreSQL is needed for the shared-catalog tests and is not reachable at "
-            f"{PG_ADMIN_DSN!r} (set LAKEHOUSE_TEST_PG_DSN): {exc}"
-        )
+        pytest.fail(f"PostgreSQL is needed for the shared-catalog tests and is not reachable at the server "
+                    f"LAKEHOUSE_TEST_PG_DSN names: {str(exc).strip()}")
     admin.autocommit = True
     with admin.cursor() as cur:
         cur.execute(f'CREATE DATABASE "{database}"')
-    dsn = dict(kv.split("=", 1) for kv in PG_ADMIN_DSN.split())
+    dsn = dict(kv.split("=", 1) for kv in pg_admin_dsn.split())
+    password = f":{quote(dsn['password'], safe='')}" if dsn.get("password") else ""
     uri = CatalogUri.parse(
-        f"postgresql://{dsn.get('user', 'postgres')}@{dsn.get('host', '127.0.0.1')}:"
+        f"postgresql://{quote(dsn.get('user', 'postgres'), safe='')}{password}@{dsn.get('host', '127.0.0.1')}:"
         f"{dsn.get('port', '5432')}/{database}"
     )
     yield uri

@@ -11,6 +11,8 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
 fi
 [ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni)
 [ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
+# PostgreSQL's server (initdb, pg_ctl): the tests, `make demo-cdc` and the cluster demo start throwaway servers.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
 # Prometheus and promtool: the metrics and alert-rule tests run the real ones.
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 

@@ -35,8 +35,7 @@ CONFLICTING = {"w2", "w5"}  # the two MERGEs into one day
 def test_writers_in_several_processes_all_commit_exactly_once_on_a_linear_history(kind, lake_settings, tmp_path,
                                                                                    pg_catalog_uri):
     catalog_uri = (f"sqlite:///{tmp_path / 'catalog.db'}" if kind == "sqlite" else
-                   f"postgresql://{pg_catalog_uri.user}@{pg_catalog_uri.host}:{pg_catalog_uri.port}/"
-                   f"{pg_catalog_uri.database}")
+                   pg_catalog_uri.sqlalchemy_url.replace("+psycopg2", ""))  # its password too, when it has one
     namespace = f"t_writers_{uuid.uuid4().hex[:6]}"
     settings = Settings(home=tmp_path, catalog_uri=catalog_uri, namespace=namespace)
     catalog = catalog_for(settings)

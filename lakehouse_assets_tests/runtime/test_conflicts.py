@@ -24,7 +24,7 @@ from lakehouse_assets.runtime.conflicts import (
     retry_commit,
 )
 from lakehouse_assets.tables.registry import TableSpec, col
-from lakehouse_assets_tests.conftest import PG_ADMIN_DSN
+from lakehouse_assets_tests.conftest import dsn_of
 
 SPEC = TableSpec(
     name="classified", layer="silver", description="commit failures",
@@ -113,8 +113,8 @@ def test_a_busy_sqlite_catalog_is_retried_until_the_lock_goes(tmp_path):
 
 
 @pytest.mark.usefixtures("pg_catalog_uri")
-def test_a_postgres_lock_timeout_is_catalog_busy(pg_catalog_uri):
-    dsn = PG_ADMIN_DSN.replace("dbname=postgres", f"dbname={pg_catalog_uri.database}")
+def test_a_postgres_lock_timeout_is_catalog_busy(pg_catalog_uri, pg_admin_dsn):
+    dsn = dsn_of(pg_admin_dsn, pg_catalog_uri.database)
     holder, waiter = psycopg2.connect(dsn), psycopg2.connect(dsn)
     try:
         with holder.cursor() as cur:
