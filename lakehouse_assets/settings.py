@@ -123,6 +123,9 @@ ENV_SETTINGS = {
     "s3_access_key": ("LAKEHOUSE_S3_ACCESS_KEY", ""),
     "s3_secret_key": ("LAKEHOUSE_S3_SECRET_KEY", ""),
     "s3_region": ("LAKEHOUSE_S3_REGION", "us-east-1"),
+    "sql_s3_access_key": ("LAKEHOUSE_SQL_S3_ACCESS_KEY", ""),
+    "sql_s3_secret_key": ("LAKEHOUSE_SQL_S3_SECRET_KEY", ""),
+    "sql_raw": ("LAKEHOUSE_SQL_RAW", "0"),
     "pii_key": ("LAKEHOUSE_PII_KEY", ""),
     "alert_webhook": ("LAKEHOUSE_ALERT_WEBHOOK", ""),
 }
@@ -186,6 +189,16 @@ def load_profile(name: str, path: Path | None = None) -> dict[str, str]:
     return resolved
 
 
+def parse_flag(variable: str, text: str) -> bool:
+    """A yes/no setting: 1/true/yes or 0/false/no (any case); anything else is an error, not a guess."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no", ""):
+        return False
+    raise ValueError(f"{variable}={text!r}: expected 1 or 0 (true/false, yes/no)")
+
+
 def parse_spark_conf(text: str) -> tuple[tuple[str, str], ...]:
     """`spark.a=1,spark.b=x` as pairs; anything that is not a `spark.` key with a value is an error."""
     pairs = []
@@ -239,6 +252,11 @@ class Settings:
     s3_access_key: str = ""
     s3_secret_key: str = field(default="", repr=False)
     s3_region: str = "us-east-1"
+    # The S3 credential `lakehouse sql` reads the lake with, instead of the platform's: one that can only read.
+    sql_s3_access_key: str = ""
+    sql_s3_secret_key: str = field(default="", repr=False)
+    # `lakehouse sql` also exposes raw data (bronze, quarantine, the ingest log): engineers only.
+    sql_raw: bool = False
     # Key of the keyed hash that pseudonymises personal data (see runtime/pii.py).
     pii_key: str = field(default="", repr=False)
     # Where failed runs and asset checks are posted (Slack-compatible webhook; see automation/alerts.py).
@@ -257,6 +275,9 @@ class Settings:
         validate_identifier(self.catalog_name, "catalog name")
         validate_identifier(self.namespace, "namespace")
         CatalogUri.parse(self.catalog_uri)  # fail early on a malformed URI
+        if bool(self.sql_s3_access_key) != bool(self.sql_s3_secret_key):
+            raise ValueError("LAKEHOUSE_SQL_S3_ACCESS_KEY and LAKEHOUSE_SQL_S3_SECRET_KEY go together: "
+                             "set both (a read-only S3 credential for `lakehouse sql`) or neither")
         if self.alert_webhook and not _is_web_url(self.alert_webhook):
             # Not the value itself: a webhook URL holds its token.
             raise ValueError("LAKEHOUSE_ALERT_WEBHOOK must be an http:// or https:// URL "
@@ -279,6 +300,7 @@ class Settings:
             "project": _env("LAKEHOUSE_PROJECT", "lakehouse.yaml"),
             "s3_access_key": raw["s3_access_key"] or os.environ.get("AWS_ACCESS_KEY_ID", ""),
             "s3_secret_key": raw["s3_secret_key"] or os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+            "sql_raw": parse_flag("LAKEHOUSE_SQL_RAW", raw["sql_raw"]),
         }
         values.update(overrides)
         return cls(profile=profile_name, **values)
@@ -298,6 +320,9 @@ class Settings:
             "s3_endpoint": self.s3_endpoint or ("(AWS)" if self.uses_s3 else ""),
             "s3_access_key": self.s3_access_key,
             "s3_secret_key": hidden if self.s3_secret_key else "",
+            "sql_s3_access_key": self.sql_s3_access_key,
+            "sql_s3_secret_key": hidden if self.sql_s3_secret_key else "",
+            "sql_raw": "yes" if self.sql_raw else "no",
             "pii_key": hidden if self.pii_key else "(the key file under the home)",
             "alert_webhook": hidden if self.alert_webhook else "",
         }

@@ -12,6 +12,15 @@ command costs what DuckDB's reader costs and no more.
 The DuckDB session runs in UTC: naive timestamps and dates compared with TIMESTAMPTZ
 columns mean UTC, as they do for `as_of`. DuckDB's extensions (iceberg, avro, httpfs)
 come from their PyPI wheels and are loaded from there, never downloaded.
+
+Analysts read, and read only what they are meant to, in two layers. DuckDB's parser
+decides: every statement must be a query (SELECT, WITH, EXPLAIN, DESCRIBE, SHOW,
+SUMMARIZE), and its parse tree may name the exposed tables, its own CTEs and table
+functions that read no file (`range`, `unnest`...), nothing else: no COPY, ATTACH,
+INSTALL, SET or CREATE, no `read_parquet`, `read_text` or `FROM 'file.csv'`. DuckDB's
+settings then fence the session: it may open only the exposed tables' own directories,
+and it cannot change that. Raw data (bronze, its quarantine, the ingest log) is exposed
+only when an engineer asks (`raw`, `LAKEHOUSE_SQL_RAW`).
 """
 
 from __future__ import annotations
@@ -20,11 +29,12 @@ import importlib
 import json
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlparse
 
 import duckdb
@@ -79,38 +89,42 @@ class SqlResult:
     scans: list[ScanInfo]
 
 
-def query(settings: Settings, sql: str, as_of: str | None = None, tables: list[str] | None = None) -> pa.Table:
-    """Run `sql` with DuckDB over the namespace's Iceberg tables, exposed by name.
+def query(settings: Settings, sql: str, as_of: str | None = None, tables: list[str] | None = None,
+          raw: bool | None = None) -> pa.Table:
+    """Run the query `sql` with DuckDB over the namespace's Iceberg tables, exposed by name.
 
     `as_of` reads every table as it was at a snapshot id (the table that has it at that
     snapshot, the others at their snapshot current at its commit time) or at an ISO date
     or timestamp (naive means UTC). `tables` names the tables to expose instead of the
-    ones found in the statement.
+    ones found in the statement. `raw` also exposes bronze, quarantine and ingest log
+    tables (default: the settings' `sql_raw`). Anything but a query over the exposed
+    tables is refused with a ValueError before it runs.
     """
-    con, _, names = _prepare(settings, sql, as_of, tables)
+    session = _prepare(settings, sql, as_of, tables, raw)
     try:
-        return _execute(con, sql, settings.namespace, names)
+        return _execute(session, _arrow)
     finally:
-        con.close()
+        session.con.close()
 
 
-def run(settings: Settings, sql: str, as_of: str | None = None, tables: list[str] | None = None) -> SqlResult:
+def run(settings: Settings, sql: str, as_of: str | None = None, tables: list[str] | None = None,
+        raw: bool | None = None) -> SqlResult:
     """`query`, with what was read from each table (DuckDB's profile of the statement)."""
-    con, views, names = _prepare(settings, sql, as_of, tables, profile=True)
+    session = _prepare(settings, sql, as_of, tables, raw, profile=True)
     try:
-        result = _execute(con, sql, settings.namespace, names)
-        profile = json.loads(con.get_profiling_information(format="json") or "{}")
-        return SqlResult(result, _scan_infos(settings.namespace, views, list(_iceberg_scans(profile))))
+        result = _execute(session, _arrow)
+        return SqlResult(result, _read(session, settings.namespace))
     finally:
-        con.close()
+        session.con.close()
 
 
-def connect(settings: Settings, profile: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(settings: Settings, profile: bool = False, readable: Iterable[str] = ()) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB session in UTC with the Iceberg reader loaded (and S3 access when the lake is on S3),
-    allowed to read the warehouse only."""
+    allowed to open files under the `readable` directories only (DuckDB paths, ending in /)."""
     con = duckdb.connect(":memory:")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
+    con.execute("SET python_enable_replacements = false")  # a name is a table, never a Python variable in scope
     for name in extensions(settings):
         con.execute(f"LOAD '{_sql_string(str(_extension_file(name)))}'")
     con.execute("SET TimeZone = 'UTC'")
@@ -118,10 +132,10 @@ def connect(settings: Settings, profile: bool = False) -> duckdb.DuckDBPyConnect
         con.execute("PRAGMA enable_profiling = 'no_output'")
     if settings.uses_s3:
         con.execute(_s3_secret(settings))
-    # The statement reads the lake and nothing else: no other file (the key that pseudonymises personal data
-    # lives beside the warehouse), no COPY out, no ATTACH, no extension installed; and it cannot undo this.
-    warehouse = _duckdb_path(settings.warehouse).rstrip("/") + "/"
-    con.execute(f"SET allowed_directories = ['{_sql_string(warehouse)}']")
+    # The session opens the exposed tables' files and nothing else: not the catalog, not the key that
+    # pseudonymises personal data, not another table's files (raw ones included); and it cannot undo this.
+    directories = ", ".join(f"'{_sql_string(d)}'" for d in readable)
+    con.execute(f"SET allowed_directories = [{directories}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
@@ -164,7 +178,16 @@ def _duckdb_path(location: str) -> str:
     return location
 
 
+def _read_only(settings: Settings) -> Settings:
+    """The settings with the read-only S3 credential for analysts' SQL in place of the lake's, when one is set:
+    the catalog's metadata (pyiceberg) and the tables' files (DuckDB) are then read with it alone."""
+    if not settings.sql_s3_access_key:
+        return settings
+    return settings.with_(s3_access_key=settings.sql_s3_access_key, s3_secret_key=settings.sql_s3_secret_key)
+
+
 def _s3_secret(settings: Settings) -> str:
+    settings = _read_only(settings)
     parts = [("TYPE", "s3"), ("REGION", f"'{_sql_string(settings.s3_region)}'")]
     if settings.s3_access_key:
         parts += [("KEY_ID", f"'{_sql_string(settings.s3_access_key)}'"),
@@ -267,21 +290,42 @@ def _view(name: str, table: Table, snapshot: Any) -> _View:
         snapshot.snapshot_id, snapshot.timestamp_ms, snapshot.summary))
 
 
-def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] | None,
-             profile: bool = False) -> tuple[duckdb.DuckDBPyConnection, list[_View], dict[str, str]]:
-    """A session with a view per table the statement names, each at its snapshot."""
+@dataclass(frozen=True)
+class _Session:
+    con: duckdb.DuckDBPyConnection
+    views: list[_View]
+    statements: list[duckdb.Statement]  # the statement's queries, each judged, in order
+    unknown: Callable[[str], str]  # the error for a name that is not an exposed table
+
+
+def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] | None, raw: bool | None,
+             profile: bool = False) -> _Session:
+    """A session with a view per exposed table the statement names, each at its snapshot, and the statement's
+    queries, judged against those views."""
     if not isinstance(sql, str) or not sql.strip():
         raise ValueError("empty SQL statement")
+    settings = _read_only(settings)
     rows = _sqlite_rows(settings)
     names = _namespace_tables(settings, rows)
+    raw = settings.sql_raw if raw is None else raw
+
+    def unknown(name: str) -> str:  # lists the exposed tables only, worked out when needed
+        hidden = set() if raw else _raw_tables(settings, names.values())
+        return _unknown_message(name, settings.namespace, {k: v for k, v in names.items() if v not in hidden})
+
     if tables is not None:
         tables = [tables] if isinstance(tables, str) else list(tables)
         missing = [t for t in tables if t.lower() not in names]
         if missing:
-            raise ValueError(_unknown_message(missing[0], settings.namespace, names))
+            raise ValueError(unknown(missing[0]))
         selected = list(dict.fromkeys(names[t.lower()] for t in tables))
     else:
         selected = sorted(_tokenized_tables(sql, names))
+    hidden = set() if raw else _raw_tables(settings, selected)
+    if tables is not None and hidden:
+        raise ValueError(_raw_message(sorted(hidden)[0]))
+    selected = [name for name in selected if name not in hidden]
+    statements = _judged(sql, settings.namespace, selected, hidden, unknown)
     views = None if as_of else _current_views(rows, selected)
     if views is None:
         from .runtime.catalog import catalog_for
@@ -291,7 +335,7 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
         snapshots = (dict(_snapshots_as_of(as_of, loaded, settings, names)) if as_of
                      else {name: table.current_snapshot() for name, table in loaded.items()})
         views = [_view(name, table, snapshots[name]) for name, table in loaded.items()]
-    con = connect(settings, profile)
+    con = connect(settings, profile, _readable(views))
     try:
         qualified = settings.namespace.lower() not in ("main", "temp", "memory", "system", "information_schema",
                                                        "pg_catalog")
@@ -306,41 +350,59 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
     except BaseException:
         con.close()
         raise
-    return con, views, names
+    return _Session(con, views, statements, unknown)
+
+
+def _readable(views: list[_View]) -> list[str]:
+    """The directories a session may open: each exposed table's own (its data files and, as this platform
+    writes tables, its metadata lie under it) and its metadata file's, should that lie elsewhere."""
+    directories = {_duckdb_path(view.location).rstrip("/") + "/" for view in views}
+    directories |= {_duckdb_path(view.metadata_location).rsplit("/", 1)[0] + "/" for view in views}
+    return sorted(directories)
 
 
 def _identifier(name: str) -> str:
     return name.replace('"', '""')
 
 
-def _execute(con: duckdb.DuckDBPyConnection, sql: str, namespace: str, names: dict[str, str]) -> pa.Table:
+_T = TypeVar("_T")
+
+
+def _execute(session: _Session, take: Callable[[duckdb.DuckDBPyRelation | None], _T]) -> _T:
+    """Run the judged queries in order and `take` the last one's result; DuckDB's errors as ValueErrors."""
+    try:
+        for statement in session.statements[:-1]:
+            session.con.execute(statement)
+        return take(session.con.sql(session.statements[-1]))
+    except duckdb.Error as exc:
+        raise _sql_error(exc, session.unknown) from None
+
+
+def _arrow(relation: duckdb.DuckDBPyRelation | None) -> pa.Table:
     import pyarrow as pa
 
-    try:
-        relation = con.sql(sql)
-        return relation.to_arrow_table() if relation is not None else pa.table({})
-    except duckdb.Error as exc:
-        raise _sql_error(exc, namespace, names) from None
+    return relation.to_arrow_table() if relation is not None else pa.table({})
 
 
-def fetch(settings: Settings, sql: str, as_of: str | None = None,
-          explain: bool = False) -> tuple[list[str], list[tuple], list[ScanInfo]]:
+def _rows(relation: duckdb.DuckDBPyRelation | None) -> tuple[list[str], list[tuple]]:
+    return (list(relation.columns), relation.fetchall()) if relation is not None else ([], [])
+
+
+def _read(session: _Session, namespace: str) -> list[ScanInfo]:
+    profile = json.loads(session.con.get_profiling_information(format="json") or "{}")
+    return _scan_infos(namespace, session.views, list(_iceberg_scans(profile)))
+
+
+def fetch(settings: Settings, sql: str, as_of: str | None = None, explain: bool = False,
+          raw: bool | None = None) -> tuple[list[str], list[tuple], list[ScanInfo]]:
     """`query` as the column names and rows of Python values (no Arrow: what the command prints), and with
     `explain` what was read from each table."""
-    con, views, names = _prepare(settings, sql, as_of, None, profile=explain)
+    session = _prepare(settings, sql, as_of, None, raw, profile=explain)
     try:
-        try:
-            relation = con.sql(sql)
-            columns, rows = (list(relation.columns), relation.fetchall()) if relation is not None else ([], [])
-        except duckdb.Error as exc:
-            raise _sql_error(exc, settings.namespace, names) from None
-        scans = []
-        if explain:
-            profile = json.loads(con.get_profiling_information(format="json") or "{}")
-            scans = _scan_infos(settings.namespace, views, list(_iceberg_scans(profile)))
-        return columns, rows, scans
+        columns, rows = _execute(session, _rows)
+        return columns, rows, _read(session, settings.namespace) if explain else []
     finally:
-        con.close()
+        session.con.close()
 
 
 def _unknown_message(name: str, namespace: str, names: dict[str, str]) -> str:
@@ -351,12 +413,156 @@ def _unknown_message(name: str, namespace: str, names: dict[str, str]) -> str:
 _MISSING_TABLE = re.compile(r'Table with name "?([^"\s]+)"? does not exist')
 
 
-def _sql_error(exc: duckdb.Error, namespace: str, names: dict[str, str]) -> ValueError:
+def _sql_error(exc: duckdb.Error, unknown: Callable[[str], str]) -> ValueError:
     message = str(exc).strip()
     missing = _MISSING_TABLE.search(message)
     if isinstance(exc, duckdb.CatalogException) and missing:
-        return ValueError(_unknown_message(missing.group(1), namespace, names))
+        return ValueError(unknown(missing.group(1)))
     return ValueError(message)
+
+
+# ---------------------------------------------------------------------------------------
+# Who sees what: raw data for engineers only
+# ---------------------------------------------------------------------------------------
+
+
+def _looks_raw(name: str) -> bool:
+    """The names the declaration gives raw tables: bronze_<source>, bronze_<source>_quarantine, bronze_ingest_log
+    (project/model.py); a test checks that every bronze-layer table the build declares is named so."""
+    return name.lower().startswith("bronze_") or name.lower().endswith("_quarantine")
+
+
+def _raw_tables(settings: Settings, names: Iterable[str]) -> set[str]:
+    """Those of `names` that hold raw data. The declaration's layer decides for the tables it declares; a table
+    it does not declare (another project's, a source since removed) is raw when its name looks raw."""
+    suspects = {name for name in names if _looks_raw(name)}
+    if not suspects:
+        return set()  # the declaration is read only when it may decide something
+    declared = _declared_raw(settings)
+    return {name for name in suspects if declared.get(name, True)}
+
+
+def _declared_raw(settings: Settings) -> dict[str, bool]:
+    """Each declared table: whether the build gives it the bronze layer (build.table_specs: every landing
+    source's bronze and quarantine tables and the ingest log). Empty when no declaration loads."""
+    from .errors import DeclarationError
+    from .project import load_project
+    from .project.model import INGEST_LOG
+
+    try:
+        project = load_project(settings.project)
+    except (DeclarationError, OSError):
+        return {}
+    raw = {INGEST_LOG, *(s.bronze for s in project.landing_sources), *(s.quarantine for s in project.landing_sources)}
+    return {name: name in raw for name in project.table_names}
+
+
+def _raw_message(name: str) -> str:
+    return (f"table {name!r} is raw data (bronze, quarantine or ingest log: landed payloads, personal data in "
+            "clear), hidden from analysts' SQL; an engineer opens it with `lakehouse sql --raw` or "
+            "LAKEHOUSE_SQL_RAW=1")
+
+
+# ---------------------------------------------------------------------------------------
+# What may run: queries over the exposed tables, as DuckDB's parser reads them
+# ---------------------------------------------------------------------------------------
+
+
+# Table functions that read no file, no URL and no other database: all a query may call.
+_TABLE_FUNCTIONS = frozenset({"generate_series", "json_each", "json_tree", "range", "unnest"})
+_QUERIES_ONLY = "lakehouse sql runs queries only (SELECT, WITH ... SELECT, EXPLAIN, DESCRIBE, SHOW, SUMMARIZE)"
+_TABLES_ONLY = "lakehouse sql reads the lake's tables by their names, never files, URLs or other databases"
+
+
+def _judged(sql: str, namespace: str, exposed: list[str], hidden: set[str],
+            unknown: Callable[[str], str]) -> list[duckdb.Statement]:
+    """The statements of `sql`, each a query that reads nothing but the `exposed` tables; else a ValueError."""
+    parser = duckdb.connect(":memory:")
+    try:
+        statements = parser.extract_statements(sql)
+        if not statements:
+            raise ValueError("empty SQL statement")
+        for statement in statements:
+            tree = _query_tree(parser, statement.query, statement.type)
+            _check_reads(tree, namespace, {n.lower() for n in exposed}, {n.lower(): n for n in hidden}, unknown)
+        return statements
+    except duckdb.Error as exc:
+        raise ValueError(" ".join(str(exc).split())) from None
+    finally:
+        parser.close()
+
+
+def _excerpt(text: str) -> str:
+    words = " ".join(text.split())
+    return repr(words if len(words) <= 60 else words[:57] + "...")
+
+
+def _query_tree(parser: duckdb.DuckDBPyConnection, text: str, kind: duckdb.StatementType) -> dict:
+    """The parse tree of one statement (DuckDB's json_serialize_sql); any statement but a query is refused."""
+    if kind == duckdb.StatementType.EXPLAIN:
+        inner = _explained(parser, text)
+        return _query_tree(parser, inner.query, inner.type)
+    if kind != duckdb.StatementType.SELECT:
+        raise ValueError(f"refused {kind.name} statement {_excerpt(text)}: {_QUERIES_ONLY}")
+    # The text inlined, not a parameter: binding one imports pyarrow, which the command does without.
+    (serialized,) = parser.execute(f"SELECT json_serialize_sql('{_sql_string(text)}')").fetchall()[0]
+    tree = json.loads(serialized)
+    if tree.get("error") or len(tree.get("statements") or []) != 1:  # a PRAGMA reads as SELECT, but is none
+        raise ValueError(f"refused statement {_excerpt(text)}: {_QUERIES_ONLY}")
+    return tree["statements"][0]
+
+
+def _explained(parser: duckdb.DuckDBPyConnection, text: str) -> duckdb.Statement:
+    """The statement an `EXPLAIN [ANALYZE] <statement>` explains (ANALYZE runs it), found with DuckDB's tokenizer."""
+    starts = [offset for offset, _ in duckdb.tokenize(text)]
+    # A token's text runs from its start to the next one's; a keyword is its leading letters (a comment may follow).
+    words = ["".join(takewhile(str.isalpha, text[a:b])).upper() for a, b in zip(starts, [*starts[1:], len(text)])]
+    skip = 2 if len(words) > 1 and words[1] in ("ANALYZE", "ANALYSE") else 1
+    try:
+        inner = parser.extract_statements(text[starts[skip]:]) if words[:1] == ["EXPLAIN"] and len(words) > skip else []
+    except duckdb.Error:  # what follows is no statement: EXPLAIN's options, e.g. (FORMAT json)
+        inner = []
+    if len(inner) != 1:
+        raise ValueError(f"refused statement {_excerpt(text)}: {_QUERIES_ONLY}, EXPLAIN without options")
+    return inner[0]
+
+
+def _references(tree: dict) -> tuple[list[dict], list[dict], set[str]]:
+    """The table functions, the tables and the CTE names anywhere in a parse tree (subqueries included)."""
+    functions, tables, ctes = [], [], set()
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "TABLE_FUNCTION":
+                functions.append(node)
+            elif node.get("type") == "BASE_TABLE":
+                tables.append(node)
+            ctes |= {str(entry.get("key", "")).lower() for entry in (node.get("cte_map") or {}).get("map") or []}
+            stack.extend(node.values())
+    return functions, tables, ctes
+
+
+def _check_reads(tree: dict, namespace: str, exposed: set[str], hidden: dict[str, str],
+                 unknown: Callable[[str], str]) -> None:
+    functions, tables, ctes = _references(tree)
+    for node in functions:
+        function = node.get("function") or {}
+        name = str(function.get("function_name") or "?").lower()
+        if function.get("class") != "FUNCTION" or name not in _TABLE_FUNCTIONS:
+            raise ValueError(f"refused {name}(...): {_TABLES_ONLY}")
+    for node in tables:
+        name, schema, catalog = (str(node.get(k) or "") for k in ("table_name", "schema_name", "catalog_name"))
+        ours = catalog.lower() in ("", "memory") and schema.lower() in ("", "main", namespace.lower())
+        if (ours and name.lower() in exposed) or (not schema and not catalog and name.lower() in ctes):
+            continue
+        if name.lower() in hidden:
+            raise ValueError(_raw_message(hidden[name.lower()]))
+        if "." in name or "/" in name:  # DuckDB would read a file or URL named so (a replacement scan)
+            raise ValueError(f"refused {name!r}: {_TABLES_ONLY}")
+        raise ValueError(unknown(".".join(part for part in (catalog, schema, name) if part)))
 
 
 # ---------------------------------------------------------------------------------------

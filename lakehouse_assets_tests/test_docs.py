@@ -207,14 +207,14 @@ def test_the_readme_newcomer_path_runs_as_written(tmp_path):
     reconciled = [line.split() for line in run.stdout.splitlines() if line.startswith("clicks ")]
     assert reconciled == [["clicks", "2025-06-01", "5", "3", "2", "True"]]
 
-    def sql(query: str) -> list[dict]:
-        out = subprocess.run([str(ROOT / ".venv/bin/lakehouse"), "sql", query, "--format", "json"], cwd=tmp_path,
+    def sql(query: str, *flags: str) -> list[dict]:
+        out = subprocess.run([str(ROOT / ".venv/bin/lakehouse"), "sql", query, "--format", "json", *flags], cwd=tmp_path,
                              env={**env, "LAKEHOUSE_PROJECT": str(tmp_path / declared_at),
                                   "LAKEHOUSE_HOME": str(tmp_path / ".mine")},
                              capture_output=True, text=True, check=True).stdout
         return json.loads(out)
 
-    reasons = sorted(r["reason"] for r in sql("SELECT reason FROM bronze_clicks_quarantine"))
+    reasons = sorted(r["reason"] for r in sql("SELECT reason FROM bronze_clicks_quarantine", "--raw"))
     assert len(reasons) == 2 and all(reasons), reasons
     silver = sql("SELECT id, email_hash FROM silver_clicks ORDER BY id")
     assert [r["id"] for r in silver] == ["c1", "c2", "c3"]

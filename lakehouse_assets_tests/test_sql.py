@@ -2,18 +2,25 @@
 
 import csv
 import datetime as dt
+import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import urlparse
 
+import boto3
+import duckdb
 import pyarrow as pa
 import pytest
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import ClientError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform
@@ -25,8 +32,11 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from lakehouse_assets import sql
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.settings import Settings
 from lakehouse_assets.sql import query, run
+from lakehouse_services.s3server import SeaweedS3
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 UTC = dt.timezone.utc
@@ -200,8 +210,9 @@ def test_unknown_tables_and_bad_sql_are_clear_errors(lake):
     assert query(settings, "WITH nope AS (SELECT 1 AS x) SELECT x FROM nope").to_pylist() == [{"x": 1}]
 
 
-def _cli(*args, settings):
-    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace}
+def _cli(*args, settings, env=None):
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace,
+           "LAKEHOUSE_PROJECT": settings.project, **(env or {})}
     return subprocess.run([LAKEHOUSE, "sql", *args], env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -271,3 +282,312 @@ def test_the_command_reads_the_catalog_row_itself_and_imports_neither_spark_dags
                             timeout=120)
     assert helped.returncode == 0 and "sql" in helped.stdout
     assert json.loads(helped.stderr.splitlines()[-1]) == []
+
+
+# ---------------------------------------------------------------------------------------
+# What analysts may run, and see
+# ---------------------------------------------------------------------------------------
+
+
+RAW_ROW = {"event_id": 1, "email": "ann@example.com", "ip": "10.1.2.3"}
+DECLARATION = """\
+name: medals
+start_date: 2025-01-01
+events:
+  clicks:
+    fields: {id: string, user: string, ts: timestamp, kind: string}
+    key: id
+    timestamp: ts
+    user: user
+    event_type: kind
+gold:
+  tables:
+    bronze_medals:                 # a gold table whose name only looks raw
+      reads: [silver_clicks]
+      sql: SELECT user, count(*) AS medals FROM silver_clicks GROUP BY user
+      columns: {user: string, medals: long}
+"""
+
+
+def _create(catalog, namespace: str, name: str, rows: list[dict]) -> None:
+    data = pa.Table.from_pylist(rows)
+    catalog.create_table((namespace, name), schema=data.schema).append(data)
+
+
+@pytest.fixture
+def raw_lake(lake, tmp_path):
+    """`lake` with raw tables beside it: a bronze table with personal data in clear, its quarantine, the ingest
+    log; and no declaration (names decide)."""
+    settings = lake["settings"].with_(project=str(tmp_path / "no-declaration.yaml"))
+    catalog = catalog_for(settings)
+    _create(catalog, settings.namespace, "bronze_events", [RAW_ROW])
+    _create(catalog, settings.namespace, "bronze_events_quarantine", [{"reason": "not json", "line": "x@y.z"}])
+    _create(catalog, settings.namespace, "bronze_ingest_log", [{"source_file": "a.jsonl", "records": 3}])
+    events = catalog.load_table((settings.namespace, "events"))
+    warehouse = settings.local_path(settings.warehouse)
+    data_file = next(Path(urlparse(events.location()).path, "data").rglob("*.parquet"))
+    return {**lake, "settings": settings, "warehouse": warehouse, "events_dir": Path(urlparse(events.location()).path),
+            "data_file": data_file, "catalog_file": Path(settings.catalog.path)}
+
+
+def _hashes(*roots: Path) -> dict[str, str]:
+    """Every file under the roots (or the file itself), by path, with the SHA-256 of its bytes."""
+    files = [f for root in roots for f in ([root] if root.is_file() else root.rglob("*")) if f.is_file()]
+    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def _refused_statements(raw_lake, tmp_path) -> list[tuple[str, str]]:
+    """(statement, what its refusal says) for each way out of a query: writing, attaching, installing, setting,
+    reading files. The command is run with the first eleven."""
+    settings, events_dir = raw_lake["settings"], raw_lake["events_dir"]
+    data_file, catalog_file = raw_lake["data_file"], raw_lake["catalog_file"]
+    into_lake = raw_lake["warehouse"] / settings.namespace / "new.csv"
+    queries_only = r"lakehouse sql runs queries only \(SELECT"
+    files_never = "lakehouse sql reads the lake's tables by their names, never files"
+    return [
+        (f"COPY (SELECT 42 AS x) TO '{into_lake}'", "refused COPY statement .*" + queries_only),
+        (f"COPY (SELECT * FROM events LIMIT 0) TO '{data_file}' (FORMAT parquet, USE_TMP_FILE false)",
+         "refused COPY statement"),
+        (f"ATTACH '{catalog_file}' AS catalog (TYPE sqlite)", "refused ATTACH statement"),
+        ("INSTALL httpfs", "refused LOAD statement 'INSTALL httpfs'"),
+        ("SELECT * FROM read_text('/etc/passwd')", r"refused read_text\(...\): " + files_never),
+        (f"SELECT * FROM read_blob('{catalog_file}')", "refused read_blob"),
+        (f"SELECT count(*) FROM read_parquet('{events_dir}/data/**')", "refused read_parquet"),
+        (f"FROM '{data_file}'", f"refused '{data_file}': " + files_never),
+        ("CREATE TABLE copied AS SELECT * FROM events", "refused CREATE statement"),
+        ("INSERT INTO events (event_id) VALUES (1)", "refused INSERT statement"),
+        ("SET enable_external_access = true", "refused SET statement"),
+        (f"COPY (SELECT 1 AS x) TO '{tmp_path}/out.csv'", "refused COPY statement"),
+        (f"EXPLAIN ANALYZE COPY (SELECT 42 AS x) TO '{into_lake}'", "refused COPY statement"),
+        (f"SELECT 1; COPY (SELECT 42 AS x) TO '{into_lake}'", "refused COPY statement"),
+        ("LOAD httpfs", "refused LOAD statement"),
+        ("DELETE FROM events", "refused DELETE statement"),
+        ("SET threads = 1", "refused SET statement"),
+        ("PRAGMA enable_profiling", "refused PRAGMA statement"),
+        ("PRAGMA version", r"refused pragma_version\("),  # DuckDB reads it as a call of pragma_version()
+        ("CALL pragma_version()", "refused CALL statement"),
+        (f"SELECT * FROM events WHERE event_id IN (SELECT event_id FROM parquet_scan('{data_file}'))",
+         "refused parquet_scan"),
+        (f"SELECT * FROM glob('{events_dir}/**')", "refused glob"),
+        (f"SELECT * FROM iceberg_scan('{events_dir}')", "refused iceberg_scan"),
+        (f"SELECT * FROM iceberg_snapshots('{events_dir}')", "refused iceberg_snapshots"),
+        ("SELECT * FROM query('SELECT 1')", "refused query"),
+        (f"DESCRIBE '{data_file}'", "refused '"),
+        (f"SELECT * FROM events, read_csv('{tmp_path}/x.csv')", "refused read_csv"),
+    ]
+
+
+def test_anything_but_a_query_over_the_tables_is_refused_and_the_lake_is_left_as_it_was(raw_lake, tmp_path):
+    settings = raw_lake["settings"]
+    before = _hashes(raw_lake["warehouse"], raw_lake["catalog_file"])
+    for statement, refusal in _refused_statements(raw_lake, tmp_path):
+        with pytest.raises(ValueError, match=refusal) as refused:
+            run(settings, statement)
+        assert "\n" not in str(refused.value), statement
+        assert "root:" not in str(refused.value)
+    assert _hashes(raw_lake["warehouse"], raw_lake["catalog_file"]) == before
+    assert not (tmp_path / "out.csv").exists()
+    assert query(settings, "SELECT count(*) AS n FROM events").to_pylist() == [{"n": len(_all(raw_lake))}]
+
+
+def test_the_command_refuses_them_in_one_line_with_exit_code_2(raw_lake, tmp_path):
+    settings = raw_lake["settings"]
+    before = _hashes(raw_lake["warehouse"], raw_lake["catalog_file"])
+    for statement, refusal in _refused_statements(raw_lake, tmp_path)[:11]:
+        done = _cli(statement, settings=settings)
+        assert done.returncode == 2, (statement, done.stdout, done.stderr)
+        assert re.match("lakehouse sql: " + refusal, done.stderr), (statement, done.stderr)
+        assert done.stderr.count("\n") == 1 and done.stdout == "", statement
+    assert _hashes(raw_lake["warehouse"], raw_lake["catalog_file"]) == before
+
+
+def test_duckdb_itself_opens_only_the_exposed_tables_directories(raw_lake):
+    """The second fence, below the parser's: the session DuckDB runs a query in."""
+    settings, events_dir = raw_lake["settings"], raw_lake["events_dir"]
+    bronze_data = next((events_dir.parent / "bronze_events" / "data").rglob("*.parquet"))
+    con = sql.connect(settings, readable=[f"{events_dir}/"])
+    try:
+        assert con.sql(f"SELECT count(*) FROM read_parquet('{raw_lake['data_file']}')").fetchall()[0][0] > 0
+        for path in (bronze_data, raw_lake["catalog_file"], Path("/etc/passwd")):
+            with pytest.raises(duckdb.PermissionException, match="disabled by configuration"):
+                con.sql(f"SELECT * FROM read_blob('{path}')").fetchall()
+        with pytest.raises(duckdb.Error, match="configuration has been locked"):
+            con.execute("SET enable_external_access = true")
+    finally:
+        con.close()
+
+
+def test_queries_run_as_before(raw_lake):
+    settings = raw_lake["settings"]
+    rows = _all(raw_lake)
+    assert query(settings, "WITH k AS (SELECT kind, count(*) AS n FROM events GROUP BY kind) "
+                           "SELECT sum(n) AS n FROM k").to_pylist() == [{"n": len(rows)}]
+    assert query(settings, f"SELECT count(*) AS n FROM {settings.namespace}.events e "
+                           "WHERE e.user_id IN (SELECT user_id FROM users WHERE name = 'ann')"
+                 ).to_pylist() == [{"n": sum(r["user_id"] == 1 for r in rows)}]
+    assert query(settings, "SELECT 1 AS a; SELECT max(event_id) AS m FROM events").to_pylist() == [
+        {"m": max(r["event_id"] for r in rows)}]
+    assert query(settings, "SELECT x FROM range(3) t(x), unnest([10]) u(y) ORDER BY x").column("x").to_pylist() == [
+        0, 1, 2]
+    described = query(settings, "DESCRIBE events").to_pylist()
+    assert [(c["column_name"], c["column_type"]) for c in described] == [
+        ("event_id", "BIGINT"), ("ts", "TIMESTAMP WITH TIME ZONE"), ("user_id", "BIGINT"), ("kind", "VARCHAR"),
+        ("amount", "DECIMAL(10,2)")]
+    assert [c["column_name"] for c in query(settings, "SHOW users").to_pylist()] == ["user_id", "name"]
+    summary = {c["column_name"]: c for c in query(settings, "SUMMARIZE events").to_pylist()}
+    assert summary["event_id"]["count"] == len(rows) and summary["event_id"]["min"] == str(rows[0]["event_id"])
+    for explain in ("EXPLAIN", "EXPLAIN ANALYZE", "explain /* plan */ analyze"):
+        plan = query(settings, f"{explain} SELECT count(*) FROM events WHERE kind = 'buy'").to_pylist()
+        assert "ICEBERG_SCAN" in "".join(map(str, plan[0].values())).upper(), explain
+    first = raw_lake["snapshots"][0]
+    assert query(settings, "SELECT count(*) AS n FROM events", as_of=str(first.snapshot_id)).to_pylist() == [
+        {"n": len(raw_lake["per_day"][DAYS[0]])}]
+
+
+def test_the_docs_queries_are_queries_and_name_raw_tables_with_the_raw_flag():
+    """Every `lakehouse sql "..."` of the Makefile, README, docs and alert rules is a query the command takes, and
+    one that reads a raw table says `--raw`."""
+    root = Path(__file__).resolve().parents[1]
+    texts = [root / "Makefile", root / "README.md", root / "examples" / "alerts.yml", *(root / "docs").glob("*.md")]
+    found = [(m.group(1), m.group(2)) for t in texts
+             for m in re.finditer(r'lakehouse sql (--raw )?"((?:[^"\n]|\n\s*)+)"', t.read_text())]
+    assert len(found) >= 5 and sum(bool(flag) for flag, _ in found) >= 3
+    for flag, text in [f for f in found if f[1] != "SELECT ..."]:  # a synopsis, not a query
+        statement = " ".join(text.split()).replace("<source's quarantine table>", "bronze_events_quarantine")
+        named = re.findall(r"\w+", statement)  # any word may be a table here: what matters is the statement's kind
+        statements = sql._judged(statement, "lake", named, set(), lambda name: f"unknown {name}")
+        assert [s.type for s in statements] == [duckdb.StatementType.SELECT], statement
+        assert bool(flag) == any(sql._looks_raw(word) for word in named), statement
+
+
+def test_raw_tables_are_hidden_unless_an_engineer_asks(raw_lake):
+    settings = raw_lake["settings"]
+    raw_message = (r"table 'bronze_events' is raw data \(bronze, quarantine or ingest log: .*personal data in "
+                   r"clear\), hidden from analysts' SQL; an engineer opens it with `lakehouse sql --raw` or "
+                   r"LAKEHOUSE_SQL_RAW=1")
+    for statement in ("SELECT email FROM bronze_events",
+                      "SELECT e.kind FROM events e JOIN bronze_events b USING (event_id)",
+                      f"SELECT * FROM {settings.namespace}.bronze_events",
+                      "SELECT * FROM events WHERE event_id IN (SELECT event_id FROM BRONZE_EVENTS)"):
+        with pytest.raises(ValueError, match=raw_message):
+            query(settings, statement)
+    with pytest.raises(ValueError, match="table 'bronze_ingest_log' is raw data"):
+        query(settings, "SELECT * FROM bronze_ingest_log")
+    with pytest.raises(ValueError, match="table 'bronze_events_quarantine' is raw data"):
+        query(settings, "SELECT 1", tables=["bronze_events_quarantine"])
+    with pytest.raises(ValueError, match=r"unknown table 'nope': .* \(tables: events, users\)$"):
+        query(settings, "SELECT * FROM nope")
+    # A name that only mentions a raw table (a column, an alias) reads nothing of it.
+    assert query(settings, "SELECT 1 AS bronze_events").to_pylist() == [{"bronze_events": 1}]
+
+    assert query(settings, "SELECT * FROM bronze_events", raw=True).to_pylist() == [RAW_ROW]
+    assert query(settings.with_(sql_raw=True), "SELECT count(*) AS n FROM bronze_ingest_log").to_pylist() == [
+        {"n": 1}]
+    assert query(settings.with_(sql_raw=True), "SELECT 1 AS n", raw=False, tables=["events"]).to_pylist() == [
+        {"n": 1}]
+
+    hidden = _cli("SELECT email, ip FROM bronze_events", "--format", "json", settings=settings)
+    assert hidden.returncode == 2 and hidden.stdout == ""
+    assert re.fullmatch("lakehouse sql: " + raw_message + "\n", hidden.stderr)
+    opened = _cli("SELECT email, ip FROM bronze_events", "--format", "json", "--raw", settings=settings)
+    assert opened.returncode == 0, opened.stderr
+    assert json.loads(opened.stdout) == [{"email": RAW_ROW["email"], "ip": RAW_ROW["ip"]}]
+    by_setting = _cli("SELECT source_file FROM bronze_ingest_log", "--format", "csv", settings=settings,
+                      env={"LAKEHOUSE_SQL_RAW": "1"})
+    assert by_setting.returncode == 0 and by_setting.stdout == "source_file\na.jsonl\n", by_setting.stderr
+    wrong = _cli("SELECT 1", settings=settings, env={"LAKEHOUSE_SQL_RAW": "maybe"})
+    assert (wrong.returncode, wrong.stderr) == (2, "lakehouse sql: LAKEHOUSE_SQL_RAW='maybe': expected 1 or 0 "
+                                                    "(true/false, yes/no)\n")
+
+
+def test_the_declared_layer_decides_over_the_name(raw_lake, tmp_path):
+    declaration = tmp_path / "lakehouse.yaml"
+    declaration.write_text(DECLARATION)
+    settings = raw_lake["settings"].with_(project=str(declaration))
+    catalog = catalog_for(settings)
+    for name in ("bronze_clicks", "bronze_medals", "silver_clicks"):
+        _create(catalog, settings.namespace, name, [{"user": "ann", "medals": 2}])
+    assert query(settings, "SELECT medals FROM bronze_medals").to_pylist() == [{"medals": 2}]  # declared gold
+    assert query(settings, "SELECT medals FROM silver_clicks").to_pylist() == [{"medals": 2}]
+    for name in ("bronze_clicks", "bronze_events"):  # declared bronze; not declared, named raw
+        with pytest.raises(ValueError, match=f"table '{name}' is raw data"):
+            query(settings, f"SELECT * FROM {name}")
+    with pytest.raises(ValueError, match=r"\(tables: bronze_medals, events, silver_clicks, users\)$"):
+        query(settings, "SELECT * FROM nope")
+
+
+@pytest.mark.parametrize("example", ["shop", "cdc"])
+def test_the_raw_tables_are_the_bronze_layer_the_build_declares(example):
+    """`lakehouse sql` tells raw tables without importing the build (Dagster, Spark): its rule must agree."""
+    from lakehouse_assets.build import table_specs
+    from lakehouse_assets.project import load_project
+
+    path = Path(__file__).resolve().parents[1] / "examples" / example / "lakehouse.yaml"
+    specs = table_specs(load_project(path))
+    declared = sql._declared_raw(Settings(home=Path("/nonexistent"), project=str(path)))
+    assert declared == {name: spec.layer == "bronze" for name, spec in specs.items()}
+    assert {n for n, raw in declared.items() if raw} == {n for n in specs if sql._looks_raw(n)}
+    assert "bronze_ingest_log" in specs and declared["bronze_ingest_log"]
+
+
+def test_the_raw_setting_and_the_read_only_credential_are_settings(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAKEHOUSE_SQL_S3_ACCESS_KEY", "analysts")
+    monkeypatch.setenv("LAKEHOUSE_SQL_S3_SECRET_KEY", "reader-secret")
+    monkeypatch.setenv("LAKEHOUSE_SQL_RAW", "yes")
+    settings = Settings.from_env(home=tmp_path, s3_access_key="lake", s3_secret_key="lake-secret")
+    assert (settings.sql_s3_access_key, settings.sql_s3_secret_key, settings.sql_raw) == (
+        "analysts", "reader-secret", True)
+    shown = settings.describe()
+    assert (shown["sql_s3_access_key"], shown["sql_s3_secret_key"], shown["sql_raw"]) == ("analysts", "(set)", "yes")
+    assert "reader-secret" not in repr(settings) and "reader-secret" not in json.dumps(shown)
+    secret = sql._s3_secret(settings)
+    assert "KEY_ID 'analysts'" in secret and "SECRET 'reader-secret'" in secret and "lake-secret" not in secret
+    assert "KEY_ID 'lake'" in sql._s3_secret(settings.with_(sql_s3_access_key="", sql_s3_secret_key=""))
+    monkeypatch.delenv("LAKEHOUSE_SQL_S3_SECRET_KEY")
+    with pytest.raises(ValueError, match="^LAKEHOUSE_SQL_S3_ACCESS_KEY and LAKEHOUSE_SQL_S3_SECRET_KEY go together"):
+        Settings.from_env(home=tmp_path)
+    monkeypatch.delenv("LAKEHOUSE_SQL_S3_ACCESS_KEY")
+    monkeypatch.setenv("LAKEHOUSE_SQL_RAW", "0")
+    assert Settings.from_env(home=tmp_path).sql_raw is False
+
+
+def test_on_s3_the_command_reads_with_a_read_only_identity_alone(namespace, tmp_path):
+    """A SeaweedFS identity that may only read and list: `lakehouse sql` reads the lake with it, even with the
+    platform's own key wrong, and the identity cannot write."""
+    config = tmp_path / "s3.json"
+    config.write_text(json.dumps({"identities": [
+        {"name": "platform", "credentials": [{"accessKey": "admin", "secretKey": "adminsecret"}],
+         "actions": ["Admin", "Read", "List", "Write", "Tagging"]},
+        {"name": "analysts", "credentials": [{"accessKey": "analysts", "secretKey": "reader-secret"}],
+         "actions": ["Read:lake/warehouse/*", "List:lake"]},  # as docs/sql.md configures it
+    ]}))
+
+    class WithIdentities(SeaweedS3):
+        def command(self) -> list[str]:
+            return [*super().command(), f"-s3.config={config}"]
+
+    with WithIdentities.with_free_ports(tmp_path / "s3", buckets=("lake",)) as server:
+        platform = Settings(home=tmp_path / "home", warehouse="s3://lake/warehouse", namespace=namespace,
+                            s3_endpoint=server.endpoint_url, s3_access_key="admin", s3_secret_key="adminsecret",
+                            project=str(tmp_path / "none.yaml"))
+        catalog = catalog_for(platform)
+        catalog.create_namespace(namespace)
+        _create(catalog, namespace, "silver_orders", [{"order_id": 1, "total": 5}, {"order_id": 2, "total": 7}])
+        _create(catalog, namespace, "bronze_orders", [{"order_id": 1, "email": "ann@example.com"}])
+        analysts = platform.with_(s3_access_key="admin", s3_secret_key="wrong",
+                                  sql_s3_access_key="analysts", sql_s3_secret_key="reader-secret")
+        assert query(analysts, "SELECT sum(total) AS t FROM silver_orders").to_pylist() == [{"t": 12}]
+        with pytest.raises(ValueError, match="table 'bronze_orders' is raw data"):
+            query(analysts, "SELECT * FROM bronze_orders")
+        assert query(analysts, "SELECT email FROM bronze_orders", raw=True).to_pylist() == [
+            {"email": "ann@example.com"}]
+        with pytest.raises(ValueError, match="refused read_parquet"):
+            query(analysts, "SELECT * FROM read_parquet('s3://lake/warehouse/**/*.parquet')")
+        with pytest.raises(OSError, match="ACCESS_DENIED"):
+            query(platform.with_(sql_s3_access_key="analysts", sql_s3_secret_key="wrong"),
+                  "SELECT * FROM silver_orders")
+        reader = boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id="analysts",
+                              aws_secret_access_key="reader-secret", region_name=server.region,
+                              config=BotoConfig(signature_version="s3v4", s3={"addressing_style": "path"}))
+        with pytest.raises(ClientError, match="AccessDenied"):
+            reader.put_object(Bucket="lake", Key="warehouse/new.csv", Body=b"42")

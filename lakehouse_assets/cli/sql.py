@@ -14,7 +14,8 @@ from .output import cell, plain, print_table, unique_names
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
     from ..sql import fetch
 
-    names, rows, scans = fetch(settings, args.query, as_of=args.as_of, explain=args.explain)
+    names, rows, scans = fetch(settings, args.query, as_of=args.as_of, explain=args.explain,
+                               raw=True if args.raw else None)
     for scan in scans:
         print(f"scan {scan.describe()}", file=sys.stderr)
     if args.format == "csv":
@@ -53,14 +54,18 @@ def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sql", help="run SQL over the namespace's tables with DuckDB's Iceberg reader (no Spark)")
-    p.add_argument("query", help='e.g. "SELECT day, count(*) FROM gold_daily_activity GROUP BY day"')
+    p = sub.add_parser("sql", help="run a query over the namespace's tables with DuckDB's Iceberg reader (no Spark)")
+    p.add_argument("query", help='a query, e.g. "SELECT day, count(*) FROM gold_daily_activity GROUP BY day"; '
+                                 "statements that write, attach or read files are refused")
     p.add_argument("--as-of", metavar="SNAPSHOT_ID|TIMESTAMP",
                    help="read every table as of a snapshot id or an ISO date/timestamp (naive means UTC)")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--explain", action="store_true",
                    help="print what was read of each table (snapshot, data files read/total, filters, columns, rows) "
                         "to stderr")
+    p.add_argument("--raw", action="store_true",
+                   help="engineers: also expose raw data (bronze tables, their quarantine, the ingest log), "
+                        "hidden by default; LAKEHOUSE_SQL_RAW=1 does the same")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("pin", help="the snapshots an ML materialisation pinned, read back exactly (no Spark)")

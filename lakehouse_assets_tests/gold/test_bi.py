@@ -206,7 +206,7 @@ def _sql_like_spark_on_every_table(lakehouse):
         if int(current.summary.get("total-delete-files", 0) if current.summary else 0):
             with_deletes.append(name)
         columns = ", ".join(f"`{f.name}`" for f in iceberg.schema().fields)
-        ours = query(settings, f"SELECT * FROM {name}")
+        ours = query(settings, f"SELECT * FROM {name}", raw=True)  # bronze too
         assert ours.column_names == [f.name for f in iceberg.schema().fields], name
         theirs = spark.sql(f"SELECT {columns} FROM {lakehouse.table_id(name)}").collect()
         assert _rows(zip(*(c.to_pylist() for c in ours.columns))) == _rows(theirs), name
@@ -214,7 +214,7 @@ def _sql_like_spark_on_every_table(lakehouse):
         if parent is None:
             continue
         old_fields = next(s for s in iceberg.metadata.schemas if s.schema_id == parent.schema_id).fields
-        ours = query(settings, f"SELECT * FROM {name}", as_of=str(parent.snapshot_id))
+        ours = query(settings, f"SELECT * FROM {name}", as_of=str(parent.snapshot_id), raw=True)
         theirs = spark.sql(f"SELECT * FROM {lakehouse.table_id(name)} VERSION AS OF {parent.snapshot_id}").collect()
         assert ours.column_names == [f.name for f in old_fields], name
         assert _rows(zip(*(c.to_pylist() for c in ours.columns))) == _rows(theirs), name

@@ -116,7 +116,7 @@ def test_lakehouse_sql_reads_the_lake_and_nothing_else(lake_settings, tmp_path):
     for statement in (f"SELECT * FROM read_text('{key}')", f"SELECT * FROM read_csv('{tmp_path}/../x.csv')",
                       f"COPY (SELECT * FROM numbers) TO '{tmp_path}/out.csv'", f"ATTACH '{tmp_path}/x.db'",
                       "SET enable_external_access = true", "INSTALL httpfs"):
-        with pytest.raises(Exception, match="disabled by configuration|configuration has been locked") as refused:
+        with pytest.raises(ValueError, match="^refused ") as refused:
             query(settings, statement)
         assert "do-not-read" not in str(refused.value), statement
     assert not (tmp_path / "out.csv").exists()
