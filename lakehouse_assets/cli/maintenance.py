@@ -129,6 +129,10 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     """Delete a person from every table that holds them, purge the files, and print the proof."""
+    if args.verify_only:
+        return _verify_only(args, settings)
+    if args.also:
+        raise ValueError("lakehouse forget: --also goes with --verify-only")
     from ..maintenance.forget import Forget, proof_json
     from ..project import load_project
     from ..runtime.resource import LakehouseResource
@@ -149,6 +153,30 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
             "NOT purged: rows of the subject remain (see rows_found_after)"
         print(f"{'dry run, ' if args.dry_run else ''}{verdict}")
     return 0 if report.purged or args.dry_run else 1
+
+
+def _verify_only(args: argparse.Namespace, settings: Settings) -> int:
+    """Search every file of the warehouse, the landing zone and capture staging for the person (no Spark, nothing
+    changed) and print the report as JSON; 1 when any file holds them or cannot be read whole."""
+    from ..maintenance.trace_scan import trace_scan
+
+    if args.dry_run:
+        raise ValueError("lakehouse forget: --verify-only changes nothing already; leave out --dry-run")
+    report = trace_scan(settings, _identifiers(settings, args.subject, args.also))
+    print(json.dumps(report.as_dict(), indent=2))
+    return 0 if report.proven else 1
+
+
+def _identifiers(settings: Settings, subject: str, also: list[str]) -> dict[str, str]:
+    """The person's values by name, each with its pseudonym when a PII key exists: without one none was ever
+    made, and a read-only check must not create the key."""
+    from ..runtime.pii import key_file, keyed_hash_of, pii_key
+
+    values = {"subject": subject, **{f"also {i}": value for i, value in enumerate(also, 1)}}
+    if not settings.pii_key and not key_file(settings).exists():
+        return values
+    key = pii_key(settings)
+    return {**values, **{f"{name} keyed hash": keyed_hash_of(value, key) for name, value in values.items()}}
 
 
 def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
@@ -218,6 +246,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("forget", help="delete a person from every table, purge the files, print the proof (Spark)")
     p.add_argument("--subject", required=True, help="the person's id, as the declared user/subject fields hold it")
     p.add_argument("--dry-run", action="store_true", help="only count the rows that would be deleted")
+    p.add_argument("--verify-only", action="store_true",
+                   help="only search every file of the warehouse, landing zone and capture staging for the person, "
+                        "as bytes and Parquet values (no Spark, nothing changed); prints JSON, exit 1 on any trace")
+    p.add_argument("--also", action="append", default=[], metavar="VALUE",
+                   help="with --verify-only: another value of the person (an e-mail...), searched for with its "
+                        "keyed hash; repeatable")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_forget)
 
