@@ -126,13 +126,14 @@ def _normalised(data: bytes | str) -> str:
 
 
 def search_bytes(data: bytes, needles: list[Needle]) -> list[tuple[Needle, str]]:
-    """(needle, form) for each identifier in `data`: its literal spellings, else the text with escapes decoded."""
+    """(needle, form) for each identifier in `data`: its literal spellings, else the text with escapes decoded
+    and every letter in lower case (bytes.lower() folds ASCII letters only: Ë is not ë)."""
     folded = data.lower()
     found = [(n, form) for n in needles for form, spelled in n.spellings if spelled in folded]
     missing = [n for n in needles if all(n is not f[0] for f in found)]
-    if missing and b"\\" in data:
+    if missing and (b"\\" in data or not all(n.text.isascii() for n in missing)):
         text = _normalised(data)
-        found += [(n, "json escapes decoded") for n in missing if n.text in text]
+        found += [(n, "decoded text") for n in missing if n.text in text]
     return found
 
 

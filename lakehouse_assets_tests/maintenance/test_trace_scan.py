@@ -175,10 +175,10 @@ def test_every_place_a_person_can_be_left_is_found_and_named_then_nothing_once_t
     assert {("warehouse/lake/silver_users/data/00001-zstd.parquet", "column contact.email"),
             ("warehouse/lake/silver_users/data/00001-zstd.parquet", "column attributes.value"),
             ("warehouse/lake/bronze_events_quarantine/data/00000-q.parquet", "column raw_line"),
-            ("landing/events/date=2025-01-02/events-1.jsonl.gz", "json escapes decoded"),
+            ("landing/events/date=2025-01-02/events-1.jsonl.gz", "decoded text"),
             ("landing/events/date=2025-01-02/events-2.jsonl", "json \\/"),
             ("landing/events/date=2025-01-02/events-2.jsonl", "json \\u escapes"),
-            ("capture/pg/staging/.part-0001.jsonl", "json escapes decoded")} <= forms
+            ("capture/pg/staging/.part-0001.jsonl", "decoded text")} <= forms
     assert {h.identifier for h in report.hits} == set(ANA.identifiers())  # the caller's names, never the values
 
     for area in ("warehouse", "landing", "capture"):
@@ -221,7 +221,9 @@ def test_json_escapes_are_decoded_however_deep_and_however_mixed():
     assert unescape_json("\\ud83d\\ude00 Zo\\u00EB") == "😀 Zoë"  # a surrogate pair is one character
     needles = [Needle.of("name", "Zoë 😀"), Needle.of("id", "42")]
     found = search_bytes(b'{"n":"zo\\u00cb \\ud83d\\ude00","c":142}', needles)
-    assert [(n.name, form) for n, form in found] == [("id", "utf-8"), ("name", "json escapes decoded")]
+    assert [(n.name, form) for n, form in found] == [("id", "utf-8"), ("name", "decoded text")]
+    assert [(n.name, form) for n, form in search_bytes("ZOË 😀".encode(), needles)] == [
+        ("name", "decoded text")]  # a non-ASCII letter in another case
     ints = io.BytesIO()
     pq.write_table(pa.table({"c": [142, 7]}), ints)
     assert search_parquet(ints.getvalue(), needles) == []  # a number matches a whole value only
