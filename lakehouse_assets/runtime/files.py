@@ -17,18 +17,6 @@ def glob_files(spark: SparkSession, pattern: str) -> list[str]:
     return sorted(str(s.getPath().toString()) for s in statuses if s.isFile())
 
 
-def modification_times(spark: SparkSession, files: list[str]) -> dict[str, float]:
-    """Each file's modification time (seconds since the epoch), as its file system reports it."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    out = {}
-    for f in files:
-        path = jvm.org.apache.hadoop.fs.Path(f)
-        out[f] = path.getFileSystem(conf).getFileStatus(path).getModificationTime() / 1000
-    return out
-
-
 def first_lines(spark: SparkSession, files: list[str], max_bytes: int) -> dict[str, str]:
     """Each file's first line (decompressed by its suffix, as Spark reads it), where it fits in `max_bytes`;
     a file that cannot be read or whose first line is longer is left out. A few reads per file, no job."""
