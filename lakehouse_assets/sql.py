@@ -121,6 +121,13 @@ def run(settings: Settings, sql: str, as_of: str | None = None, tables: list[str
 def connect(settings: Settings, profile: bool = False, readable: Iterable[str] = ()) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB session in UTC with the Iceberg reader loaded (and S3 access when the lake is on S3),
     allowed to open files under the `readable` directories only (DuckDB paths, ending in /)."""
+    con = _open(settings, profile)
+    _fence(con, readable)
+    return con
+
+
+def _open(settings: Settings, profile: bool) -> duckdb.DuckDBPyConnection:
+    """The session before its fence: DuckDB's parser judges the statement with it while the views are found."""
     con = duckdb.connect(":memory:")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
@@ -132,13 +139,16 @@ def connect(settings: Settings, profile: bool = False, readable: Iterable[str] =
         con.execute("PRAGMA enable_profiling = 'no_output'")
     if settings.uses_s3:
         con.execute(_s3_secret(settings))
+    return con
+
+
+def _fence(con: duckdb.DuckDBPyConnection, readable: Iterable[str]) -> None:
     # The session opens the exposed tables' files and nothing else: not the catalog, not the key that
     # pseudonymises personal data, not another table's files (raw ones included); and it cannot undo this.
     directories = ", ".join(f"'{_sql_string(d)}'" for d in readable)
     con.execute(f"SET allowed_directories = [{directories}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-    return con
 
 
 def iceberg_scan(metadata_location: str, snapshot_id: int | None) -> str:
@@ -325,18 +335,11 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
     if tables is not None and hidden:
         raise ValueError(_raw_message(sorted(hidden)[0]))
     selected = [name for name in selected if name not in hidden]
-    statements = _judged(sql, settings.namespace, selected, hidden, unknown)
-    views = None if as_of else _current_views(rows, selected)
-    if views is None:
-        from .runtime.catalog import catalog_for
-
-        catalog = catalog_for(settings)
-        loaded = {name: catalog.load_table((settings.namespace, name)) for name in selected}
-        snapshots = (dict(_snapshots_as_of(as_of, loaded, settings, names)) if as_of
-                     else {name: table.current_snapshot() for name, table in loaded.items()})
-        views = [_view(name, table, snapshots[name]) for name, table in loaded.items()]
-    con = connect(settings, profile, _readable(views))
+    con = _open(settings, profile)
     try:
+        statements = _judged(con, sql, settings.namespace, selected, hidden, unknown)
+        views = _views(settings, rows, names, selected, as_of)
+        _fence(con, _readable(views))
         qualified = settings.namespace.lower() not in ("main", "temp", "memory", "system", "information_schema",
                                                        "pg_catalog")
         if qualified and views:
@@ -351,6 +354,21 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
         con.close()
         raise
     return _Session(con, views, statements, unknown)
+
+
+def _views(settings: Settings, rows: dict[str, str] | None, names: dict[str, str], selected: list[str],
+           as_of: str | None) -> list[_View]:
+    """The `selected` tables' views, each at its snapshot: now, or `as_of`."""
+    views = None if as_of else _current_views(rows, selected)
+    if views is not None:
+        return views
+    from .runtime.catalog import catalog_for
+
+    catalog = catalog_for(settings)
+    loaded = {name: catalog.load_table((settings.namespace, name)) for name in selected}
+    snapshots = (dict(_snapshots_as_of(as_of, loaded, settings, names)) if as_of
+                 else {name: table.current_snapshot() for name, table in loaded.items()})
+    return [_view(name, table, snapshots[name]) for name, table in loaded.items()]
 
 
 def _readable(views: list[_View]) -> list[str]:
@@ -474,10 +492,10 @@ _QUERIES_ONLY = "lakehouse sql runs queries only (SELECT, WITH ... SELECT, EXPLA
 _TABLES_ONLY = "lakehouse sql reads the lake's tables by their names, never files, URLs or other databases"
 
 
-def _judged(sql: str, namespace: str, exposed: list[str], hidden: set[str],
+def _judged(parser: duckdb.DuckDBPyConnection, sql: str, namespace: str, exposed: list[str], hidden: set[str],
             unknown: Callable[[str], str]) -> list[duckdb.Statement]:
-    """The statements of `sql`, each a query that reads nothing but the `exposed` tables; else a ValueError."""
-    parser = duckdb.connect(":memory:")
+    """The statements of `sql`, each a query that reads nothing but the `exposed` tables; else a ValueError.
+    `parser` only parses (json_serialize_sql runs nothing of the statement)."""
     try:
         statements = parser.extract_statements(sql)
         if not statements:
@@ -488,8 +506,6 @@ def _judged(sql: str, namespace: str, exposed: list[str], hidden: set[str],
         return statements
     except duckdb.Error as exc:
         raise ValueError(" ".join(str(exc).split())) from None
-    finally:
-        parser.close()
 
 
 def _excerpt(text: str) -> str:

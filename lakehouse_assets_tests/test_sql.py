@@ -455,7 +455,7 @@ def test_the_docs_queries_are_queries_and_name_raw_tables_with_the_raw_flag():
     for flag, text in [f for f in found if f[1] != "SELECT ..."]:  # a synopsis, not a query
         statement = " ".join(text.split()).replace("<source's quarantine table>", "bronze_events_quarantine")
         named = re.findall(r"\w+", statement)  # any word may be a table here: what matters is the statement's kind
-        statements = sql._judged(statement, "lake", named, set(), lambda name: f"unknown {name}")
+        statements = sql._judged(duckdb.connect(), statement, "lake", named, set(), lambda name: f"unknown {name}")
         assert [s.type for s in statements] == [duckdb.StatementType.SELECT], statement
         assert bool(flag) == any(sql._looks_raw(word) for word in named), statement
 
