@@ -39,6 +39,7 @@ from typing import Any
 
 from .errors import ConfigurationError, LakehouseError
 from .project import CdcTable, Project
+from .runtime.durable import fsync_path
 from .runtime.failpoints import failpoint
 from .runtime.status import add_to_status, capture_status_file
 from .settings import Settings, validate_identifier
@@ -219,7 +220,7 @@ class LandingWriter:
             path = self.staging / table / f"date={today.isoformat()}" / name
             _durable_folder(path.parent)
             part = self.open[table] = _Part(table, today, path, time.monotonic(), handle=open(path, "ab"))
-            _fsync(path.parent)  # the new file's entry: fsyncing its bytes alone would not keep its name
+            fsync_path(path.parent)  # the new file's entry: fsyncing its bytes alone would not keep its name
         data = ("\n".join(lines) + "\n").encode()
         part.handle.write(data)
         part.size += len(data)
@@ -273,17 +274,9 @@ def land(zone: LocalZone | S3Zone, local: Path, source: str, day: dt.date, name:
         dst.flush()
         os.fsync(dst.fileno())  # before the rename: a crash must not leave a named file without its bytes
     os.rename(temporary, target)
-    _fsync(target.parent)
+    fsync_path(target.parent)
     return f"file:{target}"
 
-
-def _fsync(path: Path) -> None:
-    """fsync a file or a folder by its path (a folder's fsync makes its entries durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _durable_folder(folder: Path) -> None:
@@ -295,7 +288,7 @@ def _durable_folder(folder: Path) -> None:
         folder = folder.parent
     for new in reversed(missing):
         new.mkdir(exist_ok=True)
-        _fsync(new.parent)
+        fsync_path(new.parent)
 
 
 def _handler_class():

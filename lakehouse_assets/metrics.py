@@ -48,11 +48,12 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
+from .bronze.taken import newest_versions
 from .project import Project
 from .project.model import INGEST_LOG
 from .runtime.status import capture_status_file, read_status, stream_is_running, stream_status_file
 from .settings import Settings
-from .sources.versions import CHANGED, Taken, epoch_ms, needs_a_look
+from .sources.versions import CHANGED, needs_a_look
 from .times import UTC, from_ms
 
 PREFIX = "lakehouse"
@@ -232,17 +233,15 @@ class LakehouseCollector:
         except Exception as exc:  # noqa: BLE001
             return self._failed("the ingest log", exc)
         totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-        taken: dict[str, dict[str, Taken]] = defaultdict(dict)
+        by_source: dict[str, list[dict]] = defaultdict(list)
         changed: dict[str, int] = defaultdict(int)
         for row in rows.to_pylist() if rows is not None else []:
             source, total = row["source"], totals[row["source"]]
             total[0], total[1], total[2] = (total[0] + row["records"], total[1] + row["kept"],
                                             total[2] + row["quarantined"])
-            version, before = row.get("version") or 0, taken[source].get(row["source_file"])
-            if before is None or version >= before.version:
-                taken[source][row["source_file"]] = Taken(version, row.get("size"), epoch_ms(row.get("modified")),
-                                                          row.get("sha256"), None, row.get("etag"))
+            by_source[source].append(row)
             changed[source] += row.get("change") == CHANGED
+        taken = {source: newest_versions(logged) for source, logged in by_source.items()}
         zone = landing_zone(self.settings)
         first = dt.date.fromisoformat(str(self.settings.start_date or self.project.start_date))
         today = dt.datetime.now(UTC).date()
@@ -259,7 +258,8 @@ class LakehouseCollector:
             try:
                 listed = zone.list(name)
                 refused = refused_files([f.uri for f in listed], source_root(self.settings, name), first, today)
-                waiting = sum(f.uri not in refused and needs_a_look(f.stat, taken[name].get(f.uri)) for f in listed)
+                newest = taken.get(name, {})
+                waiting = sum(f.uri not in refused and needs_a_look(f.stat, newest.get(f.uri)) for f in listed)
             except Exception as exc:  # noqa: BLE001
                 errors += self._failed(f"the landing zone of {name}", exc)
                 continue

@@ -217,7 +217,8 @@ class EventStream:
         if not paths:
             return None
         self._sweeps += 1
-        return self._run_batch(paths, f"sweep-{self._sweeps}", [f.modified for f in listed if f.uri in paths])
+        chosen = set(paths)
+        return self._run_batch(paths, f"sweep-{self._sweeps}", [f.modified for f in listed if f.uri in chosen])
 
     def _run_batch(self, paths: list[str], batch_id: int | str, landed: list[float]) -> BatchReport:
         with self._batch:

@@ -16,7 +16,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dagster import (
@@ -295,8 +295,7 @@ def look(lakehouse: LakehouseResource, source: LandingSource, ingest_log: TableH
     contents = {f: Content(Stat(0, statuses[f][1]), EMPTY_SHA256) for f in candidates if statuses[f][0] == 0}
     contents.update(read_contents(spark, [f for f in candidates if f not in contents], prefixes))
     for f, content in contents.items():
-        content = Content(Stat(content.stat.size, content.stat.modified_ms, statuses[f][2]), content.sha256,
-                          content.prefix_sha256, content.prefix_ends_line, content.ends_line)
+        content = replace(content, stat=replace(content.stat, etag=statuses[f][2]))  # Spark's read has no ETag
         decision = decide(f, content, take.history.get(f), now, policy)
         if decision.change == WAIT:
             take.waiting.append(f)
@@ -450,8 +449,7 @@ def _write(lakehouse: LakehouseResource, source: LandingSource, take: Take, tabl
         with report.timed("count kept"):
             kept, newest_event = _held(staged[0], todo, run_id, source.event_time)
         bad = unread if take.unreadable else None  # None: every line was kept, the quarantine adds nothing
-        if sum(kept.values()) < sum(take.line_counts.get(f, 0) - d.skip_lines for f, d in take.decisions.items()
-                                    if f not in take.unreadable):
+        if sum(kept.values()) < sum(n for f, n in records.items() if f not in take.unreadable):
             bad = judged().where(F.col("reason").isNotNull()).unionByName(unread, allowMissingColumns=True)
         with report.timed("write quarantine"):
             staged.append(stage_new_files(

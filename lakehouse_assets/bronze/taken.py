@@ -31,6 +31,17 @@ def metadata_pointer(catalog: SqlCatalog, namespace: str, table: str) -> str | N
         return connection.execute(statement, {"catalog": catalog.name, "namespace": namespace, "name": table}).scalar()
 
 
+def newest_versions(rows: list[dict]) -> dict[str, Taken]:
+    """Each file's newest version among ingest log rows (a row logged before versions were: version 0)."""
+    newest: dict[str, Taken] = {}
+    for row in rows:
+        version = row.get("version") or 0
+        if row["source_file"] not in newest or version >= newest[row["source_file"]].version:
+            newest[row["source_file"]] = Taken(version, row.get("size"), epoch_ms(row.get("modified")),
+                                               row.get("sha256"), row.get("lines"), row.get("etag"))
+    return newest
+
+
 class TakenIndex:
     """The newest ingest log row of each file of a source (of some landing days, or all), cached by the log's
     metadata location."""
@@ -59,13 +70,7 @@ class TakenIndex:
         names = {f.name for f in table.schema().fields}
         rows = table.scan(row_filter=row_filter, selected_fields=tuple(c for c in _IDENTITY if c in names)) \
             .to_arrow().to_pylist()
-        newest: dict[str, Taken] = {}
-        for row in rows:
-            version = row.get("version") or 0
-            if row["source_file"] not in newest or version >= newest[row["source_file"]].version:
-                modified = row.get("modified")
-                newest[row["source_file"]] = Taken(version, row.get("size"), epoch_ms(modified), row.get("sha256"),
-                                                   row.get("lines"), row.get("etag"))
+        newest = newest_versions(rows)
         if len(self._answers) > self.MAX_ENTRIES:
             self._answers.clear()
         self._answers[key] = (table.metadata_location, newest)  # the file read: a commit since the pointer is newer

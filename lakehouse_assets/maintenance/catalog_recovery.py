@@ -69,6 +69,7 @@ from pyiceberg.table.metadata import TableMetadata
 from ..errors import CatalogUnreachableError, MaintenanceError
 from ..project import Project
 from ..runtime.catalog import open_catalog, s3_properties
+from ..runtime.durable import fsync_path
 from ..settings import Settings
 
 TABLES = "iceberg_tables"
@@ -102,9 +103,9 @@ def backup(settings: Settings, path: str | Path) -> dict[str, Any]:
             _backup_sqlite(Path(uri.path), temporary)
         else:
             _backup_postgresql(settings, temporary)
-        _fsync(temporary)
+        fsync_path(temporary)
         os.replace(temporary, target)
-        _fsync(target.parent)
+        fsync_path(target.parent)
     finally:
         temporary.unlink(missing_ok=True)
     tables, namespaces = _counts(target, settings.catalog_name)
@@ -167,13 +168,6 @@ def _check_catalog_file(path: Path, what: str) -> None:
     if TABLES not in names:
         raise MaintenanceError(f"{what} has no {TABLES} table: not an Iceberg SQL catalog")
 
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _counts(path: Path, catalog_name: str) -> tuple[int, int]:

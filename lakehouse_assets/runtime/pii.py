@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from ..errors import ConfigurationError
 from ..settings import Settings
+from .durable import fsync_path
 
 _BLOCK = 64  # SHA-256 block size in bytes
 MIN_KEY_BYTES = 32
@@ -70,11 +71,7 @@ def _create(path: Path) -> None:
         pass
     finally:
         os.unlink(draft)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    fsync_path(path.parent)
 
 
 def _pads(key: bytes) -> tuple[bytes, bytes]:
