@@ -355,7 +355,7 @@ def ingest(
 
     def attempt() -> list[CommitResult] | None:
         now = dt.datetime.now(UTC)
-        with report.timed("files already taken"):
+        with report.timed("files to take: identities and hashes"):
             take = look(lakehouse, source, ingest_log, files, now)
         log(f"{source.name} {label}: {len(files)} landing files, {len(take.decisions)} to take"
             f"{f', {len(take.waiting)} not settled yet' if take.waiting else ''}")
