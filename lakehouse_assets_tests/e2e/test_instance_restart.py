@@ -98,6 +98,24 @@ def _land(landing: Path, name: str, n: int) -> None:
     (folder / f".{name}.part").rename(folder / f"{name}.jsonl")
 
 
+def _stop_sensor(base: str, tmp_path: Path, name: str) -> None:
+    """Stops the sensor as the UI does, and returns once the stop has held through more than one of the daemon's
+    ticks. The daemon reads a sensor's state when a tick starts and writes it back with the tick's timestamps, so a
+    stop that falls between the two is overwritten (Dagster's own race, at the daemon's start as at any tick); the
+    stop is then sent again, as a person would. What this test is about is that the held stop survives a restart."""
+    held = 60  # longer than a tick of the automation sensor (every 30 s) takes here, run or no run
+    deadline = time.monotonic() + 300
+    held_since = None
+    while held_since is None or time.monotonic() - held_since < held:
+        assert time.monotonic() < deadline, f"{name} never stayed stopped\n{_logs(tmp_path)}"
+        state = _graphql(base, SENSOR, name=name)["sensorOrError"]
+        if state["sensorState"]["status"] != "STOPPED":
+            stopped = _graphql(base, "mutation($id: String) { stopSensor(id: $id) { __typename } }", id=state["id"])
+            assert stopped["stopSensor"]["__typename"] == "StopSensorMutationResult", stopped
+            held_since = time.monotonic()
+        time.sleep(2)
+
+
 def _bronze_runs(base: str) -> dict[str, str]:
     """The landing sensor's runs: run id -> status."""
     runs = _graphql(base, RUNS)["runsOrError"]["results"]
@@ -141,16 +159,8 @@ def test_runs_event_logs_and_sensor_state_on_postgresql_survive_a_restart(tmp_pa
         env["LAKEHOUSE_DAGSTER_PG_URL"] = f"postgresql+psycopg2://postgres@127.0.0.1:{pg.port}/dagster"
         processes = _start(tmp_path, env, dagster_home, port, 1)
         try:
-            # Stopped once the daemon has ticked it: a stop sent while the daemon first records the sensor's state
-            # can be overwritten by that first record (the daemon's start, not the restart this test is about).
-            deadline = time.monotonic() + 180
-            while not _graphql(base, SENSOR, name="lakehouse_automation")["sensorOrError"]["sensorState"]["ticks"]:
-                assert time.monotonic() < deadline, _logs(tmp_path)
-                time.sleep(2)
-            automation_id = _graphql(base, SENSOR, name="lakehouse_automation")["sensorOrError"]["id"]
-            stopped = _graphql(base, "mutation($id: String) { stopSensor(id: $id) { __typename } }", id=automation_id)
-            assert stopped["stopSensor"]["__typename"] == "StopSensorMutationResult"
             _land(landing, "first", 30)
+            _stop_sensor(base, tmp_path, "lakehouse_automation")
             first = _wait_for_runs(base, tmp_path, processes, 1)
             before = _recorded(base, first)
         finally:
