@@ -210,6 +210,10 @@ def test_a_stream_killed_in_a_micro_batch_restarts_and_holds_each_record_once(tm
     assert gold == minute_oracle(lines + more)
 
 
+def _stamps(snapshot) -> dict:
+    return snapshot.summary.additional_properties if snapshot.summary is not None else {}
+
+
 def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_succeed(lakehouse, tmp_path):
     landing = lakehouse.settings.local_path(lakehouse.settings.landing)
     old = batch_of("old", 40, dt.datetime.combine(OLD_DAY, dt.time(9, 0), dt.timezone.utc))
@@ -236,15 +240,30 @@ def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_
     for t in threads:
         t.start()
     time.sleep(5)
+    backfill_started = time.time()
     backfill = materialize(assets("bronze_events", "silver_events", "gold_minute_activity"),
                            resources={"lakehouse": lakehouse}, partition_key=OLD_DAY.isoformat(),
                            instance=DagsterInstance.ephemeral())
+    backfill_ended = time.time()
     for t in threads:
         t.join()
     assert backfill.success and not errors, errors
     mats = [e.event_specific_data.materialization for e in backfill.get_asset_materialization_events()]
     retries = {m.asset_key.to_user_string(): m.metadata["commit_retries"].value for m in mats}
     print(f"backfill commit retries: {retries}; stream retries: {sum(r.retries for r in stream.reports)}")
+
+    # Side by side, not one after the other: the stream committed to these tables while the backfill ran. The
+    # stream's commits are the snapshots stamped with its query id (Iceberg's own commit times), the backfill's
+    # interval the run's wall clock from start to end.
+    tables = ("bronze_events", "silver_events", "gold_minute_activity")
+    snapshots = [s for name in tables for s in lakehouse.iceberg_table(name).snapshots()]
+    streamed = sorted(s.timestamp_ms / 1000 for s in snapshots if QUERY_ID in _stamps(s))
+    assert streamed
+    assert streamed[0] < backfill_ended and backfill_started < streamed[-1], (
+        f"no overlap: stream committed {streamed[0]:.1f}..{streamed[-1]:.1f}, "
+        f"backfill ran {backfill_started:.1f}..{backfill_ended:.1f}")
+    during = [t for t in streamed if backfill_started < t < backfill_ended]
+    assert during, f"no stream commit while the backfill ran ({backfill_started:.1f}..{backfill_ended:.1f}): {streamed}"
 
     spark = lakehouse.spark
     everything = old + [line for lines in live for line in lines]
