@@ -231,30 +231,40 @@ def assert_equal(got, want):
             assert have == value, (k, column, have, value)
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    root = tmp_path_factory.mktemp("capture")
-    pg = ThrowawayPostgres(root / "pg").start()
-    conn = psycopg2.connect(pg.dsn)
-    cur = conn.cursor()
-    cur.execute(SCHEMA_SQL)
-    rng = random.Random(5)
-    for n in range(1, 201):
-        cur.execute(INSERT, _account(rng, n))
-    for n in range(1, 21):
-        cur.execute(INSERT_DOC, _doc(rng, n))
-    conn.commit()
-    conn.close()
-    for mode, values in MODES.items():
-        (root / mode).mkdir()
-        (root / mode / "lakehouse.yaml").write_text(DECLARATION.format(mode=mode, start=TODAY - dt.timedelta(days=1),
-                                                                       **values))
-        # Both captures take their initial snapshot before any change: both then stream the same workload.
-        first = capture(root, mode, pg.dsn)
-        assert first.returncode == 0, first.stderr[-3000:]
-        assert json.loads(first.stdout)["records"] == 220, "the initial snapshot: every row once"
-    yield root, pg
-    pg.stop()
+@pytest.fixture
+def source(tmp_path):
+    """`source(*modes)`: a PostgreSQL of the test's own with the tables' first rows, and each mode's capture (its
+    home, offsets, replication slot) after its initial snapshot. Nothing another test changed is seen: a test
+    runs alone or in any order."""
+    servers = []
+
+    def start(*modes):
+        root = tmp_path / "capture"
+        pg = ThrowawayPostgres(root / "pg").start()
+        servers.append(pg)
+        conn = psycopg2.connect(pg.dsn)
+        cur = conn.cursor()
+        cur.execute(SCHEMA_SQL)
+        rng = random.Random(5)
+        for n in range(1, 201):
+            cur.execute(INSERT, _account(rng, n))
+        for n in range(1, 21):
+            cur.execute(INSERT_DOC, _doc(rng, n))
+        conn.commit()
+        conn.close()
+        for mode in modes:
+            (root / mode).mkdir()
+            (root / mode / "lakehouse.yaml").write_text(DECLARATION.format(
+                mode=mode, start=TODAY - dt.timedelta(days=1), **MODES[mode]))
+            # The initial snapshot before any change: the test's changes are then all streamed.
+            first = capture(root, mode, pg.dsn)
+            assert first.returncode == 0, first.stderr[-3000:]
+            assert json.loads(first.stdout)["records"] == 220, "the initial snapshot: every row once"
+        return root, pg
+
+    yield start
+    for pg in servers:
+        pg.stop()
 
 
 def apply(spark, lake_settings, root, mode, namespace):
@@ -270,10 +280,9 @@ def apply(spark, lake_settings, root, mode, namespace):
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_silver_equals_the_source_after_snapshot_and_2000_concurrent_transactions(spark, lake_settings, source, mode):
-    root, pg = source
-    if mode == "default":
-        stats = workload(pg.dsn, 2000, seed=1, add_column_after=1000)
-        assert stats["n"] == 2000
+    root, pg = source(mode)
+    stats = workload(pg.dsn, 2000, seed=1, add_column_after=1000)
+    assert stats["n"] == 2000
     second = capture(root, mode, pg.dsn)
     assert second.returncode == 0, second.stderr[-3000:]
     assert json.loads(second.stdout)["records"] > 2000
@@ -310,7 +319,7 @@ def test_silver_equals_the_source_after_snapshot_and_2000_concurrent_transaction
 
 
 def test_a_capture_killed_between_writing_and_flushing_offsets_loses_nothing(spark, lake_settings, source):
-    root, pg = source
+    root, pg = source("default")
     workload(pg.dsn, 300, seed=2)
     killed = capture(root, "default", pg.dsn, failpoint="capture:after-write")
     assert killed.returncode == -9, killed.stderr[-2000:]
@@ -329,7 +338,7 @@ def test_a_capture_killed_between_writing_and_flushing_offsets_loses_nothing(spa
 
 def test_a_capture_stopped_by_sigterm_publishes_everything_and_exits_0(spark, lake_settings, source):
     """What a supervisor (systemd, Kubernetes) does to stop it: SIGTERM, while part files are open."""
-    root, pg = source
+    root, pg = source("default")
     workload(pg.dsn, 200, seed=4)
     staging = root / "default" / "home" / "capture" / "app" / "staging"
     running = subprocess.Popen([LAKEHOUSE, "capture", "--source", "app", "--dsn", pg.dsn, "--roll-seconds", "3600",
@@ -359,16 +368,22 @@ def test_a_capture_stopped_by_sigterm_publishes_everything_and_exits_0(spark, la
     assert_equal(silver_rows(lakehouse, "silver_docs"), source_rows(pg.dsn, "docs"))
 
 
+def slots(dsn) -> list[str]:
+    conn = psycopg2.connect(dsn)
+    cur = conn.cursor()
+    cur.execute("SELECT slot_name FROM pg_replication_slots ORDER BY slot_name")
+    names = [r[0] for r in cur.fetchall()]
+    conn.close()
+    return names
+
+
 def test_the_slot_is_reported_and_dropped_cleanly(source):
-    root, pg = source
+    root, pg = source("default", "string")
+    assert slots(pg.dsn) == ["lakehouse_app", "lakehouse_app_s"]
     env = {**os.environ, "LAKEHOUSE_PROJECT": str(root / "string" / "lakehouse.yaml"),
            "LAKEHOUSE_HOME": str(root / "string" / "home")}
     done = subprocess.run([LAKEHOUSE, "capture", "--source", "app_s", "--dsn", pg.dsn, "--drop-slot"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "replication slot lakehouse_app_s" in done.stdout and "publication lakehouse_app_s" in done.stdout
-    conn = psycopg2.connect(pg.dsn)
-    cur = conn.cursor()
-    cur.execute("SELECT slot_name FROM pg_replication_slots")
-    assert [r[0] for r in cur.fetchall()] == ["lakehouse_app"]
-    conn.close()
+    assert slots(pg.dsn) == ["lakehouse_app"]
