@@ -14,8 +14,12 @@ from xml.etree import ElementTree
 OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "RELIABILITY.md"
 
 
+def _first_line(element: ElementTree.Element) -> str:
+    return ((element.get("message") or "").strip().splitlines() or [""])[0][:300]
+
+
 def outcomes(junit: Path) -> list[tuple[str, str]]:
-    """(test, "passed" or the first line of why it failed) from pytest's JUnit XML."""
+    """(test, "passed", "skipped: why" or "FAILED: why") from pytest's JUnit XML; a skipped case did not run."""
     if not junit.exists():
         return []
     found = []
@@ -23,14 +27,31 @@ def outcomes(junit: Path) -> list[tuple[str, str]]:
         problem = case.find("failure")
         if problem is None:
             problem = case.find("error")
-        why = "passed" if problem is None else "FAILED: " + (problem.get("message") or "").strip().splitlines()[0][:300]
+        skipped = case.find("skipped")
+        if problem is not None:
+            why = "FAILED: " + _first_line(problem)
+        elif skipped is not None:
+            why = "skipped: " + _first_line(skipped)
+        else:
+            why = "passed"
         found.append((f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}", why))
     return found
 
 
+def headline(outcome: str, tests: list[tuple[str, str]]) -> str:
+    """The run's outcome; when a case did not pass (skipped too), the cases' tally says so, not the exit status."""
+    tally = {kind: sum(1 for _, why in tests if why.split(":", 1)[0] == kind) for kind in ("passed", "skipped", "FAILED")}
+    if tally["passed"] == len(tests):
+        return outcome
+    counted = ", ".join(f"{n} {kind.lower()}" for kind, n in tally.items() if n) + f" of {len(tests)} cases"
+    # pytest exits 0 with skipped cases: a claim that every test passed is then replaced by the tally.
+    return counted if outcome.startswith("every test passed") or not outcome else f"{counted}; {outcome}"
+
+
 def render(rows: list[dict], outcome: str, tests: list[tuple[str, str]] | None = None) -> str:
     lines = ["# Reliability: what the suite tried", "",
-             f"`make soak` ({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC): {outcome}. The same tests run in "
+             f"`make soak` ({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC): {headline(outcome, tests or [])}. "
+             "The same tests run in "
              "`make test` at scale 1; every figure below comes from this run.", ""]
     if tests:
         lines += ["| test | outcome |", "|---|---|"] + [f"| `{t}` | {why.replace('|', '/')} |" for t, why in tests] + [""]
