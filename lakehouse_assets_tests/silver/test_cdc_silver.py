@@ -11,7 +11,7 @@ import pytest
 from dagster import DagsterInstance, materialize
 from pyspark.sql import functions as F
 
-from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
+from examples.shop.cdc_generator import CDC_TABLES, DRIFT_COLUMNS, generate_cdc
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.silver.cdc import _resolve_unavailable
@@ -49,37 +49,66 @@ def cdc(spark, lake_settings, tmp_path_factory):
     return lakehouse, generated
 
 
-def expected_row(info, row, key):
-    """The true source row as silver stores it: typed, personal data hashed."""
+def _typed(kind, value):
+    if value is None:
+        return None
+    if kind == "timestamp":
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.timezone.utc).replace(tzinfo=None)
+    if kind.startswith("decimal"):
+        return Decimal(value)
+    return value
+
+
+def declared_columns(info, drifted):
+    """Source column -> declared type: the declaration's, then the columns the source added (schema drift)."""
+    return {**info.columns, **(DRIFT_COLUMNS.get(info.name, {}) if drifted else {})}
+
+
+def position_number(change):
+    """The change's source position as the one number silver stores (sources/cdc.py's documented encoding)."""
+    if len(change.position) == 3:  # MySQL: binlog index, pos, row
+        index, pos, row = change.position
+        return Decimal(index * 10**16 + pos * 10**5 + row)
+    a, b = change.position  # PostgreSQL: (last commit LSN or lsn, lsn), a snapshot row (lsn, 0)
+    return Decimal(a * 10**19 + b)
+
+
+def expected_row(info, row, key, last, drifted):
+    """The true source row as silver stores it, from the generator's true state and the declaration alone: every
+    declared column (personal data hashed, the others typed; a drift column null where the source had none), and
+    the change it comes from (position, op, commit time)."""
     out = {}
-    for name, value in row.items():
+    for name, kind in declared_columns(info, drifted).items():
+        value = row[name] if name in info.columns else row.get(name)
         if name in info.pii:
-            out[f"{name}_hash"] = hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
-        elif info.columns.get(name) == "timestamp" and value is not None:
-            out[name] = dt.datetime.fromisoformat(value.replace("Z", "+00:00")).replace(tzinfo=None)
-        elif str(info.columns.get(name, "")).startswith("decimal") and value is not None:
-            out[name] = Decimal(value)
+            out[f"{name}_hash"] = None if value is None else hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
         else:
-            out[name] = value
+            out[name] = _typed(kind, value)
+    out["change_position"] = position_number(last)
+    out["last_op"] = last.op
+    out["source_ts"] = dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=last.source["ts_ms"])
     return out
 
 
-def assert_current_state_is_the_source(lakehouse, generated, table):
+def assert_current_state_is_the_source(lakehouse, generated, table, drifted):
     info = CDC_TABLES[table]
     key = pii_key(lakehouse.settings)
-    silver = lakehouse.spark.table(lakehouse.table_id(f"silver_{table}")).collect()
-    got = {tuple(r[k] for k in info.primary_key): {c: r[c] for c in r.asDict() if c not in
-                                                   ("change_position", "last_op", "source_ts")}
-           for r in silver}
-    truth = {k: expected_row(info, row, key) for k, row in generated.true_state[table].items()}
-    assert len(silver) == len(got) == len(truth)
-    # Rows of the drift day carry loyalty_tier; silver's column is null where the source had none.
-    assert got == {k: {c: v.get(c) for c in got.get(k, v)} for k, v in truth.items()}
+    silver = lakehouse.spark.table(lakehouse.table_id(f"silver_{table}"))
+    expected_columns = {f"{c}_hash" if c in info.pii else c for c in declared_columns(info, drifted)}
+    assert set(silver.columns) == expected_columns | {"change_position", "last_op", "source_ts"}
+    rows = silver.collect()
+    got = {tuple(r[k] for k in info.primary_key): r.asDict() for r in rows}
+    last = {}  # key -> the newest change of it, in source (commit) order
+    for change in sorted((c for c in generated.history if c.table == table), key=lambda c: c.position):
+        last[change.key] = change
+    truth = {k: expected_row(info, row, key, last[k], drifted) for k, row in generated.true_state[table].items()}
+    assert len(rows) == len(got) == len(truth)
+    assert got == truth
 
 
 @pytest.mark.parametrize("table", list(CDC_TABLES))
 def test_current_state_equals_the_source_row_for_row(cdc, table):
-    assert_current_state_is_the_source(*cdc, table)
+    assert_current_state_is_the_source(*cdc, table, drifted=True)  # the fixture's last day drifts
 
 
 def test_changes_that_land_days_after_their_commit_reach_silver(spark, lake_settings, tmp_path):
@@ -100,7 +129,7 @@ def test_changes_that_land_days_after_their_commit_reach_silver(spark, lake_sett
     assert bronze.where(f"source_ts >= DATE'{today}' - INTERVAL 5 DAYS").count() == 0, "all committed days before"
     run(lakehouse, silver_cdc_assets, today)
     for table in CDC_TABLES:
-        assert_current_state_is_the_source(lakehouse, generated, table)
+        assert_current_state_is_the_source(lakehouse, generated, table, drifted=False)
 
 
 def test_deletes_and_key_changes_are_applied(cdc):
