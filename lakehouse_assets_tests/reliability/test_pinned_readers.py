@@ -44,19 +44,28 @@ def test_a_pinned_snapshot_reads_the_same_through_writes_compaction_expiry_and_o
     first = _answer(table.iceberg().scan(snapshot_id=pinned_id).to_arrow().to_pylist())
     assert len(first) == 30
 
-    answers, stop = [], threading.Event()
+    answers, errors, stop = [], [], threading.Event()
 
     def reader():  # pyiceberg, no Spark: an analyst's notebook reading the pin the whole time
-        while not stop.is_set():
-            iceberg = lakehouse.iceberg_table(SPEC.name)
-            answers.append(_answer(iceberg.scan(snapshot_id=iceberg.snapshot_by_name(pin["tag"]).snapshot_id)
-                                   .to_arrow().to_pylist()))
+        try:
+            while not stop.is_set():
+                iceberg = lakehouse.iceberg_table(SPEC.name)
+                answers.append(_answer(iceberg.scan(snapshot_id=iceberg.snapshot_by_name(pin["tag"]).snapshot_id)
+                                       .to_arrow().to_pylist()))
+                time.sleep(0.05)
+        except BaseException as error:  # noqa: BLE001 - handed to the test, which raises it after the join
+            errors.append(error)
+
+    def read_once_more(timeout: float = 60) -> None:
+        """Wait until the reader completes a read begun after this call: it is alive and still reading."""
+        seen, deadline = len(answers), time.monotonic() + timeout
+        while len(answers) <= seen + 1 and not errors and thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
 
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
     maintenance = TableMaintenance(lakehouse, SPEC.name, TablePolicy(retain_last=1), log=lambda _: None)
-    spark_reads, steps = [], []
+    spark_reads, steps, reads_per_round = [], [], []
     try:
         for round_ in range(SCALE):
             day = DAYS[round_ % len(DAYS)]
@@ -74,9 +83,19 @@ def test_a_pinned_snapshot_reads_the_same_through_writes_compaction_expiry_and_o
             age_table_files(table.iceberg())  # every file old enough for orphan removal to judge it
             maintenance.remove_orphans()
             spark_reads.append(_answer(r.asDict() for r in table.read(snapshot_id=pinned_id).collect()))
+            read_once_more()  # the reader read while this round's changes were in place
+            reads_per_round.append(len(answers))
     finally:
         stop.set()
         thread.join(timeout=60)
+
+    # The reader's own failure, not a silent thread death: raised here, with its traceback.
+    assert not thread.is_alive(), "the pyiceberg reader did not stop"
+    if errors:
+        raise AssertionError(f"the pyiceberg reader failed after {len(answers)} reads") from errors[0]
+    # It read the whole time: more reads after every round (after every write, compaction, expiry and sweep).
+    assert len(reads_per_round) == SCALE and all(n > 0 for n in reads_per_round)
+    assert all(b > a for a, b in zip([0, *reads_per_round], reads_per_round)), reads_per_round
 
     assert sum(steps) > 0  # compaction did rewrite the pinned snapshot's files on main
     assert _answer(r.asDict() for r in table.read().collect()) != first  # main moved on
