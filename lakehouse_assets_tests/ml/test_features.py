@@ -3,6 +3,7 @@
 import datetime as dt
 import hashlib
 import uuid
+from decimal import Decimal
 
 import pytest
 from dagster import DagsterInstance, materialize
@@ -41,6 +42,59 @@ def fingerprint(rows) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
+FEATURES = ("events_1d", "events_7d", "events_30d", "sessions_7d", "purchases_7d", "purchases_30d", "spend_30d",
+            "seconds_since_last_event")
+
+
+def oracle_features(events, user, as_of):
+    """A user's features as of `as_of`, recomputed in plain Python from (user, session, type, ts, price) events:
+    those with as_of - 30 days < ts <= as_of. None when the user has none (no feature row)."""
+    mine = [e for e in events if e[0] == user and as_of - dt.timedelta(days=30) < e[3] <= as_of]
+    if not mine:
+        return None
+
+    def within(days):
+        return [e for e in mine if e[3] > as_of - dt.timedelta(days=days)]
+
+    def purchases(rows):
+        return [e for e in rows if e[2] == "purchase"]
+
+    return {
+        "events_1d": len(within(1)), "events_7d": len(within(7)), "events_30d": len(mine),
+        "sessions_7d": len({e[1] for e in within(7) if e[1] is not None}),
+        "purchases_7d": len(purchases(within(7))), "purchases_30d": len(purchases(mine)),
+        "spend_30d": sum((Decimal(str(e[4])) for e in purchases(mine) if e[4] is not None),
+                         Decimal(0)).quantize(Decimal("0.01")),
+        "seconds_since_last_event": (as_of - max(e[3] for e in mine)) // dt.timedelta(seconds=1),
+    }
+
+
+def oracle_training_set(events, feature_days, first, last):
+    """ml_training_set's rows for days first..last, recomputed in plain Python: one per session (session_id, user_id)
+    that starts in those days (its events read a day past each edge), labelled by whether it has a purchase, with
+    the user's features as of the newest feature day's last instant at or before the session start. A feature day
+    exists for a user when they had events in its look-back; a session with none at or before its start has no
+    features (None), and so has every feature column."""
+    start = dt.datetime.combine(first, dt.time())
+    end = dt.datetime.combine(last + dt.timedelta(days=1), dt.time())
+    sessions = {}
+    for user, session, kind, ts, _ in events:
+        if session is not None and start - dt.timedelta(days=1) <= ts < end + dt.timedelta(days=1):
+            observed, label = sessions.get((session, user), (ts, False))
+            sessions[(session, user)] = (min(observed, ts), label or kind == "purchase")
+    ends = sorted(day_end(d).replace(tzinfo=None) for d in feature_days)
+    rows = {}
+    for (session, user), (observed, label) in sessions.items():
+        if not start <= observed < end:
+            continue
+        rows[(session, user)] = row = {"session_id": session, "user_id": user, "observed_at": observed,
+                                       "label_purchased": label, "features_as_of": None, **dict.fromkeys(FEATURES)}
+        for as_of in ends:
+            if as_of <= observed and (features := oracle_features(events, user, as_of)) is not None:
+                row.update(features_as_of=as_of, **features)
+    return rows
+
+
 @pytest.fixture(scope="module")
 def ml(spark, lake_settings, tmp_path_factory):
     landing = tmp_path_factory.mktemp("ml_landing")
@@ -58,16 +112,26 @@ def test_a_feature_row_as_of_t_ignores_an_event_one_second_later(spark):
         [("u1", "s1", "purchase", t - dt.timedelta(days=2), 10.0),
          ("u1", "s1", "page_view", t, None),
          ("u1", "s2", "purchase", t + dt.timedelta(seconds=1), 99.0),
-         ("u1", "s0", "page_view", t - dt.timedelta(days=31), None)],
+         ("u1", "s0", "page_view", t - dt.timedelta(days=31), None),
+         ("u2", "s9", "purchase", t - dt.timedelta(days=31), 5.0)],
         "user_id string, session_id string, event_type string, event_ts timestamp, price double",
     )
-    points = spark.createDataFrame([("u1", t), ("u1", t + dt.timedelta(seconds=1))], "user_id string, as_of_ts timestamp")
-    rows = {r.as_of_ts: r for r in features_as_of(canonical_events(events, SHOP.gold), points).collect()}
+    points = spark.createDataFrame([("u1", t), ("u1", t + dt.timedelta(seconds=1)), ("u2", t)],
+                                   "user_id string, as_of_ts timestamp")
+    rows = {r.as_of_ts: r for r in features_as_of(canonical_events(events, SHOP.gold), points).collect()
+            if r.user_id == "u1"}
     at_t = rows[t]
     assert (at_t.events_1d, at_t.events_7d, at_t.events_30d) == (1, 2, 2)
     assert (at_t.purchases_30d, float(at_t.spend_30d), at_t.seconds_since_last_event) == (1, 10.0, 0)
     later = rows[t + dt.timedelta(seconds=1)]
     assert (later.purchases_30d, float(later.spend_30d), later.events_1d) == (2, 109.0, 2)
+    # Every column of every row, and no row for a user whose only event is older than the look-back.
+    inputs = [(r.user_id, r.session_id, r.event_type, r.event_ts, r.price) for r in events.collect()]
+    expected = {(u, ts): oracle_features(inputs, u, ts) for u, ts in points.collect()}
+    assert expected[("u2", t)] is None
+    got = {(r.user_id, r.as_of_ts): {f: r[f] for f in FEATURES}
+           for r in features_as_of(canonical_events(events, SHOP.gold), points).collect()}
+    assert got == {k: v for k, v in expected.items() if v is not None}
 
 
 def test_the_daily_feature_table_ignores_events_after_the_end_of_its_day(ml):
@@ -86,13 +150,24 @@ def test_the_daily_feature_table_ignores_events_after_the_end_of_its_day(ml):
 
 def test_training_rows_use_the_newest_features_at_or_before_the_observation(ml):
     lakehouse, _, _, _ = ml
-    rows = lakehouse.spark.table(lakehouse.table_id("ml_training_set")).collect()
+    spark = lakehouse.spark
+    rows = spark.table(lakehouse.table_id("ml_training_set")).collect()
     assert rows and any(r.label_purchased for r in rows) and not all(r.label_purchased for r in rows)
-    for r in rows:
-        if r.features_as_of is not None:
-            assert r.features_as_of <= r.observed_at
-    day2 = [r for r in rows if r.observed_at.date() == DAYS[1]]
-    assert day2 and all(r.features_as_of in (None, day_end(DAYS[0]).replace(tzinfo=None)) for r in day2)
+    # Every row, every column, against the oracle over the pipeline's input events (silver, which the run wrote).
+    events = [(r.user_id, r.session_id, r.event_type, r.event_ts, r.price) for r in spark.table(
+        lakehouse.table_id("silver_events")).select("user_id", "session_id", "event_type", "event_ts", "price").collect()]
+    expected = oracle_training_set(events, DAYS[:2], DAYS[0], DAYS[1])
+    got = {(r.session_id, r.user_id): r.asDict() for r in rows}
+    assert len(got) == len(rows)
+    assert got.keys() == expected.keys()
+    assert got == expected
+    # Not vacuous: day 1's sessions have no earlier feature row (None, legitimately); day 2's mostly use day 1's.
+    day1 = [r for r in expected.values() if r["observed_at"].date() == DAYS[0]]
+    day2 = [r for r in expected.values() if r["observed_at"].date() == DAYS[1]]
+    assert day1 and all(r["features_as_of"] is None for r in day1)
+    with_features = [r for r in day2 if r["features_as_of"] is not None]
+    assert with_features and all(r["features_as_of"] == day_end(DAYS[0]).replace(tzinfo=None) for r in with_features)
+    assert any(r["events_30d"] > 1 and r["purchases_30d"] > 0 for r in with_features)
 
 
 def test_a_pinned_training_set_is_rebuilt_identically_after_later_writes_and_deletes(ml):
