@@ -6,14 +6,19 @@ then all at their old state or all at their new one, and a re-run takes every la
 (records in = kept + quarantined, each line once)."""
 
 import datetime as dt
+import hashlib
+import hmac
 import json
 import os
+from decimal import Decimal
 from urllib.parse import urlparse
 
 import pytest
 
+from examples.shop.cdc_generator import CDC_TABLES
 from lakehouse_assets.maintenance.procedures import TableMaintenance
 from lakehouse_assets.project.model import TablePolicy
+from lakehouse_assets.runtime.pii import pii_key
 
 from ..bronze.test_events_ingest import _crash_run, _event, held, ingest, land
 from .figures import age_table_files, record
@@ -105,7 +110,15 @@ def test_a_cdc_silver_run_killed_while_publishing_moves_current_state_and_histor
     from ..bronze.test_events_ingest import DAY
 
     landing = lakehouse.settings.local_path(lakehouse.settings.landing)
-    generate_cdc(landing, [dt.date.fromisoformat(DAY)], changes_per_day=40, customers=30, initial_orders=10)
+    # Every line well formed (redeliveries kept): the oracle below is then a plain replay of the landed lines.
+    generated = generate_cdc(landing, [dt.date.fromisoformat(DAY)], changes_per_day=80, customers=30,
+                             initial_orders=10, malformed_rate=0.0, duplicate_rate=0.1)
+    changes = _landed_customer_changes(landing / "cdc" / "customers" / f"date={DAY}")
+    assert _change_lines(landing, DAY) > len(changes), "some changes landed twice"
+    assert {op for op, _, _ in changes} == {"r", "c", "u", "d"}
+    assert any([op for _, op in ops].count("u") > 1 for ops in _ops_by_key(changes).values()), "a key updated twice"
+    expected = _replay(changes)
+    assert expected == dict(generated.true_state["customers"])  # the oracle agrees with the simulated source
     result = _run(lakehouse, "bronze_cdc_customers")
     assert result.success
     crashed = _crash_run(lakehouse, failpoint, select="silver_customers,silver_customers_history")
@@ -129,8 +142,104 @@ def test_a_cdc_silver_run_killed_while_publishing_moves_current_state_and_histor
     current = sorted(r.customer_id for r in spark.table(lakehouse.table_id("silver_customers")).collect())
     history = spark.table(lakehouse.table_id("silver_customers_history"))
     assert current and current == sorted(r.customer_id for r in history.where("is_current AND op != 'd'").collect())
+
+    # The current state is exactly the source's, row for row and value for value, replayed from the landed lines.
+    info = CDC_TABLES["customers"]
+    key = pii_key(lakehouse.settings)
+    silver = spark.table(lakehouse.table_id("silver_customers")).collect()
+    got = {(r.customer_id,): {c: v for c, v in r.asDict().items() if c not in ("change_position", "last_op",
+                                                                                   "source_ts")} for r in silver}
+    assert len(got) == len(silver)
+    assert got == {k: _as_silver(info, row, key) for k, row in expected.items()}
+    assert {(r.customer_id,): r.last_op for r in silver} == {k: ops[-1][1] for k, ops in _ops_by_key(changes).items()
+                                                             if ops[-1][1] != "d"}
+    # Every change once in history, none lost, none twice: per key, its versions are the key's changes in
+    # position order (a redelivered change is one version, whatever the crash and the re-runs did).
+    versions: dict[tuple, list] = {}
+    for r in history.select("key", "op", "change_position").collect():
+        versions.setdefault(_key_of(r.key), []).append((r.change_position, r.op))
+    assert {k: [op for _, op in sorted(v)] for k, v in versions.items()} == \
+        {k: [op for _, op in ops] for k, ops in _ops_by_key(changes).items()}
+    assert all(len({p for p, _ in v}) == len(v) for v in versions.values()), "one version per change position"
     record(f"crash at {failpoint} (CDC pair)", tables_after_crash=dict(zip(("current", "history"), after_crash)),
            tables_after_rerun=dict(zip(("current", "history"), settled)))
+
+
+def _position(source: dict, op: str) -> tuple[int, int]:
+    """A PostgreSQL change's commit order, as Debezium gives it: a snapshot row at (lsn, 0); a streamed change at
+    (the last commit's LSN from `sequence`, or its own LSN when that is null; its LSN)."""
+    if op == "r":
+        return source["lsn"], 0
+    last_commit = json.loads(source.get("sequence") or "[null]")[0]
+    return (int(last_commit) if last_commit is not None else source["lsn"]), source["lsn"]
+
+
+def _landed_customer_changes(folder) -> dict[tuple, dict]:
+    """Every change the landed files of `customers` hold, once: (op, position, key) -> envelope. Tombstones
+    (`null`) are no change; a redelivery repeats its change's identity."""
+    found: dict[tuple, dict] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            doc = json.loads(line)
+            if doc is None:
+                continue
+            envelope = doc["payload"] if "schema" in doc and "payload" in doc else doc
+            op = envelope["op"]
+            image = envelope["before"] if op == "d" else envelope["after"]
+            found.setdefault((op, _position(envelope["source"], op), (image["customer_id"],)), envelope)
+    return found
+
+
+def _change_lines(landing, day) -> int:
+    """The lines of `customers` that are a change (not a tombstone), redeliveries included."""
+    lines = [json.loads(line) for path in (landing / "cdc" / "customers" / f"date={day}").glob("*.jsonl")
+             for line in path.read_text().splitlines()]
+    return sum(1 for doc in lines if doc is not None)
+
+
+def _ops_by_key(changes: dict[tuple, dict]) -> dict[tuple, list]:
+    """Per key, its changes' (position, op) in commit order."""
+    ops: dict[tuple, list] = {}
+    for op, position, key in changes:
+        ops.setdefault(key, []).append((position, op))
+    return {k: sorted(v) for k, v in ops.items()}
+
+
+def _replay(changes: dict[tuple, dict]) -> dict[tuple, dict]:
+    """The table after every change, in commit order: a delete removes the key, anything else sets its row."""
+    state: dict[tuple, dict] = {}
+    for (op, _, key), envelope in sorted(changes.items(), key=lambda item: item[0][1]):
+        if op == "d":
+            state.pop(key, None)
+        else:
+            state[key] = envelope["after"]
+    return state
+
+
+def _as_silver(info, row: dict, key: bytes) -> dict:
+    """A source row as silver keeps it: personal data as its keyed hash, times as naive UTC, decimals typed."""
+    out = {}
+    for name, value in row.items():
+        kind = str(info.columns.get(name, ""))
+        if name in info.pii:
+            out[f"{name}_hash"] = hmac.new(key, value.encode(), hashlib.sha256).hexdigest() if value is not None \
+                else None
+        elif kind == "timestamp" and value is not None:
+            out[name] = dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.timezone.utc) \
+                .replace(tzinfo=None)
+        elif kind.startswith("decimal") and value is not None:
+            out[name] = Decimal(value)
+        else:
+            out[name] = value
+    return out
+
+
+def _key_of(text: str) -> tuple:
+    """History's canonical JSON key as the key tuple."""
+    value = json.loads(text)
+    if isinstance(value, dict):
+        return (value["customer_id"],)
+    return tuple(value) if isinstance(value, list) else (value,)
 
 
 def _run(lakehouse, name):
