@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHOP = ROOT / "examples" / "shop" / "lakehouse.yaml"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+# The virtual environment's folder as the Makefile names it (`make setup` makes it; the pages run its programs),
+# and the one this test run's interpreter is in, wherever that is.
+VENV = re.search(r"^VENV \?= *(\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+BIN = Path(sys.executable).parent
 
 
 def _blocks(language: str) -> list[tuple[str, str]]:
@@ -32,7 +37,7 @@ def _commands(program: str) -> list[tuple[str, str]]:
     for where, body in _blocks("bash"):
         for line in body.replace("\\\n", " ").splitlines():
             words = line.split()
-            if words and words[0] in (program, f".venv/bin/{program}"):
+            if words and words[0] in (program, f"{VENV}/bin/{program}"):
                 found.append((where, line))
     return found
 
@@ -195,8 +200,9 @@ def test_the_readme_newcomer_path_runs_as_written(tmp_path):
     declared_at = re.search(r"\(`([\w/]+\.yaml)`\)", section).group(1)
     (tmp_path / declared_at).parent.mkdir(parents=True)
     (tmp_path / declared_at).write_text(blocks[0][1])
-    for name in (".venv", "pyproject.toml"):  # the project's root, as a checkout has it
-        (tmp_path / name).symlink_to(ROOT / name)
+    # The project's root, as a checkout has it after `make setup`: its environment where the Makefile puts it.
+    (tmp_path / VENV).symlink_to(BIN.parent, target_is_directory=True)
+    (tmp_path / "pyproject.toml").symlink_to(ROOT / "pyproject.toml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_"))}
     script = "set -e\n" + blocks[1][1] + blocks[2][1]
     run = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
@@ -208,7 +214,7 @@ def test_the_readme_newcomer_path_runs_as_written(tmp_path):
     assert reconciled == [["clicks", "2025-06-01", "5", "3", "2", "True"]]
 
     def sql(query: str, *flags: str) -> list[dict]:
-        out = subprocess.run([str(ROOT / ".venv/bin/lakehouse"), "sql", query, "--format", "json", *flags], cwd=tmp_path,
+        out = subprocess.run([str(BIN / "lakehouse"), "sql", query, "--format", "json", *flags], cwd=tmp_path,
                              env={**env, "LAKEHOUSE_PROJECT": str(tmp_path / declared_at),
                                   "LAKEHOUSE_HOME": str(tmp_path / ".mine")},
                              capture_output=True, text=True, check=True).stdout
