@@ -211,7 +211,7 @@ def test_the_readme_newcomer_path_runs_as_written(tmp_path):
     gold_header = run.stdout.splitlines().index("activity_date  active_users  sessions  events")
     assert run.stdout.splitlines()[gold_header + 1].split() == ["2025-06-01", "2", "2", "3"]
     reconciled = [line.split() for line in run.stdout.splitlines() if line.startswith("clicks ")]
-    assert reconciled == [["clicks", "2025-06-01", "5", "3", "2", "True"]]
+    assert reconciled == [["clicks", "2025-06-01", "5", "3", "2", "0", "True"]]
 
     def sql(query: str, *flags: str) -> list[dict]:
         out = subprocess.run([str(BIN / "lakehouse"), "sql", query, "--format", "json", *flags], cwd=tmp_path,

@@ -12,17 +12,25 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import os
 import random
+import subprocess
+import sys
 import textwrap
+import threading
+import time
 import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import duckdb
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 from pyspark.sql import functions as F
 
+from lakehouse_assets.bronze.reconcile import reconcile
 from lakehouse_assets.build import build_definitions
+from lakehouse_assets.maintenance.trace_scan import trace_scan
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
@@ -81,6 +89,14 @@ gold:
   purchase: {event_type: subscribe, amount: value}
   funnel: [browse, play, subscribe]
   sessions: {inactivity: 20m}
+  tables:
+    gold_plan_accounts:
+      description: Per plan, the accounts on it (a query that carries a person's id through).
+      reads: [silver_subscriptions]
+      sql: SELECT plan, account_hash AS account FROM silver_subscriptions
+      columns:
+        plan: string
+        account: string
 """
 
 DAYS = [dt.date(2025, 3, 1), dt.date(2025, 3, 2)]
@@ -115,7 +131,8 @@ def write_plays(landing, seed=11):
                 lines[day].append(json.dumps(event))
                 if n % 11 == 0:
                     lines[day].append(json.dumps(event))  # delivered twice
-    lines[DAYS[0]] += ['{"id": "broken', json.dumps({"id": _digest(10_001), "action": "play", "ts": 1})]  # no account
+    lines[DAYS[0]] += ['{"id": "broken', json.dumps({"id": _digest(10_001), "action": "play", "ts": 1}),  # no account
+                       '{"id": "cut", "account": "acct\\u002d003", "action": "pl']  # cut off, escaped: forget finds it
     late = lines[DAYS[0]].pop(3)  # an event of day 1 that lands with day 2's files
     lines[DAYS[1]].append(late)
     for day, day_lines in lines.items():
@@ -237,7 +254,7 @@ def test_the_domain_flows_through_every_layer_with_its_own_names(streaming):
     assert actions == set(ACTIONS)
     # The late event of day 1 that landed with day 2's files is in day 1 of silver (event time).
     quarantine = table(lakehouse, "bronze_plays_quarantine").collect()
-    assert sorted(r.reason for r in quarantine) == ["malformed JSON", "missing required field account"]
+    assert sorted(r.reason for r in quarantine) == ["malformed JSON", "malformed JSON", "missing required field account"]
     # Sessions are cut after 20 minutes without events (the data has 45-minute pauses).
     plays = sorted((r.account, r.ts) for r in silver.collect())
     starts = [b for a, b in zip([None, *plays], plays)
@@ -284,8 +301,9 @@ def test_a_value_outside_the_declared_range_stops_the_write_before_main(streamin
     [failed] = [e for e in result.get_asset_check_evaluations() if not e.passed]
     assert failed.asset_key == AssetKey("silver_plays")
     assert [f["column"] for f in failed.metadata["failures"].value] == ["value"]
-    assert not [e for e in result.get_asset_materialization_events()
-                if e.materialization.asset_key.to_user_string().startswith("gold_")], "downstream did not run"
+    assert not [e for e in result.get_asset_materialization_events()  # gold_plan_accounts reads subscriptions only
+                if e.materialization.asset_key.to_user_string().startswith("gold_")
+                and e.materialization.asset_key.to_user_string() != "gold_plan_accounts"], "downstream did not run"
     assert silver.refresh().current_snapshot().snapshot_id == main_before, "main is unchanged"
     branch = failed.metadata["audit_branch"].value
     staged = spark.read.option("branch", branch).table(lakehouse.table_id("silver_plays")).where(f"ts >= '{day}'")
@@ -357,8 +375,31 @@ def subject_rows(table, subject, pseudonym):
     return found
 
 
-def test_forget_removes_a_person_from_every_table_and_every_kept_file(streaming, monkeypatch, capsys):
+def _held_gold_run(lakehouse, project, landing, dagster_home, pauses):
+    """A gold_sessions run of the first day in a process of its own, on the instance of `dagster_home`, held
+    between its read of silver and its publish until `pauses/<point>.go` appears; returns once it is held."""
+    s = lakehouse.settings
+    env = {**os.environ, "LAKEHOUSE_HOME": str(s.home), "LAKEHOUSE_NAMESPACE": s.namespace,
+           "LAKEHOUSE_LANDING": str(landing), "LAKEHOUSE_PROJECT": str(project.file), "DAGSTER_HOME": str(dagster_home),
+           "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_FAILPOINT_DIR": str(pauses),
+           "LAKEHOUSE_FAILPOINTS": ",".join(f"{point}~pause" for point in HELD_AT)}
+    log = pauses / "run.log"
+    run = subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m",
+                            "lakehouse_assets.definitions", "--select", "gold_sessions", "--partition",
+                            DAYS[0].isoformat()], env=env, cwd=pauses, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while not list(pauses.glob("*.paused")):
+        assert run.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(1)
+    return run
+
+
+HELD_AT = ("gold_sessions:before-publish", "publish:before-swap")  # alone or with other tables
+
+
+def test_forget_removes_a_person_from_every_table_and_every_kept_file(streaming, monkeypatch, capsys, tmp_path):
     """Runs last: it deletes from the module's tables."""
+    import lakehouse_assets.maintenance.forget as forget_module
     from lakehouse_assets.cli import main
 
     project, _, lakehouse, landing, _, _ = streaming
@@ -369,19 +410,50 @@ def test_forget_removes_a_person_from_every_table_and_every_kept_file(streaming,
     before = {n: subject_rows(catalog.load_table((ns, n)), subject, pseudonym) for n in names}
     holding = {n for n, files in before.items() if files}
     assert {"bronze_plays", "silver_plays", "gold_sessions", "ml_user_features", "ml_training_set",
-            "bronze_cdc_subscriptions", "silver_subscriptions", "silver_subscriptions_history"} <= holding
+            "bronze_cdc_subscriptions", "silver_subscriptions", "silver_subscriptions_history",
+            "gold_plan_accounts"} <= holding
     # An ML pin keeps an old snapshot of silver; a legal hold keeps one of the history.
     assert [t for t in catalog.load_table((ns, "silver_plays")).metadata.refs if t.startswith("pin_")]
     history = catalog.load_table((ns, "silver_subscriptions_history"))
     history.manage_snapshots().create_tag(history.current_snapshot().snapshot_id, "legal_hold_case_17").commit()
     activity = table(lakehouse, "gold_daily_activity").collect()
+    # The quarantined line that spells the account with a JSON escape, cut off before its end, is theirs too.
+    assert [r.source_line for r in table(lakehouse, "bronze_plays_quarantine").collect()
+            if "acct\\u002d003" in r.payload]
+    landed = {str(f) for f in landing.rglob("*.jsonl")}
+    naming = {f for f in landed if "acct-003" in Path(f).read_text() or "acct\\u002d003" in Path(f).read_text()}
+    assert naming
 
+    # A gold run that read silver before the forget and publishes after its deletes, held in between.
+    dagster_home, pauses = tmp_path / "dagster", tmp_path / "pauses"
+    dagster_home.mkdir(), pauses.mkdir()
+    gold_run = _held_gold_run(lakehouse, project, landing, dagster_home, pauses)
     for var, value in {"LAKEHOUSE_HOME": str(lakehouse.settings.home), "LAKEHOUSE_NAMESPACE": ns,
-                       "LAKEHOUSE_LANDING": str(landing), "LAKEHOUSE_PROJECT": str(project.file)}.items():
+                       "LAKEHOUSE_LANDING": str(landing), "LAKEHOUSE_PROJECT": str(project.file),
+                       "DAGSTER_HOME": str(dagster_home)}.items():
         monkeypatch.setenv(var, value)
+    waiting, real_wait = threading.Event(), forget_module._wait_for
+
+    def wait_for(*args, **kwargs):  # forget's deletes are done and it waits for the runs in flight
+        waiting.set()
+        return real_wait(*args, **kwargs)
+
+    monkeypatch.setattr(forget_module, "_wait_for", wait_for)
     capsys.readouterr()
-    assert main(["forget", "--subject", subject, "--json"]) == 0
+    code = {}
+    forget = threading.Thread(target=lambda: code.update(forget=main(["forget", "--subject", subject, "--json"])))
+    forget.start()
+    assert waiting.wait(600), "forget never reached its wait for runs in flight"
+    for point in HELD_AT:
+        (pauses / f"{point}.go").touch()
+    assert gold_run.wait(300) == 0, (pauses / "run.log").read_text()[-3000:]
+    forget.join(600)
+    assert code == {"forget": 0}
     proof = json.loads(capsys.readouterr().out)
+    # Forget dropped the held run's write branch (it held the subject's sessions): its publish was refused, and
+    # it wrote again from silver without them; forget waited for it to end, then deleted again.
+    assert "is gone (`lakehouse forget` drops the branches" in (pauses / "run.log").read_text()
+    assert proof["runs_waited"] and not proof["runs_in_flight"]
 
     assert proof["purged"] and proof["rows_found_after"] == 0 and proof["live_files_scanned"] > 0
     by_table = {t["table"]: t for t in proof["tables"]}
@@ -404,3 +476,24 @@ def test_forget_removes_a_person_from_every_table_and_every_kept_file(streaming,
     assert table(lakehouse, "silver_plays").where(F.col("account") == subject).count() == 0
     assert table(lakehouse, "silver_plays").count() > 0  # everyone else is still there
     assert table(lakehouse, "gold_daily_activity").collect() == activity  # aggregates left alone
+    assert not [r for r in table(lakehouse, "bronze_plays_quarantine").collect() if "acct\\u002d003" in r.payload]
+
+    # The landed files that held the subject are gone (bronze keeps the others' lines), the rest are still there;
+    # the independent scan finds nothing of them in the landing zone; every line is still accounted for.
+    assert sorted(u.removeprefix("file:") for u in proof["landing_removed"]) == sorted(naming)
+    assert {str(f) for f in landing.rglob("*.jsonl")} == landed - naming and not proof["landing_pending"]
+    # The independent scan of every file: the subject is left only in what the legal hold keeps (its snapshot's data
+    # files, manifests and manifest list), nowhere else in the warehouse, landing or staging.
+    scan = trace_scan(lakehouse.settings, {"subject": subject, "pseudonym": pseudonym})
+    snapshot = history.snapshot_by_id(history.metadata.refs["legal_hold_case_17"].snapshot_id)
+    kept_by_hold = held | {snapshot.manifest_list} | {m.manifest_path for m in snapshot.manifests(history.io)}
+    assert {h.file for h in scan.hits} <= {f.removeprefix("file:") for f in kept_by_hold} | kept_by_hold, scan.hits
+    assert not scan.unreadable
+    rows = reconcile(lakehouse.settings, project)
+    assert all(r["balanced"] for r in rows), rows
+    forgotten: dict[str, int] = {}
+    for r in rows:
+        forgotten[r["source"]] = forgotten.get(r["source"], 0) + r["forgotten"]
+    forgotten = {source: n for source, n in forgotten.items() if n}
+    assert set(forgotten) == {"app/plays", "cdc/subscriptions"}, forgotten
+    assert sum(forgotten.values()) == sum(by_table[n]["lines_forgotten"] for n in by_table) > 0, forgotten

@@ -5,7 +5,9 @@ reads them) are compared with the rows bronze kept and the rows it quarantined, 
 from the two tables' `landing_date` column through pyiceberg. A file changed after it
 was taken landed more than its current lines: the lines of its versions before the
 change (the ingest log's records of them) count as records in too, and so do those of
-a file the log lists that has since been removed from the zone.
+a file the log lists that has since been removed from the zone. Lines `lakehouse forget`
+deleted from bronze or the quarantine are counted as forgotten (its ledger, `bronze_forgotten`):
+records in = kept + quarantined + forgotten.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pyiceberg.expressions import EqualTo, Reference
 from pyiceberg.expressions.literals import literal
 
 from ..project import Project
-from ..project.model import INGEST_LOG
+from ..project.model import FORGOTTEN, INGEST_LOG
 from ..runtime.catalog import catalog_for
 from ..settings import Settings
 from ..sources.versions import RESTARTS
@@ -59,8 +61,22 @@ def _earlier_records(catalog, namespace: str, source: str, landed: set[str]) -> 
     return earlier
 
 
+def forgotten_per_day(catalog, namespace: str, source: str) -> Counter:
+    """Lines of the source that forget deleted, per landing day: each (table, file, line, run) once, however many
+    times a forget interrupted and run again recorded it."""
+    identifier = (namespace, FORGOTTEN)
+    if not catalog.table_exists(identifier):
+        return Counter()
+    rows = catalog.load_table(identifier).scan(
+        row_filter=EqualTo(term=Reference("source"), value=literal(source)),
+        selected_fields=("table_name", "source_file", "source_line", "run_id", "landing_date")).to_arrow().to_pylist()
+    lines = {(r["table_name"], r["source_file"], r["source_line"], r["run_id"]): r["landing_date"] for r in rows}
+    return Counter(day.isoformat() for day in lines.values())
+
+
 def reconcile(settings: Settings, project: Project, source: str | None = None) -> list[dict]:
-    """Per landing source and day: lines in the landing files vs rows kept in bronze + rows quarantined."""
+    """Per landing source and day: lines in the landing files vs rows kept in bronze + rows quarantined + lines
+    forgotten."""
     if source is None:
         return [row for s in project.landing_sources for row in reconcile(settings, project, s.landing)]
     declared = project.landing_source(source)
@@ -87,14 +103,16 @@ def reconcile(settings: Settings, project: Project, source: str | None = None) -
         return Counter({c["values"].isoformat(): c["counts"] for c in counts})
 
     kept, quarantined = per_day(declared.bronze), per_day(declared.quarantine)
+    forgotten = forgotten_per_day(catalog, settings.namespace, source)
     rows = []
-    for day in sorted(set(lines_in) | set(kept) | set(quarantined)):
+    for day in sorted(set(lines_in) | set(kept) | set(quarantined) | set(forgotten)):
         rows.append({
             "source": source,
             "landing_date": day,
             "records_in": lines_in[day],
             "kept": kept[day],
             "quarantined": quarantined[day],
-            "balanced": lines_in[day] == kept[day] + quarantined[day],
+            "forgotten": forgotten[day],
+            "balanced": lines_in[day] == kept[day] + quarantined[day] + forgotten[day],
         })
     return rows

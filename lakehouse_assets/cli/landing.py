@@ -121,10 +121,10 @@ def cmd_reconcile(args: argparse.Namespace, settings: Settings) -> int:
     project = load_project(settings.project)
     sources = args.source or [s.landing for s in project.landing_sources]
     rows = [row for source in sources for row in reconcile(settings, project, source)]
-    print_rows(rows, ["source", "landing_date", "records_in", "kept", "quarantined", "balanced"], args.json)
+    print_rows(rows, ["source", "landing_date", "records_in", "kept", "quarantined", "forgotten", "balanced"], args.json)
     unbalanced = [f"{r['source']} {r['landing_date']}" for r in rows if not r["balanced"]]
     if unbalanced:
-        print(f"records in != kept + quarantined for: {', '.join(unbalanced)}", file=sys.stderr)
+        print(f"records in != kept + quarantined + forgotten for: {', '.join(unbalanced)}", file=sys.stderr)
         return 1
     return 0
 

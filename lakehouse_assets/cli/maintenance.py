@@ -138,7 +138,8 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     from ..runtime.resource import LakehouseResource
 
     project = load_project(settings.project)
-    report = Forget(LakehouseResource(), project, progress(True)).run(args.subject, dry_run=args.dry_run)
+    report = Forget(LakehouseResource(), project, progress(True)).run(args.subject, dry_run=args.dry_run,
+                                                                      wait_s=args.wait)
     if args.json:
         print(proof_json(report))
     else:
@@ -149,8 +150,14 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
         print_table(rows, list(rows[0]) if rows else ["table"])
         for name, why in sorted(report.left_alone.items()):
             print(f"left alone: {name}: {why}")
+        for uri in report.landing_removed:
+            print(f"landing file removed: {uri}")
+        for uri, why in sorted(report.landing_pending.items()):
+            print(f"landing file pending: {uri}: {why}")
+        for run in report.runs_in_flight:
+            print(f"run still in flight: {run}: it may publish the subject; run forget again once it ends")
         verdict = "purged: no live data file of any table holds the subject" if report.purged else \
-            "NOT purged: rows of the subject remain (see rows_found_after)"
+            "NOT purged: rows of the subject remain (see rows_found_after, pending files and runs above)"
         print(f"{'dry run, ' if args.dry_run else ''}{verdict}")
     return 0 if report.purged or args.dry_run else 1
 
@@ -252,6 +259,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--also", action="append", default=[], metavar="VALUE",
                    help="with --verify-only: another value of the person (an e-mail...), searched for with its "
                         "keyed hash; repeatable")
+    p.add_argument("--wait", type=float, default=1800, metavar="SECONDS",
+                   help="how long to wait for Dagster runs in flight during the deletes (they may have read the "
+                        "person) before deleting again; a run still going then leaves the person not purged")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_forget)
 

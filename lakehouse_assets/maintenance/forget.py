@@ -4,11 +4,13 @@ A DELETE only hides rows: older snapshots (and, on merge-on-read tables, the
 data files under a delete file) still hold them. `forget` therefore:
 
 1. finds where the subject can be: for each event source with a user field,
-   its bronze (typed field and raw payload), quarantine (raw line), silver (the
+   its bronze (typed field and raw payload), quarantine (raw lines parsed as
+   JSON, or read as text with JSON's escapes decoded when they do not parse), silver (the
    field or its pseudonym), rejected (the subject's event keys), gold sessions
    and the ML tables; for each CDC table declaring a `subject:` column, its
    bronze (before/after images, key and payload), quarantine, current state and
-   history. Aggregates (per minute, per day, SQL gold) hold no person and are
+   history; each declared SQL gold table, in every text column (the subject
+   or their pseudonym). Aggregates (per minute, per day) hold no person and are
    left alone: the report names them.
 2. deletes the matching rows from each table (upstream first, so a concurrent
    recompute cannot bring them back), then rewrites every data file that a
@@ -20,31 +22,56 @@ data files under a delete file) still hold them. `forget` therefore:
    expires exactly the snapshots that reference such files, and Iceberg removes
    the files no snapshot references any more;
 4. proves it: the same direct read over every live data file, the files
-   scanned, and the rows of the subject found (zero, outside legal holds).
+   scanned, and the rows of the subject found (zero, outside legal holds);
+5. the landing zone: a landed file whose lines it deleted from bronze or a
+   quarantine is removed from the zone (bronze holds its other lines); a file
+   not taken yet, or grown since, that names the subject is reported as
+   pending, and the subject is not purged until it is taken and forget runs
+   again. Every line deleted from bronze or a quarantine is recorded in the
+   ledger `bronze_forgotten` (file, line and run, nothing of the person), so
+   that `lakehouse reconcile` balances: records in = kept + quarantined +
+   forgotten.
+
+6. runs in flight: a Dagster run that started before the deletes ended may
+   have read the subject's rows and publish them after. With a Dagster
+   instance (DAGSTER_HOME), forget waits for those runs to end and deletes
+   again; a run still going after `wait_s` leaves the subject not purged.
+
+`lakehouse forget --verify-only` is the proof that shares no code with this
+module (maintenance/trace_scan.py).
 
 The subject's value never enters SQL text: it is written as a hex literal.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.expressions import EqualTo, Reference
+from pyiceberg.expressions.literals import literal
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
 from ..errors import MaintenanceError
 from ..project import Project
+from ..project.model import FORGOTTEN, INGEST_LOG
+from ..runtime.catalog import append_retrying
 from ..runtime.pii import keyed_hash_of, pii_key
 from ..runtime.resource import LakehouseResource
 from ..settings import validate_identifier
+from ..sources.zones import landing_zone
 from .health import file_paths, files_of
 from .procedures import retry_on_conflict
 
@@ -99,11 +126,79 @@ class Mentions:
         return pc.fill_null(pc.match_substring_regex(data.column(self.column), self.pattern), False)
 
 
+_STRING_BODY = re.compile(r'"((?:[^"\\]|\\.)*)')  # a JSON string's body, its closing quote cut off or not
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """Every key and scalar of a parsed JSON value, as text."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+    elif value is not None:
+        yield str(value)
+
+
+def _cut_texts(line: str) -> Iterator[str]:
+    """The strings of a line that does not parse (cut off, broken), each with JSON's escapes decoded where they
+    decode; and the line itself."""
+    yield line
+    for match in _STRING_BODY.finditer(line):
+        body = match.group(1)
+        try:
+            yield json.loads(f'"{body}"')
+        except ValueError:
+            yield body
+
+
+@dataclass(frozen=True)
+class Names:
+    """A raw line (JSON or not) that names the subject: parsed as JSON, any key or value (at any depth, escapes
+    decoded) that is the subject or holds it as a whole word; a line that does not parse, any of its strings with
+    escapes decoded. Case does not matter (an e-mail's case means nothing). The rows to delete are the lines found:
+    `resolve` reads the column's distinct values and keeps those that name the subject."""
+
+    column: str
+    subject: str
+    lines: tuple[str, ...] = ()
+
+    def _word(self) -> re.Pattern:
+        return re.compile(rf"(?<![\w@.+-]){re.escape(self.subject)}(?![\w@.+-])", re.IGNORECASE)
+
+    def holds(self, line: str | None) -> bool:
+        if not line:
+            return False
+        word = self._word()
+        try:
+            texts: Iterator[str] = _texts(json.loads(line))
+        except ValueError:
+            texts = _cut_texts(line)
+        return any(word.search(text) for text in texts)
+
+    def resolve(self, values: Iterator[str | None]) -> Names:
+        return replace(self, lines=tuple(sorted({v for v in values if v is not None and self.holds(v)})))
+
+    def sql(self) -> str:
+        if not self.lines:
+            return "false"
+        return f"`{validate_identifier(self.column, 'column')}` IN ({', '.join(sql_text(v) for v in self.lines)})"
+
+    def columns(self) -> set[str]:
+        return {self.column}
+
+    def mask(self, data: pa.Table) -> pa.Array:
+        return pa.array([self.holds(v) for v in data.column(self.column).to_pylist()], pa.bool_())
+
+
 @dataclass
 class Target:
     table: str
-    matchers: list[Equals | Mentions]
+    matchers: list[Equals | Mentions | Names]
     why: str
+    landing: str | None = None  # the landing source whose lines the table holds (bronze, quarantine)
 
     def sql(self) -> str:
         return " OR ".join(f"({m.sql()})" for m in self.matchers)
@@ -123,11 +218,13 @@ class TableProof:
     table: str
     why: str
     rows_deleted: int = 0
+    rows_deleted_after_runs: int = 0  # published by runs that were in flight during the first deletes
     files_rewritten: int = 0
     tags_removed: list[str] = field(default_factory=list)
     branches_removed: list[str] = field(default_factory=list)
     snapshots_expired: list[int] = field(default_factory=list)
     legal_holds: dict[str, int] = field(default_factory=dict)  # tag -> files still holding the subject
+    lines_forgotten: int = 0  # landed lines recorded in the ledger (bronze and quarantines)
     live_files_scanned: int = 0
     rows_found_after: int = 0
 
@@ -137,11 +234,16 @@ class ForgetReport:
     subject: str
     tables: list[TableProof] = field(default_factory=list)
     left_alone: dict[str, str] = field(default_factory=dict)
+    landing_removed: list[str] = field(default_factory=list)
+    landing_pending: dict[str, str] = field(default_factory=dict)  # landed file -> why it still names the subject
+    runs_waited: list[str] = field(default_factory=list)  # runs in flight during the deletes, waited for
+    runs_in_flight: list[str] = field(default_factory=list)  # such runs still going when forget stopped waiting
     seconds: float = 0.0
 
     @property
     def purged(self) -> bool:
-        return all(t.rows_found_after == 0 for t in self.tables)
+        return (all(t.rows_found_after == 0 for t in self.tables) and not self.landing_pending
+                and not self.runs_in_flight)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -152,6 +254,10 @@ class ForgetReport:
             "rows_found_after": sum(t.rows_found_after for t in self.tables),
             "tables": [t.__dict__ for t in self.tables],
             "left_alone": self.left_alone,
+            "landing_removed": self.landing_removed,
+            "landing_pending": self.landing_pending,
+            "runs_waited": self.runs_waited,
+            "runs_in_flight": self.runs_in_flight,
             "seconds": round(self.seconds, 2),
         }
 
@@ -176,8 +282,9 @@ def subject_targets(project: Project, subject: str, hashed: str,
         mention = Mentions("payload", user_field, subject)
         keys = event_keys(source.bronze, source.user, source.key)
         targets += [
-            Target(source.bronze, [Equals((source.user,), (subject,)), mention], "events of the subject, raw payload"),
-            Target(source.quarantine, [mention], "raw lines naming the subject"),
+            Target(source.bronze, [Equals((source.user,), (subject,)), mention], "events of the subject, raw payload",
+                   source.landing),
+            Target(source.quarantine, [Names("payload", subject)], "raw lines naming the subject", source.landing),
         ]
         targets.append(Target(source.silver, [Equals((source.silver_column(source.user),),
                                                      values(source.user in source.pii))], "the subject's events"))
@@ -193,8 +300,14 @@ def subject_targets(project: Project, subject: str, hashed: str,
         for name in gold.event_tables:
             if name not in gold.per_user_tables:
                 left[name] = "an aggregate over users: holds no person"
-    for name in gold.sql_tables:
-        left[name] = "a declared SQL aggregate: holds no person"
+    for name, sql_table in gold.sql_tables.items():
+        # Its query may carry an id through: each text column is searched for the subject and its pseudonym.
+        text = [c for c, kind in sql_table.columns.items() if kind.strip().lower() in ("string", "varchar")]
+        if text:
+            targets.append(Target(name, [Equals((c,), (subject, hashed)) for c in text],
+                                  "a declared SQL table: rows naming the subject in a text column"))
+        else:
+            left[name] = "a declared SQL table with no text column: holds no one's id"
     for table in project.cdc.values():
         if table.subject is None:
             left.update({t: "the CDC table declares no subject column" for t in table.table_names})
@@ -204,8 +317,9 @@ def subject_targets(project: Project, subject: str, hashed: str,
         silver = Equals((table.silver_column(c),), values(c in table.pii))
         targets += [
             Target(table.bronze, [Equals(("after", c), (subject,)), Equals(("before", c), (subject,)), *mentions],
-                   "changes of the subject's rows"),
-            Target(table.quarantine, [Mentions("payload", c, subject)], "raw change events naming the subject"),
+                   "changes of the subject's rows", table.landing),
+            Target(table.quarantine, [Names("payload", subject)], "raw change events naming the subject",
+                   table.landing),
             Target(table.silver, [silver], "the subject's current rows"),
             Target(table.history, [silver], "every version of the subject's rows"),
         ]
@@ -253,34 +367,121 @@ class Forget:
             Equals((user,), (self._subject,)).sql()).select(key).distinct().collect()
         return tuple(str(r[0]) for r in rows if r[0] is not None)
 
-    def run(self, subject: str, dry_run: bool = False) -> ForgetReport:
+    def run(self, subject: str, dry_run: bool = False, wait_s: float = 1800.0) -> ForgetReport:
         if not subject or len(subject) > 1000:
             raise ValueError("a subject id is 1 to 1000 characters")
         started = time.monotonic()
         self._subject = subject
-        hashed = keyed_hash_of(subject, pii_key(self.lakehouse.settings))
+        self._hashed = hashed = keyed_hash_of(subject, pii_key(self.lakehouse.settings))
         targets, left = subject_targets(self.project, subject, hashed, self._event_keys)
         report = ForgetReport(subject, left_alone=left)
-        checked = []
+        landed: dict[str, set[str]] = defaultdict(set)  # landing source -> files whose lines were deleted
+        proofs: dict[str, TableProof] = {}
         for target in targets:
             if not self._exists(target.table):
                 report.left_alone[target.table] = "not materialised"
                 continue
-            proof = TableProof(target.table, target.why)
-            proof.rows_deleted = self.spark.table(self.lakehouse.table_id(target.table)).where(target.sql()).count()
-            if not dry_run:
-                self._purge(target, proof)
+            proofs[target.table] = proof = TableProof(target.table, target.why)
+            proof.rows_deleted = self._delete(target, proof, landed, dry_run)
             report.tables.append(proof)
-            checked.append((target, proof))
-        for target, proof in checked:
+        if not dry_run and (instance := _instance()) is not None:
+            # A run that started before the deletes ended may have read the subject and publish after them.
+            in_flight = _runs_in_flight(instance, before=time.time())
+            report.runs_waited = sorted(in_flight)
+            report.runs_in_flight = _wait_for(instance, in_flight, wait_s, self.log)
+            if in_flight:
+                for target in targets:
+                    if target.table in proofs:
+                        proofs[target.table].rows_deleted_after_runs = self._delete(
+                            target, proofs[target.table], landed, dry_run)
+        for target in targets:
+            if target.table not in proofs:
+                continue
+            proof = proofs[target.table]
             table = self.lakehouse.iceberg_table(target.table)
             live = _live_data_files(table)
             proof.live_files_scanned = len(live)
             proof.rows_found_after = sum(_files_with_subject(table, target, live).values())
             if proof.legal_holds:
                 proof.rows_found_after -= self._held_rows(table, target, proof)
+        self._landing(subject, landed, report, dry_run)
         report.seconds = time.monotonic() - started
         return report
+
+    def _delete(self, target: Target, proof: TableProof, landed: dict[str, set[str]], dry_run: bool) -> int:
+        """Deletes the target's rows of the subject (and purges the files that keep them): how many there were."""
+        target = self._resolve(target)
+        rows = self.spark.table(self.lakehouse.table_id(target.table)).where(target.sql()).count()
+        if dry_run:
+            return rows
+        if target.landing is not None and rows:
+            landed[target.landing].update(self._record_forgotten(target))
+            proof.lines_forgotten += rows
+        self._purge(target, proof, rows)
+        return rows
+
+    def _resolve(self, target: Target) -> Target:
+        """A target whose matchers judge raw lines in Python (Names): the lines that name the subject, read from the
+        table, become the values its SQL deletes."""
+        if not any(isinstance(m, Names) for m in target.matchers):
+            return target
+        frame = self.spark.table(self.lakehouse.table_id(target.table))
+        matchers = [m.resolve(row[0] for row in frame.select(m.column).distinct().toLocalIterator())
+                    if isinstance(m, Names) else m for m in target.matchers]
+        return replace(target, matchers=matchers)
+
+    def _record_forgotten(self, target: Target) -> set[str]:
+        """Writes the landed lines the target's delete is about to take into the ledger, before the delete: a forget
+        interrupted after it and run again records the same lines again, which reconcile counts once. The files
+        they came from."""
+        lines = self.spark.table(self.lakehouse.table_id(target.table)).where(target.sql()).select(
+            "source_file", "source_line", "run_id", "landing_date").toPandas()
+        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        data = pa.table({
+            "table_name": pa.array([target.table] * len(lines), pa.string()),
+            "source": pa.array([target.landing] * len(lines), pa.string()),
+            "source_file": pa.array(lines["source_file"].tolist(), pa.string()),
+            "source_line": pa.array(lines["source_line"].tolist(), pa.int32()),
+            "run_id": pa.array(lines["run_id"].tolist(), pa.string()),
+            "landing_date": pa.array(lines["landing_date"].tolist(), pa.date32()),
+            "forgotten_at": pa.array([now] * len(lines), pa.timestamp("us")),
+        })
+        catalog, identifier = self.lakehouse.catalog, (self.lakehouse.settings.namespace, FORGOTTEN)
+        catalog.create_table_if_not_exists(identifier, schema=data.schema)
+        append_retrying(catalog, identifier, data, {"lakehouse.operation": "forget"}, log=self.log)
+        return set(lines["source_file"])
+
+    def _landing(self, subject: str, landed: dict[str, set[str]], report: ForgetReport, dry_run: bool) -> None:
+        """Removes the landed files whose lines were deleted, when the zone holds them as they were taken; reports
+        as pending the files that name the subject and are not (all) taken yet."""
+        zone, names = landing_zone(self.lakehouse.settings), Names("payload", subject)
+        for source in self.project.landing_sources:
+            taken = self._taken_sizes(source.landing)
+            for f in zone.list(source.landing):
+                if f.uri in landed[source.landing] and taken.get(f.uri) == f.size:
+                    if not dry_run:
+                        zone.remove(f.uri)
+                    report.landing_removed.append(f.uri)
+                elif taken.get(f.uri) != f.size and any(names.holds(line) for line in _lines(zone.read(f.uri), f.uri)):
+                    report.landing_pending[f.uri] = ("names the subject and is not taken yet: ingest it, then run "
+                                                     "forget again" if f.uri not in taken else
+                                                     "names the subject and grew since it was taken: ingest it, "
+                                                     "then run forget again")
+
+    def _taken_sizes(self, source: str) -> dict[str, int]:
+        """Each landed file the ingest log lists: its size at its newest take."""
+        identifier = (self.lakehouse.settings.namespace, INGEST_LOG)
+        if not self.lakehouse.catalog.table_exists(identifier):
+            return {}
+        rows = self.lakehouse.catalog.load_table(identifier).scan(
+            row_filter=EqualTo(term=Reference("source"), value=literal(source)),
+            selected_fields=("source_file", "size", "version")).to_arrow().to_pylist()
+        newest: dict[str, tuple[int, int]] = {}
+        for row in rows:
+            version = row["version"] or 0
+            if row["source_file"] not in newest or version >= newest[row["source_file"]][0]:
+                newest[row["source_file"]] = (version, row["size"])
+        return {uri: size for uri, (_, size) in newest.items()}
 
     def _held_rows(self, table: Table, target: Target, proof: TableProof) -> int:
         """Rows of the subject only in files a legal-hold tag keeps (reported, not counted as a failure)."""
@@ -295,29 +496,36 @@ class Forget:
     def _retry(self, action: Callable[[], Any], what: str) -> Any:
         return retry_on_conflict(action, f"forget: {what}", self.log)[0]
 
-    def _purge(self, target: Target, proof: TableProof) -> None:
+    def _purge(self, target: Target, proof: TableProof, rows: int) -> None:
         spark, settings = self.spark, self.lakehouse.settings
         table_id = self.lakehouse.table_id(target.table)
         catalog = validate_identifier(settings.catalog_name, "catalog name")
         procedure_table = f"'{validate_identifier(settings.namespace, 'namespace')}.{target.table}'"
-        if proof.rows_deleted:
+        if rows:
             self._retry(lambda: spark.sql(f"DELETE FROM {table_id} WHERE {target.sql()}"), f"DELETE from {table_id}")
         table = self.lakehouse.iceberg_table(target.table)
         # Rows hidden by delete files are still in their data files: rewrite those files without them.
         if files_of(table, data=False):
-            rows = self._retry(lambda: spark.sql(
+            rewritten = self._retry(lambda: spark.sql(
                 f"CALL {catalog}.system.rewrite_data_files(table => {procedure_table}, options => map("
                 "'delete-file-threshold', '1', 'min-input-files', '1', 'remove-dangling-deletes', 'true'))"
             ).collect(), f"rewrite of {table_id}")
-            proof.files_rewritten = int(rows[0]["rewritten_data_files_count"] or 0) if rows else 0
+            proof.files_rewritten += int(rewritten[0]["rewritten_data_files_count"] or 0) if rewritten else 0
             table = self.lakehouse.iceberg_table(target.table)
         dirty = _files_with_subject(table, target, _live_data_files(table))
-        if not dirty:
-            return
         if set(dirty) & file_paths(table):
             raise MaintenanceError(f"forget: {table_id} still holds the subject in files of its current snapshot "
                                    "after the delete; nothing was expired")
-        holding = [s.snapshot_id for s in table.metadata.snapshots if set(dirty) & file_paths(table, s.snapshot_id)]
+        if table.metadata.current_snapshot_id in self._snapshots_naming(table):
+            table = self._rewrite_manifests(target.table)
+        naming = self._snapshots_naming(table)
+        if not dirty and not naming:
+            return
+        if table.metadata.current_snapshot_id in naming:
+            raise MaintenanceError(f"forget: {table_id}: the manifests of its current snapshot still keep the subject "
+                                   "in their column bounds after rewriting them; nothing was expired")
+        holding = sorted({s.snapshot_id for s in table.metadata.snapshots
+                          if set(dirty) & file_paths(table, s.snapshot_id)} | naming)
         for name, ref in list(table.metadata.refs.items()):
             if name == "main" or ref.snapshot_id not in holding:
                 continue
@@ -334,9 +542,103 @@ class Forget:
             self._retry(lambda: spark.sql(
                 f"CALL {catalog}.system.expire_snapshots(table => {procedure_table}, snapshot_ids => array({ids}))"
             ).collect(), f"expiry of {table_id}")
-            proof.snapshots_expired = expire
-        self.log(f"forget: {table_id}: {proof.rows_deleted} rows deleted, {len(dirty)} files held the subject, "
+            proof.snapshots_expired += expire
+        self.log(f"forget: {table_id}: {rows} rows deleted, {len(dirty)} files and {len(naming)} snapshots' "
+                 "manifests held the subject, "
                  f"{len(expire)} snapshots expired, {len(proof.tags_removed)} tags removed")
+
+    def _snapshots_naming(self, table: Table) -> set[int]:
+        """Snapshots with a manifest whose column bounds hold the subject or their pseudonym: a manifest keeps each
+        file's smallest and largest value of each column, also of the files a delete removed from the table (until
+        the manifest is written again)."""
+        values = [v.lower().encode() for v in (self._subject, self._hashed)]
+        naming: dict[str, bool] = {}
+        found = set()
+        for snapshot in table.metadata.snapshots:
+            for manifest in snapshot.manifests(table.io):
+                if manifest.manifest_path not in naming:
+                    bounds = (bound.lower() for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+                              for side in (entry.data_file.lower_bounds, entry.data_file.upper_bounds)
+                              for bound in (side or {}).values())
+                    naming[manifest.manifest_path] = any(_bound_names(bound, v) for bound in bounds for v in values)
+                if naming[manifest.manifest_path]:
+                    found.add(snapshot.snapshot_id)
+        return found
+
+    def _rewrite_manifests(self, name: str) -> Table:
+        """Writes the current snapshot's data manifests again, with the live files only. Iceberg skips a table whose
+        one manifest would be rewritten into one: for the call, the target manifest size is set below its size."""
+        spark, settings = self.spark, self.lakehouse.settings
+        table_id = self.lakehouse.table_id(name)
+        catalog = validate_identifier(settings.catalog_name, "catalog name")
+        procedure_table = f"'{validate_identifier(settings.namespace, 'namespace')}.{name}'"
+        table = self.lakehouse.iceberg_table(name)
+        snapshot = table.current_snapshot()
+        data = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DATA] if snapshot else []
+        size, before = "commit.manifest.target-size-bytes", table.properties.get("commit.manifest.target-size-bytes")
+        if len(data) == 1:
+            spark.sql(f"ALTER TABLE {table_id} SET TBLPROPERTIES ('{size}' = '{max(1, data[0].manifest_length // 2)}')")
+        try:
+            self._retry(lambda: spark.sql(f"CALL {catalog}.system.rewrite_manifests(table => {procedure_table})")
+                        .collect(), f"manifest rewrite of {table_id}")
+        finally:
+            if len(data) == 1:
+                spark.sql(f"ALTER TABLE {table_id} SET TBLPROPERTIES ('{size}' = '{int(before)}')" if before else
+                          f"ALTER TABLE {table_id} UNSET TBLPROPERTIES ('{size}')")
+        return self.lakehouse.iceberg_table(name)
+
+
+def _bound_names(bound: bytes, value: bytes) -> bool:
+    """A column bound holds the value, or is the value cut to Iceberg's 16 characters (a lower bound is its start,
+    an upper bound its start with the last character raised)."""
+    return value in bound or (len(bound) >= 16 and (value.startswith(bound) or value.startswith(bound[:-1])))
+
+
+def _instance() -> Any:
+    """The Dagster instance of DAGSTER_HOME, or None when there is none (no runs to coordinate with)."""
+    if not os.environ.get("DAGSTER_HOME"):
+        return None
+    from dagster import DagsterInstance
+
+    return DagsterInstance.get()
+
+
+_GOING = ("STARTING", "STARTED", "CANCELING")
+
+
+def _runs_in_flight(instance: Any, before: float) -> set[str]:
+    """Runs going now that started before `before` (epoch seconds)."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    records = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus[s] for s in _GOING]))
+    return {r.dagster_run.run_id for r in records if r.start_time is None or r.start_time < before}
+
+
+def _wait_for(instance: Any, runs: set[str], wait_s: float, log: Callable[[str], None]) -> list[str]:
+    """Waits up to `wait_s` for the runs to end: those still going then."""
+    from dagster import RunsFilter
+
+    deadline = time.monotonic() + wait_s
+    going = set(runs)
+    if going:
+        log(f"forget: waiting for {len(going)} run(s) that may have read the subject: {', '.join(sorted(going))}")
+    while going:
+        going = {r.dagster_run.run_id for r in instance.get_run_records(RunsFilter(run_ids=sorted(going)))
+                 if r.dagster_run.status.value in _GOING}
+        if not going or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    return sorted(going)
+
+
+def _lines(data: bytes, uri: str) -> list[str]:
+    """A landed file's lines; a gzip file cut off is read as far as it goes."""
+    if uri.endswith(".gz"):
+        try:
+            data = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
+        except zlib.error:
+            return [data.decode("utf-8", errors="replace")]  # not gzip at all: what bronze quarantined whole
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
 def proof_json(report: ForgetReport) -> str:

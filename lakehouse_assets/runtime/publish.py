@@ -226,6 +226,11 @@ def publish_together(writes: list[StagedWrite]) -> None:
     for n in range(SWAP_ATTEMPTS):
         tables = [_load(w) for w in writes]
         for write, jtable in zip(writes, tables):
+            if jtable.refs().get(write.branch) is None:
+                # Retried like a conflict: the write is staged again from the tables as they are now.
+                raise ConcurrentCommitError(
+                    f"{write.table_id}: its write branch {write.branch} is gone (`lakehouse forget` drops the "
+                    "branches that hold a forgotten person's rows; or it was dropped by hand); nothing was published")
             main_now = _main(jtable)
             if main_now != write.on:
                 _replay(write, jtable, main_now)

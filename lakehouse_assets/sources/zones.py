@@ -143,6 +143,9 @@ class LocalZone:
     def read(self, uri: str) -> bytes:
         return Path(uri.removeprefix("file:")).read_bytes()
 
+    def remove(self, uri: str) -> None:
+        Path(uri.removeprefix("file:")).unlink(missing_ok=True)
+
     def put(self, local: Path, source: str, day: dt.date, name: str) -> str:
         target = self.root / source / f"date={day.isoformat()}" / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -189,6 +192,9 @@ class S3Zone:
     def read(self, uri: str) -> bytes:
         key = uri.split(f"://{self.bucket}/", 1)[1]
         return self.s3.get_client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+    def remove(self, uri: str) -> None:
+        self.s3.get_client().delete_object(Bucket=self.bucket, Key=uri.split(f"://{self.bucket}/", 1)[1])
 
     def put(self, local: Path, source: str, day: dt.date, name: str) -> str:
         key = self._key(source, f"date={day.isoformat()}", name)
