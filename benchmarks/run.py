@@ -145,21 +145,44 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 end = text.find("<!-- bench:", start + len(marker))
                 text = text[:start] + body + ("\n" + text[end:] if end >= 0 else "")
-        RESULTS.write_text(text)
+        RESULTS.write_text(provenance(text))
         print(f"updated: {RESULTS} in {total:.0f} s")
         return 0
     RESULTS.write_text("\n".join([
         "# Benchmark results",
         "",
         f"Run {stamp}.",
-        "Produced by `make bench`; every figure below is measured in that one run, in one Spark session "
-        f"(`local[*]`); the whole run took {total / 60:.1f} min "
+        "Produced by `make bench`; the figures below are measured in that one run, in one Spark session "
+        f"(`local[*]`), but for the sections named on the next line; the whole run took {total / 60:.1f} min "
         f"({', '.join(f'{k} {v:.0f} s' for k, v in timings.items())}).",
+        f"{REMEASURED} none.",
         "",
         *sections,
     ]))
     print(f"written: {RESULTS} in {total:.0f} s")
     return 0
+
+
+REMEASURED = "Sections re-measured alone since that run (`make bench ONLY=...`), each from the run named at its end:"
+
+
+def provenance(text: str) -> str:
+    """The header's line naming the sections whose figures come from a later run of their own, not the full run."""
+    alone = []
+    for section in text.split("<!-- bench:")[1:]:
+        name, _, body = section.partition(" -->")
+        when = body.rpartition("(Re-measured alone: ")[2].split(",", 1)[0] if "(Re-measured alone: " in body else None
+        if when:
+            alone.append(f"{name} ({when})")
+    line = f"{REMEASURED} {', '.join(alone) if alone else 'none'}."
+    lines = text.split("\n")
+    at = next((i for i, ln in enumerate(lines) if ln.startswith(REMEASURED)), None)
+    if at is None:
+        at = next(i for i, ln in enumerate(lines) if ln.startswith("Produced by `make bench`")) + 1
+        lines.insert(at, line)
+    else:
+        lines[at] = line
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
