@@ -115,6 +115,7 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         cur = conn.cursor()
         cur.execute("SELECT count(*) FROM items")
         source_rows = cur.fetchone()[0]
+        server = conn.server_version  # e.g. 150012: 15.12
         conn.close()
 
     defs = build_definitions(load_project(root / "lakehouse.yaml"), settings)
@@ -161,6 +162,7 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         "workload_s": workload_s, "capture_snapshot_s": snapshot["wall_s"], "capture_stream_s": streamed["wall_s"],
         "capture_flowing_s": streamed["flowing_seconds"],
         "bronze_s": timings["bronze"], "silver_s": timings["silver"], "source_rows": source_rows,
+        "postgresql": f"{server // 10000}.{server % 10000}",
         "bronze_bare_s": timings["bronze_bare"], "bronze_stages_s": stages, "landed_mb": sum(
             p.stat().st_size for p in (root / "landing").rglob("*.jsonl")) / 2**20,
         "bare_mb": sum(p.stat().st_size for p in (root / "landing_bare").rglob("*.jsonl")) / 2**20,
@@ -180,7 +182,8 @@ def markdown(results: dict) -> str:
     return "\n".join([
         f"### Real CDC: PostgreSQL -> Debezium -> bronze -> silver ({p['changes']:,} changes)",
         "",
-        f"A throwaway PostgreSQL 15 with {p['initial_rows']:,} rows; the capture took the snapshot, then "
+        f"A throwaway PostgreSQL {results.get('postgresql', '(version not recorded)')} with {p['initial_rows']:,} "
+        "rows; the capture took the snapshot, then "
         f"{p['changes']:,} changes (inserts in transactions of 500, updates, deletes) ran in "
         f"{results['workload_s']:.1f} s and were captured; {p['records_landed']:,} records landed in all "
         f"(tombstones included). Silver ended equal to the source ({results['source_rows']:,} rows).",
