@@ -97,7 +97,7 @@ cluster-demo: setup
 snapshots: setup
 	$(BIN)/python -m lakehouse_assets_tests.test_definitions
 
-# The tests that need no Spark, PostgreSQL, S3 server or process of their own (minutes).
+# The tests not marked spark, postgres, s3, slow or e2e (a few still start small processes: docs/development.md).
 test-fast: setup
 	$(BIN)/pytest -m "not spark and not postgres and not s3 and not slow and not e2e"
 
