@@ -5,8 +5,8 @@ data files under a delete file) still hold them. `forget` therefore:
 
 1. finds where the subject can be: for each event source with a user field,
    its bronze (typed field and raw payload), quarantine (raw lines parsed as
-   JSON, or read as text with JSON's escapes decoded when they do not parse), silver (the
-   field or its pseudonym), rejected (the subject's event keys), gold sessions
+   JSON, or their strings with JSON's escapes decoded when they do not parse),
+   silver (the field or its pseudonym), rejected (the subject's event keys), gold sessions
    and the ML tables; for each CDC table declaring a `subject:` column, its
    bronze (before/after images, key and payload), quarantine, current state and
    history; each declared SQL gold table, in every text column (the subject
@@ -19,8 +19,10 @@ data files under a delete file) still hold them. `forget` therefore:
    (no Iceberg reader, no delete files applied), and finds those still holding
    a row of the subject; removes the tags and write branches that keep such
    files alive, except tags named `legal_hold*`, which it keeps and reports;
-   expires exactly the snapshots that reference such files, and Iceberg removes
-   the files no snapshot references any more;
+   expires exactly the snapshots that reference such files, or manifests that
+   keep the subject in a column bound (the current snapshot's manifests are
+   written again first), and Iceberg removes the files no snapshot references
+   any more;
 4. proves it: the same direct read over every live data file, the files
    scanned, and the rows of the subject found (zero, outside legal holds);
 5. the landing zone: a landed file whose lines it deleted from bronze or a
@@ -30,8 +32,7 @@ data files under a delete file) still hold them. `forget` therefore:
    again. Every line deleted from bronze or a quarantine is recorded in the
    ledger `bronze_forgotten` (file, line and run, nothing of the person), so
    that `lakehouse reconcile` balances: records in = kept + quarantined +
-   forgotten.
-
+   forgotten;
 6. runs in flight: a Dagster run that started before the deletes ended may
    have read the subject's rows and publish them after. With a Dagster
    instance (DAGSTER_HOME), forget waits for those runs to end and deletes
