@@ -251,6 +251,10 @@ def _distinct_texts(array: pa.Array) -> tuple[list[str], bool]:
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
             or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind)):
         return [], False
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        # As bytes: a string column may hold bytes that are not UTF-8 (a raw line as it landed), which Python's
+        # str cannot take; decoded here with replacement, as a file's bytes are.
+        array = array.cast(pa.large_binary() if pa.types.is_large_string(kind) else pa.binary())
     return [_normalised(v) for v in array.unique().to_pylist() if v is not None], False
 
 

@@ -305,3 +305,15 @@ def test_landing_and_warehouse_on_s3_are_listed_and_read_object_by_object(tmp_pa
 def test_an_empty_identifier_is_refused(tmp_path):
     with pytest.raises(ValueError, match="empty"):
         trace_scan(Settings(home=tmp_path), {"subject": ""})
+
+
+def test_a_string_column_holding_bytes_that_are_not_utf8_is_read_and_searched(tmp_path):
+    # A raw line kept as it landed: Parquet's string column holds whatever bytes arrived.
+    raw = pa.array([b"\xb6\xff broken line of " + ANA.email.encode(), b"fine"], pa.binary()).view(pa.string())
+    path = tmp_path / "raw.parquet"
+    parquet(path, pa.table({"payload": raw}))
+    report = TraceReport()
+    scan_file(StoredFile(str(path), "raw.parquet", path.read_bytes), WAREHOUSE, path.read_bytes(),
+              [Needle.of("e-mail", ANA.email)], report)
+    assert not report.unreadable, report.unreadable
+    assert {(h.identifier, h.how) for h in report.hits} >= {("e-mail", "parquet")}
