@@ -55,6 +55,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
@@ -155,6 +156,11 @@ def _cut_texts(line: str) -> Iterator[str]:
             yield body
 
 
+@lru_cache(maxsize=16)
+def _whole_word(subject: str) -> re.Pattern:
+    return re.compile(rf"(?<![\w@.+-]){re.escape(subject)}(?![\w@.+-])", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Names:
     """A raw line (JSON or not) that names the subject: parsed as JSON, any key or value (at any depth, escapes
@@ -166,13 +172,10 @@ class Names:
     subject: str
     lines: tuple[str, ...] = ()
 
-    def _word(self) -> re.Pattern:
-        return re.compile(rf"(?<![\w@.+-]){re.escape(self.subject)}(?![\w@.+-])", re.IGNORECASE)
-
     def holds(self, line: str | None) -> bool:
         if not line:
             return False
-        word = self._word()
+        word = _whole_word(self.subject)
         try:
             texts: Iterator[str] = _texts(json.loads(line))
         except ValueError:
@@ -412,11 +415,17 @@ class Forget:
     def _delete(self, target: Target, proof: TableProof, landed: dict[str, set[str]], dry_run: bool) -> int:
         """Deletes the target's rows of the subject (and purges the files that keep them): how many there were."""
         target = self._resolve(target)
-        rows = self.spark.table(self.lakehouse.table_id(target.table)).where(target.sql()).count()
-        if dry_run:
+        frame = self.spark.table(self.lakehouse.table_id(target.table)).where(target.sql())
+        if dry_run or target.landing is None:
+            rows = frame.count()
+            if not dry_run:
+                self._purge(target, proof, rows)
             return rows
-        if target.landing is not None and rows:
-            landed[target.landing].update(self._record_forgotten(target))
+        lines = frame.select("source_file", "source_line", "run_id", "landing_date").toPandas()
+        rows = len(lines)
+        if rows:
+            self._record_forgotten(target, lines)
+            landed[target.landing].update(lines["source_file"])
             proof.lines_forgotten += rows
         self._purge(target, proof, rows)
         return rows
@@ -431,12 +440,10 @@ class Forget:
                     if isinstance(m, Names) else m for m in target.matchers]
         return replace(target, matchers=matchers)
 
-    def _record_forgotten(self, target: Target) -> set[str]:
-        """Writes the landed lines the target's delete is about to take into the ledger, before the delete: a forget
-        interrupted after it and run again records the same lines again, which reconcile counts once. The files
-        they came from."""
-        lines = self.spark.table(self.lakehouse.table_id(target.table)).where(target.sql()).select(
-            "source_file", "source_line", "run_id", "landing_date").toPandas()
+    def _record_forgotten(self, target: Target, lines: Any) -> None:
+        """Writes the landed lines the target's delete is about to take (a pandas frame of their lineage) into the
+        ledger, before the delete: a forget interrupted after it and run again records the same lines again, which
+        reconcile counts once."""
         now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
         data = pa.table({
             "table_name": pa.array([target.table] * len(lines), pa.string()),
@@ -450,7 +457,6 @@ class Forget:
         catalog, identifier = self.lakehouse.catalog, (self.lakehouse.settings.namespace, FORGOTTEN)
         catalog.create_table_if_not_exists(identifier, schema=data.schema)
         append_retrying(catalog, identifier, data, {"lakehouse.operation": "forget"}, log=self.log)
-        return set(lines["source_file"])
 
     def _landing(self, subject: str, landed: dict[str, set[str]], report: ForgetReport, dry_run: bool) -> None:
         """Removes the landed files whose lines were deleted, when the zone holds them as they were taken; reports
@@ -517,9 +523,10 @@ class Forget:
         if set(dirty) & file_paths(table):
             raise MaintenanceError(f"forget: {table_id} still holds the subject in files of its current snapshot "
                                    "after the delete; nothing was expired")
-        if table.metadata.current_snapshot_id in self._snapshots_naming(table):
-            table = self._rewrite_manifests(target.table)
         naming = self._snapshots_naming(table)
+        if table.metadata.current_snapshot_id in naming:
+            table = self._rewrite_manifests(target.table)
+            naming = self._snapshots_naming(table)
         if not dirty and not naming:
             return
         if table.metadata.current_snapshot_id in naming:
