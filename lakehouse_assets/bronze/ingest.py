@@ -33,7 +33,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..errors import BalanceError
+from ..errors import BalanceError, ConcurrentCommitError
 from ..partitions import SINGLE_RUN
 from ..project import LandingPolicy
 from ..project.model import INGEST_LOG as INGEST_LOG_NAME
@@ -183,26 +183,28 @@ def stage_new_files(table: TableHandle, df: DataFrame | None, fresh: list[str], 
                     scope: Window, properties: dict[str, str] | None = None,
                     watermarks: tuple[dt.datetime | None, dt.datetime | None] = (None, None),
                     base: Any = CURRENT) -> StagedWrite:
-    """Stage the rows of `df`, less those of the `fresh` files (taken for the first time) that the table's main
-    branch already holds. `scope`: the landing days of the run's files, the only rows its decisions read.
-    `watermarks`: the newest event time and landing time of these rows (runtime/freshness.py). `df` None: no
-    rows to add, the branch gets the stamped commit only. `base`: the snapshot the decisions were read at."""
+    """Stage the rows of `df`; when the table's main branch already holds rows of a `fresh` file (one taken for the
+    first time), another run took it since the decisions were read, and the attempt is retried (ConcurrentCommitError).
+    `scope`: the landing days of the run's files, the only rows its decisions read. `watermarks`: the newest event
+    time and landing time of these rows (runtime/freshness.py). `df` None: no rows to add, the branch gets the
+    stamped commit only. `base`: the snapshot the decisions were read at."""
     base = table.create().snapshot_id() if base is CURRENT else base
+    if df is not None and base is not None and fresh:
+        taken = sorted(
+            r.source_file for r in table.read(snapshot_id=base)
+            .where(of_files(fresh)).select("source_file").distinct().collect()
+        )
+        if taken:  # another writer took them after this run's decisions were read: decide again
+            raise ConcurrentCommitError(
+                f"{table.name}: {len(taken)} of the files this run decided to take were written by another run "
+                f"since (e.g. {taken[0]}); deciding again on what the tables hold now")
     # Bronze takes new fields as they come (schema drift): its writes may evolve the table.
     staged = stage(table, run_id, asset, label, base, evolve=True, scope=scope).with_watermarks(*watermarks)
     staged.properties.update(properties or {})
     if df is None:
         staged.stamped = False  # stamped when published (runtime/publish.py: publish_all)
         return staged
-    rows = df
-    if base is not None and fresh:
-        taken = [
-            r.source_file for r in table.read(snapshot_id=base)
-            .where(of_files(fresh)).select("source_file").distinct().collect()
-        ]
-        if taken:
-            rows = df.where(~F.col("source_file").isin(taken))
-    return staged.append(rows, fanout=True)
+    return staged.append(df, fanout=True)
 
 
 def _conform(df: DataFrame, schema: T.StructType) -> DataFrame:
@@ -363,9 +365,9 @@ def ingest(
             with report.timed("read files"):
                 read_take(lakehouse, source, take, now, log)
         report.files_read, report.waiting = len(take.decisions), sorted(take.waiting)
+        report.records_in = sum(take.records().values()) if take.decisions else 0  # this attempt's, not an earlier's
         if not take.decisions:
             return None
-        report.records_in = sum(take.records().values())
         return _write(lakehouse, source, take, (ingest_log, bronze, quarantine), run_id, label, report, log,
                       properties)
 

@@ -181,3 +181,30 @@ def test_a_rollback_to_before_an_append_undoes_that_version_only_and_the_lines_a
     assert counts(ingest(lakehouse)) == (3, 2, 1)  # the appended lines, taken again, once
     assert rows(lakehouse, "bronze_events") == [("a.jsonl", n) for n in (1, 2, 3, 4, 5, 7)]
     assert balanced(lakehouse) == 7
+
+
+def test_a_file_another_run_takes_after_this_run_decided_is_decided_again_and_held_once(lakehouse, monkeypatch):
+    """Two runs list the same new file; the other one publishes it after this run read the ingest log and before
+    this run writes bronze (a backfill beside the stream). This run decides again and takes nothing twice."""
+    import lakehouse_assets.bronze.ingest as ingest_module
+
+    (folder(lakehouse) / "a.jsonl").write_text(lines(0, 6, bad={2}))
+    decided, now = ingest_module.look, LandingPolicy(settle=dt.timedelta(0))
+    other: list = []
+
+    def look_then_the_other_run_publishes(*args, **kwargs):
+        found = decided(*args, **kwargs)
+        if not other:
+            monkeypatch.setattr(ingest_module, "look", decided)
+            other.append(_take(lakehouse, now))
+            monkeypatch.setattr(ingest_module, "look", look_then_the_other_run_publishes)
+        return found
+
+    monkeypatch.setattr(ingest_module, "look", look_then_the_other_run_publishes)
+    report = _take(lakehouse, now)
+    assert (other[0].records_in, other[0].retries) == (6, 0)
+    assert report.retries == 1 and report.records_in == 0  # the second decision: nothing left to take
+    assert rows(lakehouse, "bronze_events") == [("a.jsonl", n) for n in (1, 2, 4, 5, 6)]
+    assert rows(lakehouse, "bronze_events_quarantine") == [("a.jsonl", 3)]
+    assert log(lakehouse) == [("a.jsonl", 1, "new", 6, 5, 1, 6)]
+    assert balanced(lakehouse) == 6

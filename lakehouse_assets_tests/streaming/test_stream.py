@@ -220,16 +220,14 @@ def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_
     land(landing, OLD_DAY, "old.jsonl", old)
     live = [batch_of(f"live{n}", 15, now() - dt.timedelta(minutes=10 - n)) for n in range(4)]
     stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1)
-    stream_done = threading.Event()
+    stop = threading.Event()
     errors: list[BaseException] = []
 
     def run_stream():
         try:
-            stream.run(until_idle=20, max_seconds=300)
+            stream.run(until_idle=20, max_seconds=300, stop=stop)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
-        finally:
-            stream_done.set()
 
     def feed():
         for n, lines in enumerate(live):
@@ -241,12 +239,17 @@ def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_
         t.start()
     time.sleep(5)
     backfill_started = time.time()
-    backfill = materialize(assets("bronze_events", "silver_events", "gold_minute_activity"),
-                           resources={"lakehouse": lakehouse}, partition_key=OLD_DAY.isoformat(),
-                           instance=DagsterInstance.ephemeral())
-    backfill_ended = time.time()
-    for t in threads:
-        t.join()
+    try:
+        backfill = materialize(assets("bronze_events", "silver_events", "gold_minute_activity"),
+                               resources={"lakehouse": lakehouse}, partition_key=OLD_DAY.isoformat(),
+                               instance=DagsterInstance.ephemeral())
+    except BaseException:
+        stop.set()  # the stream stops with the test: its query name stays free for the next test
+        raise
+    finally:
+        backfill_ended = time.time()
+        for t in threads:
+            t.join()
     assert backfill.success and not errors, errors
     mats = [e.event_specific_data.materialization for e in backfill.get_asset_materialization_events()]
     retries = {m.asset_key.to_user_string(): m.metadata["commit_retries"].value for m in mats}
