@@ -28,7 +28,7 @@ from lakehouse_assets.runtime.status import heartbeat_file
 from lakehouse_assets.settings import Settings
 
 from ..shop import temporary_instance
-from ..silver.test_cdc_silver import expected_row
+from ..silver.test_cdc_silver import expected_row, last_changes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # whole processes: the daemon, the stream
 
@@ -169,8 +169,9 @@ def _cdc_truth(generated, key: bytes) -> dict[str, dict]:
     """The generator's source tables as silver stores them, keyed by primary key."""
     truth = {}
     for table, rows in generated.true_state.items():
+        last = last_changes(generated, table)
         truth[table] = {k: {c: v.replace(tzinfo=dt.timezone.utc) if isinstance(v, dt.datetime) else v
-                            for c, v in expected_row(CDC_TABLES[table], row, key).items()}
+                            for c, v in expected_row(CDC_TABLES[table], row, key, last[k], drifted=False).items()}
                         for k, row in rows.items()}
     return truth
 

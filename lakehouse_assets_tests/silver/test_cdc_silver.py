@@ -90,6 +90,14 @@ def expected_row(info, row, key, last, drifted):
     return out
 
 
+def last_changes(generated, table):
+    """Key -> the newest change of it, in source (commit) order."""
+    last = {}
+    for change in sorted((c for c in generated.history if c.table == table), key=lambda c: c.position):
+        last[change.key] = change
+    return last
+
+
 def assert_current_state_is_the_source(lakehouse, generated, table, drifted):
     info = CDC_TABLES[table]
     key = pii_key(lakehouse.settings)
@@ -98,9 +106,7 @@ def assert_current_state_is_the_source(lakehouse, generated, table, drifted):
     assert set(silver.columns) == expected_columns | {"change_position", "last_op", "source_ts"}
     rows = silver.collect()
     got = {tuple(r[k] for k in info.primary_key): r.asDict() for r in rows}
-    last = {}  # key -> the newest change of it, in source (commit) order
-    for change in sorted((c for c in generated.history if c.table == table), key=lambda c: c.position):
-        last[change.key] = change
+    last = last_changes(generated, table)
     truth = {k: expected_row(info, row, key, last[k], drifted) for k, row in generated.true_state[table].items()}
     assert len(rows) == len(got) == len(truth)
     assert got == truth
