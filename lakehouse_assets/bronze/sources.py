@@ -56,13 +56,13 @@ def event_landing_source(source: EventSource, policy: LandingPolicy | None = Non
 
 def _cdc_survey(lines: DataFrame, table_schema: T.StructType, files: list[str]) -> tuple[list, dict]:
     found = survey_cdc(lines, table_schema, first_lines(lines.sparkSession, files, MAX_RECORD_BYTES).values())
-    return found.new_fields, {"schemas": found.schemas}
+    return found.new_fields, {"heads": found.heads}
 
 
 def _cdc_new_columns(lines: DataFrame, table_schema: T.StructType, keys: list[str],
-                     schemas: tuple[str, ...] | list[str] = ()) -> tuple[list, dict]:
-    found = typed_new_fields(lines, table_schema, keys, schemas)
-    return found.new_fields, {"schemas": found.schemas}
+                     heads: tuple[str, ...] | list[str] = ()) -> tuple[list, dict]:
+    found = typed_new_fields(lines, table_schema, keys, heads)
+    return found.new_fields, {"heads": found.heads}
 
 
 def cdc_bronze_spec(table: CdcTable) -> TableSpec:

@@ -123,44 +123,59 @@ def _text_type(image: T.StructType) -> T.StructType:
 
 
 _WRAPPED_HEAD, _WRAPPED_PAYLOAD = '{"schema":', ',"payload":'
+_HEAD_OPEN = re.compile(r'\{[ \t]*"schema"[ \t]*:[ \t]*')
+_HEAD_PAYLOAD = re.compile(r'[ \t]*,[ \t]*"payload"[ \t]*:[ \t]*')
 
 
 def schema_prefix(schema: str) -> str:
-    """How a wrapped record with this schema text (as landed) begins, up to its payload."""
+    """How a record wrapped by Kafka Connect's JSON converter (compact) with this schema text begins, up to its
+    payload."""
     return f"{_WRAPPED_HEAD}{schema}{_WRAPPED_PAYLOAD}"
 
 
 def landed_schema(line: str) -> str | None:
-    """The schema text of a wrapped record exactly as it landed (`{"schema":<this>,"payload":...}`, the way
-    Debezium's JSON converter writes it); None for any other line."""
-    if not line.startswith(_WRAPPED_HEAD):
+    """How a wrapped record (`{"schema": <schema>, "payload": ...}`) begins, exactly as it landed, up to its
+    payload's value: its head. Compact as Debezium's JSON converter writes it, or spaced as JSON written by other
+    tools is (`", "` and `": "`): the records of one file share their head byte for byte. None for any other
+    line."""
+    opened = _HEAD_OPEN.match(line)
+    if opened is None:
         return None
     try:
-        _, end = json.JSONDecoder().raw_decode(line, len(_WRAPPED_HEAD))
+        _, end = json.JSONDecoder().raw_decode(line, opened.end())
     except ValueError:
         return None
-    return line[len(_WRAPPED_HEAD):end] if line.startswith(_WRAPPED_PAYLOAD, end) else None
+    payload = _HEAD_PAYLOAD.match(line, end)
+    return line[:payload.end()] if payload is not None else None
 
 
-def _known_schema(schemas: Iterable[str]) -> tuple[Column, list[tuple[int, str]]]:
-    """Per line, the index of the known schema it begins with (null for none), and the known schemas."""
-    known = [(n, text) for n, text in enumerate(dict.fromkeys(schemas)) if encodings_of(text) is not None]
+def head_schema(head: str) -> str:
+    """The record schema's text inside a head (`landed_schema`)."""
+    start = _HEAD_OPEN.match(head)
+    assert start is not None, "a head begins with its schema"
+    _, end = json.JSONDecoder().raw_decode(head, start.end())
+    return head[start.end():end]
+
+
+def _known_schema(heads: Iterable[str]) -> tuple[Column, list[tuple[int, str]]]:
+    """Per line, the index of the known head it begins with (null for none), and the known heads."""
+    known = [(n, head) for n, head in enumerate(dict.fromkeys(heads)) if encodings_of(head_schema(head)) is not None]
     index = F.lit(None).cast("int")
-    for n, text in reversed(known):
-        index = F.when(F.col("payload").startswith(schema_prefix(text)), F.lit(n)).otherwise(index)
+    for n, head in reversed(known):
+        index = F.when(F.col("payload").startswith(head), F.lit(n)).otherwise(index)
     return index, known
 
 
-def _envelopes(lines: DataFrame, image: T.StructType, schemas: Iterable[str]) -> DataFrame:
+def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> DataFrame:
     """The lineage columns, `clean` (read at once) and one struct `u` per line: its envelope, as text, however
     it was written.
 
-    A wrapped record that begins with one of `schemas` (the schema texts of these lines' files as landed,
-    worked out once) has only its payload parsed: the schema, most of its bytes, is compared, not read, and
-    its encodings are that schema's literal. Any other record Debezium wrote (an object, bare or wrapped as
-    `{"schema", "payload"}`, whose images are objects) is parsed once, images included, and decodes a wrapped
-    record's own schema. Every other line takes the path that names what is wrong with it: the line, then
-    the envelope, then each image, parsed as text one by one.
+    A wrapped record that begins with one of `heads` (how these lines' files' wrapped records begin, up to
+    their payload, as landed: `landed_schema`; each worked out once) has only its payload parsed: the schema,
+    most of its bytes, is compared, not read, and its encodings are that schema's literal. Any other record
+    Debezium wrote (an object, bare or wrapped as `{"schema", "payload"}`, whose images are objects) is parsed
+    once, images included, and decodes a wrapped record's own schema. Every other line takes the path that
+    names what is wrong with it: the line, then the envelope, then each image, parsed as text one by one.
     """
     text = _text_type(image)
     envelope = T.StructType([T.StructField("before", text), T.StructField("after", text),
@@ -170,15 +185,15 @@ def _envelopes(lines: DataFrame, image: T.StructType, schemas: Iterable[str]) ->
     options = {"columnNameOfCorruptRecord": "_corrupt_record"}
     one_pass = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", envelope),
                              *envelope.fields, corrupt])
-    index, known = _known_schema(schemas)
+    index, known = _known_schema(heads)
     staged = lines.withColumn("k", index)
     k = F.col("k")
     # From the first byte after the schema's prefix: the payload object (the record's closing brace after it
     # is past the end of the object, which is where parsing stops). Cut as bytes: a string's substring counts
     # characters, a walk through the whole schema on every line.
     after_prefix = F.lit(None).cast("string")
-    for n, schema in known:
-        start = len(schema_prefix(schema).encode()) + 1
+    for n, head in known:
+        start = len(head.encode()) + 1
         after_prefix = F.when(k == n, F.expr(f"cast(substring(cast(payload as binary), {start}) as string)")
                               ).otherwise(after_prefix)
     staged = staged.withColumns({
@@ -197,8 +212,8 @@ def _envelopes(lines: DataFrame, image: T.StructType, schemas: Iterable[str]) ->
     fast_env = F.when(k.isNotNull(), F.struct(*(g[n].alias(n) for n in envelope.fieldNames()))).when(
         f["schema"].isNotNull(), f["payload"]).otherwise(F.struct(*(f[n].alias(n) for n in envelope.fieldNames())))
     literal = F.lit(None)
-    for n, schema in reversed(known):
-        literal = F.when(k == n, encodings_of(schema)).otherwise(literal)
+    for n, head in reversed(known):
+        literal = F.when(k == n, encodings_of(head_schema(head))).otherwise(literal)
     fast_encodings = F.when(k.isNotNull(), literal).when(wrapped, column_encodings(F.from_json(f["schema"], SCHEMA)))
 
     # The other lines, one layer at a time (null for the lines read above).
@@ -255,16 +270,16 @@ def _present(text: Column) -> Column:
 
 
 def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | None = None,
-              schemas: Iterable[str] = ()) -> DataFrame:
+              heads: Iterable[str] = ()) -> DataFrame:
     """Bronze CDC columns for `info`, the lineage columns and `reason` (null for a good record).
 
-    `schemas`: the distinct schema texts of the wrapped records in `lines` (`survey_cdc`), decoded once each.
+    `heads`: how the wrapped records in `lines` begin, up to their payload (`survey_cdc`), each schema decoded once.
     """
     image = table_schema["after"].dataType if table_schema else image_type(info)
     assert isinstance(image, T.StructType)  # the before/after images are structs
     e = F.col("u")
     # Each image decoded once, in a projection of its own: its values and its reason both read it.
-    parsed = _envelopes(lines, image, schemas).withColumns({
+    parsed = _envelopes(lines, image, heads).withColumns({
         "before_v": _decoded(info, e["before"], image, e["encodings"]),
         "after_v": _decoded(info, e["after"], image, e["encodings"]),
     })
@@ -346,15 +361,15 @@ class CdcSurvey:
     """What a look at a run's lines finds before they are parsed."""
 
     new_fields: list[tuple[str, str]]  # (column path, type) of image fields the table lacks
-    schemas: list[str]  # record schemas of wrapped records as landed, each decoded once (the first line of each file)
+    heads: list[str]  # wrapped records' beginnings up to their payload, as landed (the first line of each file)
 
 
 MAX_SCHEMAS = 16  # literal encodings per run; records of any other schema decode theirs one by one
 
 
 def survey_cdc(lines: DataFrame, table_schema: T.StructType, first_lines: Iterable[str] | None = None) -> CdcSurvey:
-    """The record schemas of the files' first lines (`first_lines`; read from `lines` when not given), and the
-    fields of those schemas that the table's image struct lacks (a column added upstream).
+    """The heads of the files' first lines (`first_lines`; read from `lines` when not given), and the fields of
+    their record schemas that the table's image struct lacks (a column added upstream).
 
     A schema is the same on every record of a table until its columns change, so the first line of each
     file finds it; the records that begin with a schema found have its fields. Fields of other records
@@ -363,19 +378,19 @@ def survey_cdc(lines: DataFrame, table_schema: T.StructType, first_lines: Iterab
     """
     if first_lines is None:
         first_lines = [r.payload for r in lines.where(F.col("source_line") == 1).select("payload").collect()]
-    schemas = list(dict.fromkeys(s for line in first_lines if (s := landed_schema(line)) is not None))[:MAX_SCHEMAS]
-    return typed_new_fields(lines, table_schema, [name for text in schemas for name, *_ in _schema_columns(text)],
-                            schemas)
+    heads = list(dict.fromkeys(h for line in first_lines if (h := landed_schema(line)) is not None))[:MAX_SCHEMAS]
+    return typed_new_fields(lines, table_schema, [name for h in heads for name, *_ in _schema_columns(head_schema(h))],
+                            heads)
 
 
-def new_image_keys(table_schema: T.StructType, schemas: Iterable[str] = ()) -> Column:
+def new_image_keys(table_schema: T.StructType, heads: Iterable[str] = ()) -> Column:
     """Per line: the keys of its before/after images that the table's image struct lacks, for the records that
-    do not begin with one of `schemas` (their fields are that schema's). An array, empty for most lines; a
+    do not begin with one of `heads` (their fields are that head's schema's). An array, empty for most lines; a
     column gathered while bronze is written."""
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
     known = sorted({f.name for f in after.fields})
-    index, _ = _known_schema(schemas)
+    index, _ = _known_schema(heads)
     # Images as maps: their keys in the one parse (the schema is skipped, not copied). A record whose images
     # are not objects gives none: it is quarantined.
     image = T.MapType(T.StringType(), T.StringType())
@@ -389,31 +404,31 @@ def new_image_keys(table_schema: T.StructType, schemas: Iterable[str] = ()) -> C
 
 
 def typed_new_fields(lines: DataFrame, table_schema: T.StructType, keys: Iterable[str],
-                     schemas: Iterable[str]) -> CdcSurvey:
+                     heads: Iterable[str]) -> CdcSurvey:
     """`keys` (image fields found in `lines`) that the table lacks, as new nullable fields of both `before` and
-    `after`, typed from the record schemas that have them (a string otherwise), and the schemas known."""
+    `after`, typed from the record schemas that have them (a string otherwise), and the heads known."""
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
     known = {f.name for f in after.fields}
-    schemas = list(schemas)
+    heads = list(heads)
     new = sorted({k for k in keys if _DRIFT_NAME.match(k) and k not in known})[:32]
-    have = {name for text in schemas for name, *_ in _schema_columns(text)}
+    have = {name for h in heads for name, *_ in _schema_columns(head_schema(h))}
     if set(new) - have:  # a column added upstream past a file's first line: the records that have it type it
-        index, _ = _known_schema(schemas)
+        index, _ = _known_schema(heads)
         named = F.lit(False)
         for name in sorted(set(new) - have):
             named = named | F.col("payload").contains(json.dumps(name))
         later = lines.where(named & index.isNull()).groupBy(F.get_json_object("payload", "$.schema")).agg(
             F.min_by("payload", "source_line").alias("payload")).limit(MAX_SCHEMAS).collect()
-        schemas = list(dict.fromkeys([*(s for r in later if (s := landed_schema(r.payload))), *schemas]))[:MAX_SCHEMAS]
+        heads = list(dict.fromkeys([*(h for r in later if (h := landed_schema(r.payload))), *heads]))[:MAX_SCHEMAS]
     types: dict[str, str] = {}
-    for text in schemas:
-        for name, connect_type, semantic, parameters in _schema_columns(text):
+    for h in heads:
+        for name, connect_type, semantic, parameters in _schema_columns(head_schema(h)):
             types.setdefault(name, declared_type_of(connect_type, semantic, parameters))
     return CdcSurvey(
         new_fields=[(f"{side}.{name}", spark_type(types.get(name, "string")).simpleString())
                     for name in new for side in ("before", "after")],
-        schemas=schemas,
+        heads=heads,
     )
 
 

@@ -55,13 +55,13 @@ def _schema(*extra: dict) -> dict:
     ]}
 
 
-def _wrapped(n: int, total_cents: int, schema: dict | None = None, **extra) -> str:
+def _wrapped(n: int, total_cents: int, schema: dict | None = None, separators=(",", ":"), **extra) -> str:
     micros = 1735725600000000 + n
     after = {"order_id": n, "customer_id": 7, "status": "paid", "total": _two_complement(total_cents),
              "order_ts": micros, "updated_at": micros, **extra}
     envelope = {"before": None, "after": after, "op": "c", "ts_ms": 1735725601000,
                 "source": {"lsn": 1000 + n, "ts_ms": 1735725600000, "sequence": f'["{900 + n}","{1000 + n}"]'}}
-    return json.dumps({"schema": schema or _schema(), "payload": envelope}, separators=(",", ":"))
+    return json.dumps({"schema": schema or _schema(), "payload": envelope}, separators=separators)
 
 
 def _lines(spark, texts: list[str]):
@@ -111,15 +111,15 @@ def test_every_line_parses_the_same_on_the_one_pass_and_the_layer_by_layer_path(
     lines = read_lines(spark, files)
     schema = bronze_cdc_schema(info)
     survey = survey_cdc(lines, schema)
-    assert survey.schemas, "the generator's wrapped files carry a schema on their first line"
-    one_pass = _rows(parse_cdc(info, lines, schema, schemas=survey.schemas))
+    assert survey.heads, "the generator's wrapped files carry a schema on their first line"
+    one_pass = _rows(parse_cdc(info, lines, schema, heads=survey.heads))
     per_record = _rows(parse_cdc(info, lines, schema))
     # A wrapped record of a schema already seen is read at once (its payload alone) exactly where the whole
     # record would be: the shortcut refuses no line the one-pass parse takes.
-    at_once = cdc._envelopes(lines, cdc.image_type(info), survey.schemas).where("clean")
+    at_once = cdc._envelopes(lines, cdc.image_type(info), survey.heads).where("clean")
     assert at_once.count() == cdc._envelopes(lines, cdc.image_type(info), []).where("clean").count() > 0
     monkeypatch.setattr(cdc, "MAX_RECORD_BYTES", -1)  # no line is read in one pass
-    layered = _rows(parse_cdc(info, lines, schema, schemas=survey.schemas))
+    layered = _rows(parse_cdc(info, lines, schema, heads=survey.heads))
     assert one_pass == layered == per_record
     assert sum(r[-1] is not None for r in one_pass) > 0  # the broken lines are among them
 
@@ -129,16 +129,33 @@ def test_connect_decimals_and_micro_timestamps_parse_the_same_either_way(spark, 
     lines = _lines(spark, texts)
     schema = bronze_cdc_schema(ORDERS)
     survey = survey_cdc(lines, schema)
-    assert survey.schemas == [json.dumps(_schema(), separators=(",", ":"))]
-    rows = parse_cdc(ORDERS, lines, schema, schemas=survey.schemas)
+    assert survey.heads == [cdc.schema_prefix(json.dumps(_schema(), separators=(",", ":")))]
+    rows = parse_cdc(ORDERS, lines, schema, heads=survey.heads)
     got = {r.source_line: (r.after.total if r.after else None, r.reason) for r in rows.collect()}
     assert got[2] == (Decimal("19.99"), None) and got[3] == (Decimal("-0.01"), None)
     assert got[4] == (Decimal("123456789.01"), None)
     assert got[5][1] == f"after.total is not a decimal(12,2): {_two_complement(10**12)}"  # 13 digits
     assert rows.first().after.order_ts == dt.datetime(2025, 1, 1, 10, 0, 0, 1)  # host zone: UTC in tests
     monkeypatch.setattr(cdc, "MAX_RECORD_BYTES", -1)
-    assert _rows(parse_cdc(ORDERS, lines, schema, schemas=survey.schemas)) == _rows(rows)
+    assert _rows(parse_cdc(ORDERS, lines, schema, heads=survey.heads)) == _rows(rows)
     assert _rows(parse_cdc(ORDERS, lines, schema)) == _rows(rows)
+
+
+def test_records_written_with_spaces_take_the_same_fast_path_and_give_the_same_rows(spark):
+    """JSON as a relay written in Python passes it on (`", "` and `": "`, or indented by a space): the head of each
+    file's records is taken as it landed, so they are read as fast as the converter's compact form."""
+    cents = [0, 1999, -1, 12_345_678_901, 10**12]
+    schema = bronze_cdc_schema(ORDERS)
+    compact = _lines(spark, [_wrapped(n, c) for n, c in enumerate(cents, 1)])
+    want = _rows(parse_cdc(ORDERS, compact, schema, heads=survey_cdc(compact, schema).heads).drop("payload"))
+    for separators in ((", ", ": "), (" , ", " : ")):
+        lines = _lines(spark, [_wrapped(n, c, separators=separators) for n, c in enumerate(cents, 1)])
+        survey = survey_cdc(lines, schema)
+        assert [cdc.head_schema(h) for h in survey.heads] == [json.dumps(_schema(), separators=separators)]
+        at_once = cdc._envelopes(lines, cdc.image_type(ORDERS), survey.heads)
+        assert at_once.where("clean AND u.encodings IS NOT NULL").count() == len(cents)  # the schema's, read once
+        assert _rows(parse_cdc(ORDERS, lines, schema, heads=survey.heads).drop("payload")) == want
+        assert _rows(parse_cdc(ORDERS, lines, schema).drop("payload")) == want
 
 
 def test_a_column_added_after_a_files_first_line_is_typed_from_the_schema_that_has_it(spark):
@@ -148,12 +165,12 @@ def test_a_column_added_after_a_files_first_line_is_typed_from_the_schema_that_h
     lines = _lines(spark, texts)
     schema = bronze_cdc_schema(ORDERS)
     survey = survey_cdc(lines, schema)
-    assert survey.new_fields == [] and len(survey.schemas) == 1  # the first line's schema has no new field
+    assert survey.new_fields == [] and len(survey.heads) == 1  # the first line's schema has no new field
     # Gathered as bronze is written: only the record whose schema is not the first line's is read for keys.
-    keys = lines.select(F.flatten(F.collect_set(new_image_keys(schema, survey.schemas))).alias("k")).first().k
+    keys = lines.select(F.flatten(F.collect_set(new_image_keys(schema, survey.heads))).alias("k")).first().k
     assert keys == ["credit"]
-    typed = typed_new_fields(lines, schema, keys, survey.schemas)
+    typed = typed_new_fields(lines, schema, keys, survey.heads)
     assert typed.new_fields == [("before.credit", "decimal(9,3)"), ("after.credit", "decimal(9,3)")]
-    assert len(typed.schemas) == 2  # the new schema is decoded once too
+    assert len(typed.heads) == 2  # the new schema is decoded once too
     # A file that begins with the new schema: its columns are known before any line is parsed.
     assert survey_cdc(lines, schema, [texts[2]]).new_fields == typed.new_fields

@@ -97,7 +97,7 @@ def _parsed(spark, texts: list[str]) -> dict[int, tuple]:
         [(f"file:/landing/cdc/payments/date={day}/x.jsonl", n, day, text) for n, text in enumerate(texts, 1)],
         "source_file string, source_line int, landing_date date, payload string")
     schema = bronze_cdc_schema(info)
-    rows = parse_cdc(info, lines, schema, schemas=survey_cdc(lines, schema).schemas).collect()
+    rows = parse_cdc(info, lines, schema, heads=survey_cdc(lines, schema).heads).collect()
     return {r.source_line: (r.after.amount if r.after else None, r.after.fee if r.after else None,
                             r.after.credit if r.after else None, r.reason) for r in rows}
 
