@@ -31,6 +31,8 @@ from .common import lakehouse, materialize_partition
 DECLARATION = """\
 name: bench_cdc
 start_date: {start}
+landing:
+  settle: 0s  # the capture renames each file into place whole: nothing to wait for
 cdc:
   bench:
     connector: postgresql
