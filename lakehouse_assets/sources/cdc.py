@@ -122,18 +122,11 @@ def _text_type(image: T.StructType) -> T.StructType:
     return T.StructType([T.StructField(f.name, T.StringType()) for f in image.fields])
 
 
-_WRAPPED_HEAD, _WRAPPED_PAYLOAD = '{"schema":', ',"payload":'
 _HEAD_OPEN = re.compile(r'\{[ \t]*"schema"[ \t]*:[ \t]*')
 _HEAD_PAYLOAD = re.compile(r'[ \t]*,[ \t]*"payload"[ \t]*:[ \t]*')
 
 
-def schema_prefix(schema: str) -> str:
-    """How a record wrapped by Kafka Connect's JSON converter (compact) with this schema text begins, up to its
-    payload."""
-    return f"{_WRAPPED_HEAD}{schema}{_WRAPPED_PAYLOAD}"
-
-
-def landed_schema(line: str) -> str | None:
+def landed_head(line: str) -> str | None:
     """How a wrapped record (`{"schema": <schema>, "payload": ...}`) begins, exactly as it landed, up to its
     payload's value: its head. Compact as Debezium's JSON converter writes it, or spaced as JSON written by other
     tools is (`", "` and `": "`): the records of one file share their head byte for byte. None for any other
@@ -150,7 +143,7 @@ def landed_schema(line: str) -> str | None:
 
 
 def head_schema(head: str) -> str:
-    """The record schema's text inside a head (`landed_schema`)."""
+    """The record schema's text inside a head (`landed_head`)."""
     start = _HEAD_OPEN.match(head)
     assert start is not None, "a head begins with its schema"
     _, end = json.JSONDecoder().raw_decode(head, start.end())
@@ -171,7 +164,7 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
     it was written.
 
     A wrapped record that begins with one of `heads` (how these lines' files' wrapped records begin, up to
-    their payload, as landed: `landed_schema`; each worked out once) has only its payload parsed: the schema,
+    their payload, as landed: `landed_head`; each worked out once) has only its payload parsed: the schema,
     most of its bytes, is compared, not read, and its encodings are that schema's literal. Any other record
     Debezium wrote (an object, bare or wrapped as `{"schema", "payload"}`, whose images are objects) is parsed
     once, images included, and decodes a wrapped record's own schema. Every other line takes the path that
@@ -378,7 +371,7 @@ def survey_cdc(lines: DataFrame, table_schema: T.StructType, first_lines: Iterab
     """
     if first_lines is None:
         first_lines = [r.payload for r in lines.where(F.col("source_line") == 1).select("payload").collect()]
-    heads = list(dict.fromkeys(h for line in first_lines if (h := landed_schema(line)) is not None))[:MAX_SCHEMAS]
+    heads = list(dict.fromkeys(h for line in first_lines if (h := landed_head(line)) is not None))[:MAX_SCHEMAS]
     return typed_new_fields(lines, table_schema, [name for h in heads for name, *_ in _schema_columns(head_schema(h))],
                             heads)
 
@@ -420,7 +413,7 @@ def typed_new_fields(lines: DataFrame, table_schema: T.StructType, keys: Iterabl
             named = named | F.col("payload").contains(json.dumps(name))
         later = lines.where(named & index.isNull()).groupBy(F.get_json_object("payload", "$.schema")).agg(
             F.min_by("payload", "source_line").alias("payload")).limit(MAX_SCHEMAS).collect()
-        heads = list(dict.fromkeys([*(h for r in later if (h := landed_schema(r.payload))), *heads]))[:MAX_SCHEMAS]
+        heads = list(dict.fromkeys([*(h for r in later if (h := landed_head(r.payload))), *heads]))[:MAX_SCHEMAS]
     types: dict[str, str] = {}
     for h in heads:
         for name, connect_type, semantic, parameters in _schema_columns(head_schema(h)):
