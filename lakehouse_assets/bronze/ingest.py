@@ -365,7 +365,7 @@ def ingest(
             with report.timed("read files"):
                 read_take(lakehouse, source, take, now, log)
         report.files_read, report.waiting = len(take.decisions), sorted(take.waiting)
-        report.records_in = sum(take.records().values()) if take.decisions else 0  # this attempt's, not an earlier's
+        report.records_in = sum(take.records().values())  # this attempt's (0 when it takes nothing), not an earlier's
         if not take.decisions:
             return None
         return _write(lakehouse, source, take, (ingest_log, bronze, quarantine), run_id, label, report, log,

@@ -418,16 +418,15 @@ class Forget:
         frame = self.spark.table(self.lakehouse.table_id(target.table)).where(target.sql())
         if dry_run or target.landing is None:
             rows = frame.count()
-            if not dry_run:
-                self._purge(target, proof, rows)
-            return rows
-        lines = frame.select("source_file", "source_line", "run_id", "landing_date").toPandas()
-        rows = len(lines)
-        if rows:
-            self._record_forgotten(target, lines)
-            landed[target.landing].update(lines["source_file"])
-            proof.lines_forgotten += rows
-        self._purge(target, proof, rows)
+        else:  # landed lines: their lineage read once, recorded before the delete, and counted from it
+            lines = frame.select("source_file", "source_line", "run_id", "landing_date").toPandas()
+            rows = len(lines)
+            if rows:
+                self._record_forgotten(target, lines)
+                landed[target.landing].update(lines["source_file"])
+                proof.lines_forgotten += rows
+        if not dry_run:
+            self._purge(target, proof, rows)
         return rows
 
     def _resolve(self, target: Target) -> Target:
