@@ -28,6 +28,7 @@ from . import (
     backfill,
     cdc_capture,
     cluster,
+    cold_start,
     compaction,
     growth,
     growth_cdc,
@@ -105,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             ("backfill", backfill, lambda: backfill.run(spark, settings, days=10,
                                                         events_per_day=max(200, int(2_000 * scale)))),
             ("cdc_capture", cdc_capture, lambda: cdc_capture.run(spark, settings, changes=max(100_000, int(1_000_000 * scale)))),
+            # Runs in fresh processes, with the JVM's class-data archive and without.
+            ("cold_start", cold_start, lambda: cold_start.run(events=max(500, int(2_000 * scale)))),
             # Child processes of their own: local[2], then a two-worker standalone cluster.
             ("cluster", cluster, lambda: cluster.run(rows=int(MERGE_ROWS * scale), changes=int(MERGE_CHANGES * scale))),
             # Its own stream process: events land at 1,000 to 50,000/s (times the scale), a minute at each rate.

@@ -128,6 +128,7 @@ ENV_SETTINGS = {
     "sql_raw": ("LAKEHOUSE_SQL_RAW", "0"),
     "pii_key": ("LAKEHOUSE_PII_KEY", ""),
     "alert_webhook": ("LAKEHOUSE_ALERT_WEBHOOK", ""),
+    "jvm_archive": ("LAKEHOUSE_JVM_ARCHIVE", "1"),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -262,6 +263,8 @@ class Settings:
     # Where failed runs and asset checks are posted (Slack-compatible webhook; see automation/alerts.py).
     # Empty: no alerts. The URL holds the webhook's token.
     alert_webhook: str = field(default="", repr=False)
+    # The driver's JVM maps the installation's class-data archive, if built (see runtime/jvm_archive.py).
+    jvm_archive: bool = True
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -301,6 +304,7 @@ class Settings:
             "s3_access_key": raw["s3_access_key"] or os.environ.get("AWS_ACCESS_KEY_ID", ""),
             "s3_secret_key": raw["s3_secret_key"] or os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
             "sql_raw": parse_flag("LAKEHOUSE_SQL_RAW", raw["sql_raw"]),
+            "jvm_archive": parse_flag("LAKEHOUSE_JVM_ARCHIVE", raw["jvm_archive"]),
         }
         values.update(overrides)
         return cls(profile=profile_name, **values)
@@ -325,6 +329,7 @@ class Settings:
             "sql_raw": "yes" if self.sql_raw else "no",
             "pii_key": hidden if self.pii_key else "(the key file under the home)",
             "alert_webhook": hidden if self.alert_webhook else "",
+            "jvm_archive": "yes" if self.jvm_archive else "no",
         }
 
     @property

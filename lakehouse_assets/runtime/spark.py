@@ -11,10 +11,12 @@ import os
 from importlib import resources
 
 from dagster_pyspark.resources import spark_session_from_config
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from ..errors import SparkConfigConflict
 from ..settings import CatalogUri, Settings
+from . import jvm_archive
 from .jars import s3a_jars, spark_jars
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -60,7 +62,8 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
         "spark.sql.defaultCatalog": settings.catalog_name,
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} "
+                                         f"{jvm_archive.java_options(settings.jvm_archive)}".rstrip(),
     }
     if on_loopback(settings.spark_master):
         conf["spark.driver.host"] = "127.0.0.1"
@@ -121,6 +124,15 @@ def get_spark(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) -
         return active
     if on_loopback(settings.spark_master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = spark_session_from_config(conf)
+    try:
+        spark = spark_session_from_config(conf)
+    except PySparkRuntimeError:
+        options = conf["spark.driver.extraJavaOptions"]
+        if "-XX:SharedArchiveFile=" not in options:
+            raise
+        # A JVM that cannot map the archive dies at start: set the archive aside and start without it.
+        jvm_archive.set_aside(options)
+        conf["spark.driver.extraJavaOptions"] = options.split(" -XX:SharedArchiveFile=")[0]
+        spark = spark_session_from_config(conf)
     spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -1,0 +1,187 @@
+"""A class-data archive for the driver's JVM: every lakehouse process starts faster.
+
+Each run, stream and command that uses Spark starts a JVM that loads some 20,000 classes (Spark, Scala,
+Iceberg, Parquet) before its first query. Java's class-data sharing (AppCDS) keeps them parsed and verified
+in an archive the JVM maps at start: a fresh process then has its Spark session in about two thirds of the
+time, and a small run in a fresh process ends about an eighth sooner (benchmarks/RESULTS.md, `cold_start`).
+
+The archive belongs to the installation, not to a lakehouse: it is made once (`make setup` runs
+`python -m lakehouse_assets.runtime.jvm_archive build`) by a JVM that runs a small lakehouse workload in a
+throwaway home and writes the classes it loaded when it exits. It is named by what it depends on (the Java
+binary, pyspark's jars), so a changed Java or Spark simply has no archive until it is built again, and the
+JVM itself refuses an archive that does not match (then it starts without it). It is written under a
+temporary name and renamed into place whole; a JVM that still fails to start with it has it moved aside and
+starts again without it. `LAKEHOUSE_JVM_ARCHIVE=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# The JVM's own messages about the archive (e.g. "unable to use shared archive") go to stdout: keep them out
+# of commands' output; a mismatched archive is simply not used.
+QUIET = "-Xlog:cds*=off"
+
+
+def _spark_home() -> Path:
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
+
+
+def _java() -> Path | None:
+    java_home = os.environ.get("JAVA_HOME")
+    found = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    return Path(found).resolve() if found and Path(found).exists() else None
+
+
+def archive_file() -> Path | None:
+    """Where this installation's archive is (whether or not it exists yet); None when no Java is found."""
+    import pyspark
+
+    java = _java()
+    if java is None:
+        return None
+    spark_home = _spark_home()
+    stat = java.stat()
+    jars = sorted(p.name for p in (spark_home / "jars").glob("*.jar"))
+    key = hashlib.sha256(json.dumps(
+        [pyspark.__version__, str(spark_home), jars, str(java), stat.st_size, stat.st_mtime_ns]).encode()
+    ).hexdigest()[:16]
+    return _folder() / f"driver-{key}.jsa"
+
+
+def _folder() -> Path:
+    """Inside the virtual environment when there is one (it goes with it), else the user's cache."""
+    if sys.prefix != sys.base_prefix:
+        return Path(sys.prefix) / "lakehouse-jvm"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lakehouse" / "jvm"
+
+
+def java_options(enabled: bool) -> str:
+    """The driver's JVM options that use the archive, or '' when it is off or not built."""
+    if not enabled:
+        return ""
+    path = archive_file()
+    if path is None or not path.is_file():
+        return ""
+    return f"-XX:SharedArchiveFile={path} {QUIET}"
+
+
+def set_aside(options: str) -> None:
+    """The JVM did not start with this archive: move it aside (kept for a look), so the next start does not
+    use it."""
+    for part in options.split():
+        if part.startswith("-XX:SharedArchiveFile="):
+            path = Path(part.split("=", 1)[1])
+            if path.exists():
+                path.replace(path.with_suffix(".unusable"))
+
+
+def build(force: bool = False) -> Path | None:
+    """Make this installation's archive if it is missing: a JVM runs the workload below in a throwaway
+    home and writes its classes at exit under a temporary name, renamed into place once complete."""
+    path = archive_file()
+    if path is None:
+        print("jvm archive: no java found; nothing built")
+        return None
+    if path.is_file() and not force:
+        print(f"jvm archive: {path} (already built)")
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="lakehouse-jvm-archive-") as home:
+        env = {**os.environ, "LAKEHOUSE_HOME": home, "LAKEHOUSE_JVM_ARCHIVE": "0", "LAKEHOUSE_PROFILE": "local"}
+        for variable in ("LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "LAKEHOUSE_LANDING",
+                         "LAKEHOUSE_SPARK_MASTER", "LAKEHOUSE_SPARK_CONF"):
+            env.pop(variable, None)
+        result = subprocess.run([sys.executable, "-m", "lakehouse_assets.runtime.jvm_archive", "workload", str(partial)], env=env,
+                                capture_output=True, text=True)
+    if result.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
+        partial.unlink(missing_ok=True)
+        errors = [line for line in result.stderr.splitlines() if "Error" in line or "Exception" in line]
+        print(f"jvm archive: not built (the workload exited {result.returncode}: "
+              f"{errors[-1] if errors else 'no error printed'}); Spark starts without it", file=sys.stderr)
+        return None
+    partial.replace(path)
+    for old in path.parent.glob("driver-*.jsa"):
+        if old != path:
+            old.unlink(missing_ok=True)
+    print(f"jvm archive: {path} built in {time.monotonic() - started:.0f} s")
+    return path
+
+
+def _workload(partial: str) -> None:
+    """What a lakehouse JVM does early in its life: the catalog, JSON lines parsed, an Iceberg table
+    partitioned by day written on a branch and published, a MERGE, a micro-batch stream, reads and
+    aggregates. Its classes are the archive's."""
+    from dagster_pyspark.resources import spark_session_from_config
+
+    from ..settings import Settings
+    from .catalog import catalog_for, ensure_namespace
+    from .spark import spark_conf
+
+    settings = Settings.from_env()
+    ensure_namespace(catalog_for(settings), settings.namespace)
+    conf = spark_conf(settings)
+    conf["spark.driver.extraJavaOptions"] += f" -XX:ArchiveClassesAtExit={partial} {QUIET}"
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = spark_session_from_config(conf)
+    table = f"{settings.catalog_name}.{settings.namespace}.archive_workload"
+    lines = Path(settings.home) / "lines"
+    lines.mkdir()
+    (lines / "a.jsonl").write_text("".join(
+        json.dumps({"id": n, "name": f"n{n}", "ts": f"2026-01-0{1 + n % 3}T10:00:00Z", "amount": n / 4}) + "\n"
+        for n in range(200)))
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, name STRING, ts TIMESTAMP, amount DOUBLE, source_file STRING) "
+              "USING iceberg PARTITIONED BY (days(ts)) "
+              "TBLPROPERTIES ('format-version'='2', 'write.wap.enabled'='true')")
+    fields = "from_json(value, 'id BIGINT, name STRING, ts TIMESTAMP, amount DOUBLE') AS r"
+    parsed = (spark.read.text(str(lines))
+              .selectExpr(fields, "json_object_keys(value) AS keys", "input_file_name() AS source_file")
+              .selectExpr("r.*", "source_file"))
+    spark.sql(f"ALTER TABLE {table} CREATE BRANCH audit")
+    parsed.writeTo(f"{table}.branch_audit").append()
+    spark.sql(f"CALL {settings.catalog_name}.system.fast_forward('{settings.namespace}.archive_workload', "
+              "'main', 'audit')")
+    spark.read.text(str(lines)).selectExpr(fields).selectExpr(
+        "r.id", "upper(r.name) AS name", "r.ts", "r.amount * 2 AS amount", "'changes' AS source_file") \
+        .createOrReplaceTempView("changes")
+    spark.sql(f"MERGE INTO {table} t USING changes c ON t.id = c.id "
+              "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+    spark.sql(f"DELETE FROM {table} WHERE id < 10")
+    spark.sql(f"SELECT date_trunc('MINUTE', ts) AS minute, count(*), sum(amount) FROM {table} GROUP BY 1").collect()
+    spark.read.json(str(lines)).groupBy("name").count().collect()
+    spark.sql(f"SELECT * FROM {table}.snapshots").collect()
+    stream = (spark.readStream.text(str(lines))
+              .writeStream.trigger(availableNow=True)
+              .option("checkpointLocation", str(Path(settings.home) / "checkpoint"))
+              .foreachBatch(lambda batch, _: batch.selectExpr("count(*)").collect())
+              .start())
+    stream.awaitTermination()
+    spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["workload"] and len(args) == 2:
+        _workload(args[1])
+        return 0
+    if args[:1] == ["build"]:
+        build(force="--force" in args)
+        return 0  # without an archive Spark still starts: setup goes on
+    print("usage: python -m lakehouse_assets.runtime.jvm_archive build [--force]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The JVM's class-data archive: named by what it depends on, used only when present and wanted, and never the
+reason a process cannot start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lakehouse_assets.runtime import jvm_archive
+from lakehouse_assets.runtime.spark import spark_conf
+from lakehouse_assets.settings import Settings
+
+
+def test_the_archive_is_named_by_the_java_it_was_made_for_and_used_only_when_built_and_wanted(tmp_path, monkeypatch):
+    monkeypatch.setattr(jvm_archive, "_folder", lambda: tmp_path)
+    installed = jvm_archive.archive_file()
+    assert installed is not None and installed.parent == tmp_path
+    settings = Settings(home=tmp_path / "home")
+    assert "SharedArchiveFile" not in spark_conf(settings)["spark.driver.extraJavaOptions"]  # not built yet
+
+    installed.write_bytes(b"archive")
+    options = spark_conf(settings)["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={installed}" in options and "-Dlog4j2.configurationFile=" in options
+    off = spark_conf(settings.with_(jvm_archive=False))["spark.driver.extraJavaOptions"]
+    assert "SharedArchiveFile" not in off
+
+    other_java = tmp_path / "jdk" / "bin" / "java"
+    other_java.parent.mkdir(parents=True)
+    other_java.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    assert jvm_archive.archive_file() not in (None, installed)  # another Java: another archive, not built
+    assert "SharedArchiveFile" not in spark_conf(settings)["spark.driver.extraJavaOptions"]
+
+
+@pytest.mark.slow
+def test_a_damaged_archive_is_set_aside_and_the_session_starts_without_it(tmp_path):
+    """A cut-off archive makes the JVM die at start (SIGBUS while mapping it): the session is started again
+    without it, and the archive is moved aside so later processes do not try it."""
+    built = jvm_archive.archive_file()
+    assert built is not None and built.is_file(), "make setup builds the archive: run it first"
+    folder = tmp_path / "archives"
+    folder.mkdir()
+    with built.open("rb") as whole:
+        (folder / built.name).write_bytes(whole.read(1 << 20))
+    code = f"""
+from pathlib import Path
+from lakehouse_assets.runtime import jvm_archive
+jvm_archive._folder = lambda: Path({str(folder)!r})
+from lakehouse_assets.runtime.resource import LakehouseResource
+spark = LakehouseResource(home={str(tmp_path / 'home')!r}).spark
+print("rows", spark.range(3).count())
+print("options", spark.conf.get("spark.driver.extraJavaOptions"))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rows 3" in result.stdout
+    options = next(line for line in result.stdout.splitlines() if line.startswith("options"))
+    assert "SharedArchiveFile" not in options
+    assert [p.name for p in folder.iterdir()] == [Path(built.name).with_suffix(".unusable").name]
