@@ -231,8 +231,9 @@ def _pointers(lakehouse):
 def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_and_the_files_are_taken_again(
         lakehouse):
     """A bad write rolled back by time: bronze, its quarantine and the events' rows of the shared ingest log go
-    back to that instant together (another source's later take stays); the next run of the landing day takes
-    the file again, records in = kept + quarantined, and bronze holds its lines once."""
+    back to that instant together (another source's later take stays); silver's day, decided again, equals its
+    state before the bad write; the next run of the landing day takes the file again, records in = kept +
+    quarantined, bronze holds its lines once, and silver decided again equals silver after the first take."""
     import datetime as dt
     import time
 
@@ -247,11 +248,15 @@ def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_
     land(lakehouse, "a.jsonl", [json.dumps(_event(n)) for n in range(10)] + ["{broken"])
     ingest(lakehouse)
     good = (_content(lakehouse, "bronze_events"), _content(lakehouse, "bronze_events_quarantine"))
+    silver_good = _silver(lakehouse)
+    assert len(silver_good) == 10
     time.sleep(0.05)
     before_bad_write = dt.datetime.now(dt.timezone.utc).isoformat()
     time.sleep(0.05)
     land(lakehouse, "b.jsonl", [json.dumps(_event(n)) for n in range(10, 15)] + ["{cut"])  # 5 good lines, 1 bad
     assert ingest(lakehouse)["landing_files_taken"].value == 1
+    silver_bad = _silver(lakehouse)
+    assert len(silver_bad) == 15
     # Another source takes a file after that instant: its row of the shared log must stay.
     generate_cdc(lakehouse.settings.local_path(lakehouse.settings.landing), [dt.date.fromisoformat(DAY)],
                  changes_per_day=20, customers=5, initial_orders=2)
@@ -266,6 +271,7 @@ def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_
     assert report.landing_days == report.event_days == [dt.date.fromisoformat(DAY)]
     assert (_content(lakehouse, "bronze_events"), _content(lakehouse, "bronze_events_quarantine")) == good
     assert _log(lakehouse) == sorted([("events", "a.jsonl"), *cdc_log])
+    assert _silver(lakehouse) == silver_good
 
     again = ingest(lakehouse)
     assert (again["landing_files_taken"].value, again["records_in"].value) == (1, 6)
@@ -275,6 +281,18 @@ def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_
     assert bronze == sorted(good[0] + [("b.jsonl", n + 1, json.dumps(_event(10 + n))) for n in range(5)])
     assert _content(lakehouse, "bronze_events_quarantine") == sorted(good[1] + [("b.jsonl", 6, "{cut")])
     assert _log(lakehouse) == sorted([("events", "a.jsonl"), ("events", "b.jsonl"), *cdc_log])
+    assert _silver(lakehouse) == silver_bad
+
+
+def _silver(lakehouse):
+    """silver_events decided again for the day (its run overwrites the day from bronze), as sorted rows; the
+    time a row was taken into bronze aside."""
+    from ..shop import asset
+
+    assert materialize([asset("silver_events")], resources={"lakehouse": lakehouse}, partition_key=DAY,
+                       instance=DagsterInstance.ephemeral()).success
+    return sorted(tuple(r) for r in lakehouse.spark.table(lakehouse.table_id("silver_events"))
+                  .drop("ingested_at").collect())
 
 
 def test_a_rollback_that_cannot_keep_bronze_and_its_quarantine_together_changes_nothing(lakehouse):
