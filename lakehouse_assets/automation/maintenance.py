@@ -51,6 +51,7 @@ from dagster import (
 from ..maintenance.health import TableHealth, table_health
 from ..maintenance.procedures import MaintenanceReport, TableMaintenance
 from ..project import Project
+from ..project.model import Maintenance
 from ..runtime.resource import LakehouseResource
 
 CHECK = "table_health"
@@ -79,12 +80,10 @@ def _report_metadata(report: MaintenanceReport) -> dict[str, Any]:
     return meta
 
 
-def maintenance_definitions(project: Project, tables: Iterable[str], asset_tables: set[str]):
-    """(jobs, sensors, schedules, checks) that keep the project's tables healthy."""
-    names = sorted(tables)
-    partitions = StaticPartitionsDefinition(names)
-    maintenance = project.maintenance
-
+def _maintenance_jobs(maintenance: Maintenance, partitions: StaticPartitionsDefinition,
+                      asset_tables: set[str]) -> tuple[JobDefinition, JobDefinition]:
+    """The compaction job and the expiry job, a partition per table; what they did is observed on the table's
+    asset."""
     def observe(context: OpExecutionContext, report: MaintenanceReport) -> None:
         context.log.info(json.dumps(report.as_dict()["figures"], default=str))
         if report.table in asset_tables:
@@ -118,7 +117,13 @@ def maintenance_definitions(project: Project, tables: Iterable[str], asset_table
     def expire_tables():
         expire_table()
 
-    @sensor(name="lakehouse_table_health", jobs=[compact_tables, expire_tables],
+    return compact_tables, expire_tables
+
+
+def _health_sensor(names: list[str], maintenance: Maintenance, asset_tables: set[str],
+                   jobs: list[JobDefinition]) -> SensorDefinition:
+    """Measures each table whose snapshot moved; requests compaction and thinning past its thresholds."""
+    @sensor(name="lakehouse_table_health", jobs=jobs,
             default_status=DefaultSensorStatus.RUNNING,
             minimum_interval_seconds=int(maintenance.check_interval.total_seconds()),
             description="Measures every table's health (pyiceberg); requests compaction past its thresholds, "
@@ -153,17 +158,22 @@ def maintenance_definitions(project: Project, tables: Iterable[str], asset_table
                 ))
         return SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(seen))
 
+    return health_sensor
+
+
+def _nightly_schedule(names: list[str], maintenance: Maintenance, expire: JobDefinition) -> ScheduleDefinition:
     def nightly(context: ScheduleEvaluationContext):
         day = context.scheduled_execution_time.strftime("%Y-%m-%dT%H:%M")
         return [RunRequest(partition_key=name, run_key=f"nightly:{name}:{day}") for name in names]
 
-    schedule = ScheduleDefinition(name="lakehouse_nightly_maintenance", cron_schedule=maintenance.nightly,
-                                  job=expire_tables, execution_fn=nightly, execution_timezone="UTC",
-                                  default_status=DefaultScheduleStatus.RUNNING,
-                                  description="Expiry of old snapshots and stale branches, then orphan removal.")
+    return ScheduleDefinition(name="lakehouse_nightly_maintenance", cron_schedule=maintenance.nightly,
+                              job=expire, execution_fn=nightly, execution_timezone="UTC",
+                              default_status=DefaultScheduleStatus.RUNNING,
+                              description="Expiry of old snapshots and stale branches, then orphan removal.")
 
-    checked = sorted(asset_tables & set(names))
 
+def _health_checks(checked: list[str], maintenance: Maintenance):
+    """The table-health check of each asset's table (a warning: maintenance mends it)."""
     @multi_asset_check(specs=[AssetCheckSpec(CHECK, asset=name, blocking=False,
                                              description="files, deletes, snapshots and branches within the "
                                                          "table's declared thresholds") for name in checked],
@@ -180,6 +190,16 @@ def maintenance_definitions(project: Project, tables: Iterable[str], asset_table
                                    severity=AssetCheckSeverity.WARN, metadata=health.metadata(),
                                    description="; ".join(health.problems) or "within the declared thresholds")
 
-    jobs: list[JobDefinition] = [compact_tables, expire_tables]
-    sensors: list[SensorDefinition] = [health_sensor]
-    return jobs, sensors, [schedule], ([health_checks] if checked else [])
+    return health_checks
+
+
+def maintenance_definitions(project: Project, tables: Iterable[str], asset_tables: set[str]):
+    """(jobs, sensors, schedules, checks) that keep the project's tables healthy."""
+    names = sorted(tables)
+    maintenance = project.maintenance
+    compact, expire = _maintenance_jobs(maintenance, StaticPartitionsDefinition(names), asset_tables)
+    jobs: list[JobDefinition] = [compact, expire]
+    sensors = [_health_sensor(names, maintenance, asset_tables, jobs)]
+    checked = sorted(asset_tables & set(names))
+    return jobs, sensors, [_nightly_schedule(names, maintenance, expire)], (
+        [_health_checks(checked, maintenance)] if checked else [])

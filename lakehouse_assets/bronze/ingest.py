@@ -202,8 +202,7 @@ def stage_new_files(table: TableHandle, df: DataFrame | None, fresh: list[str], 
     staged = stage(table, run_id, asset, label, base, evolve=True, scope=scope).with_watermarks(*watermarks)
     staged.properties.update(properties or {})
     if df is None:
-        staged.stamped = False  # stamped when published (runtime/publish.py: publish_all)
-        return staged
+        return staged.stamp_on_top()
     return staged.append(df, fanout=True)
 
 
@@ -410,49 +409,18 @@ def _write(lakehouse: LakehouseResource, source: LandingSource, take: Take, tabl
     days = [landing_date_value(f) for f in todo]
     scope: Any = EVERYTHING if None in days else Window(
         "landing_date", min(days), max(days) + dt.timedelta(days=1), label)  # type: ignore[type-var,operator]
-    changed = take.changed
-
-    def judged() -> DataFrame:
-        parsed = source.parse(lines, bronze.schema(), **hints).withColumns(stamps)
-        if changed:  # a file changed after it was taken: its new content is quarantined whole
-            parsed = parsed.withColumn("reason", F.when(F.col("source_file").isin(changed), F.lit(CHANGED_REASON))
-                                       .otherwise(F.col("reason")))
-        # The filters on `reason` stay above the parse: pushed down through its projections, each step would
-        # inline the expressions below it into the condition, which then grows with every layer (on CDC images
-        # it exhausted the heap) and computes the parse twice. Spark pushes no filter below a non-deterministic
-        # column.
-        return parsed.withColumn("reason", F.when(F.spark_partition_id() >= 0, F.col("reason")))
-
-    def stage_bronze() -> StagedWrite:
-        """Bronze staged straight from the parse (one pass over clean data); with `new_keys`, the keys the table
-        lacks are gathered in that pass, and once they are columns, bronze is written again with them."""
-        parsed, keys = judged(), None
-        if source.new_keys is not None:
-            keys = Observation("new_keys")
-            found = F.array_distinct(F.flatten(F.collect_set(source.new_keys(bronze.schema(), **hints))))
-            parsed = parsed.observe(keys, F.concat_ws(",", found).alias("keys"))
-        write = stage_new_files(bronze, _conform(parsed.where(F.col("reason").isNull()), bronze.schema()),
-                                take.fresh, run_id, source.bronze.name, label, scope, properties)
-        new = sorted(filter(None, (keys.get["keys"] or "").split(","))) if keys is not None else []
-        if not new:
-            return write
-        write.discard()
-        added, more = ([(name, "string") for name in new[:MAX_NEW_COLUMNS]], {}) if source.new_columns is None else \
-            source.new_columns(lines, bronze.schema(), new, **hints)
-        hints.update(more)
-        _add_columns(report, bronze, added, log)
-        return stage_new_files(bronze, _conform(judged().where(F.col("reason").isNull()), bronze.schema()),
-                               take.fresh, run_id, source.bronze.name, label, scope, properties)
-
+    judge = _Judge(source, bronze, lines, hints, stamps, take.changed)
     staged: list[StagedWrite] = []
     try:
         with report.timed("parse, judge and write bronze"):
-            staged.append(stage_bronze())
+            staged.append(judge.stage_bronze(
+                lambda df: stage_new_files(bronze, df, take.fresh, run_id, source.bronze.name, label, scope, properties),
+                report, log))
         with report.timed("count kept"):
             kept, newest_event = _held(staged[0], todo, run_id, source.event_time)
         bad = unread if take.unreadable else None  # None: every line was kept, the quarantine adds nothing
         if sum(kept.values()) < sum(n for f, n in records.items() if f not in take.unreadable):
-            bad = judged().where(F.col("reason").isNotNull()).unionByName(unread, allowMissingColumns=True)
+            bad = judge.judged().where(F.col("reason").isNotNull()).unionByName(unread, allowMissingColumns=True)
         with report.timed("write quarantine"):
             staged.append(stage_new_files(
                 quarantine, None if bad is None else
@@ -463,8 +431,7 @@ def _write(lakehouse: LakehouseResource, source: LandingSource, take: Take, tabl
             quarantined, _ = _held(staged[1], todo, run_id)
             per_file = _verify_balance(source, records, kept, quarantined)
         # The event-time watermark is known once bronze is written: an empty commit on top carries it.
-        staged[0].with_watermarks(newest_event, report.newest_landed_at)
-        staged[0].stamped = False
+        staged[0].with_watermarks(newest_event, report.newest_landed_at).stamp_on_top()
         staged.append(stage_new_files(ingest_log, _conform(_log_rows(spark, source, take, per_file, run_id)
                                                            .withColumn("ingested_at", stamps["ingested_at"]),
                                                            INGEST_LOG.schema),
@@ -476,6 +443,50 @@ def _write(lakehouse: LakehouseResource, source: LandingSource, take: Take, tabl
         raise
     with report.timed("publish"):
         return publish_all(staged)
+
+
+class _Judge:
+    """Each line of a take parsed and judged (a reason, or none to keep it), and bronze staged from that."""
+
+    def __init__(self, source: LandingSource, bronze: TableHandle, lines: DataFrame, hints: dict[str, Any],
+                 stamps: dict[str, Column], changed: list[str]):
+        self.source, self.bronze, self.lines, self.hints = source, bronze, lines, hints
+        self.stamps, self.changed = stamps, changed
+
+    def judged(self) -> DataFrame:
+        parsed = self.source.parse(self.lines, self.bronze.schema(), **self.hints).withColumns(self.stamps)
+        if self.changed:  # a file changed after it was taken: its new content is quarantined whole
+            parsed = parsed.withColumn("reason", F.when(F.col("source_file").isin(self.changed),
+                                                        F.lit(CHANGED_REASON)).otherwise(F.col("reason")))
+        # The filters on `reason` stay above the parse: pushed down through its projections, each step would
+        # inline the expressions below it into the condition, which then grows with every layer (on CDC images
+        # it exhausted the heap) and computes the parse twice. Spark pushes no filter below a non-deterministic
+        # column.
+        return parsed.withColumn("reason", F.when(F.spark_partition_id() >= 0, F.col("reason")))
+
+    def kept(self) -> DataFrame:
+        return _conform(self.judged().where(F.col("reason").isNull()), self.bronze.schema())
+
+    def stage_bronze(self, stage_rows: Callable[[DataFrame], StagedWrite], report: IngestReport,
+                     log: Callable[[str], None]) -> StagedWrite:
+        """Bronze staged straight from the parse (one pass over clean data); with `new_keys`, the keys the table
+        lacks are gathered in that pass, and once they are columns, bronze is written again with them."""
+        source, bronze = self.source, self.bronze
+        if source.new_keys is None:
+            return stage_rows(self.kept())
+        keys = Observation("new_keys")
+        found = F.array_distinct(F.flatten(F.collect_set(source.new_keys(bronze.schema(), **self.hints))))
+        parsed = self.judged().observe(keys, F.concat_ws(",", found).alias("keys"))
+        write = stage_rows(_conform(parsed.where(F.col("reason").isNull()), bronze.schema()))
+        new = sorted(filter(None, (keys.get["keys"] or "").split(",")))
+        if not new:
+            return write
+        write.discard()
+        added, more = ([(name, "string") for name in new[:MAX_NEW_COLUMNS]], {}) if source.new_columns is None else \
+            source.new_columns(self.lines, bronze.schema(), new, **self.hints)
+        self.hints.update(more)
+        _add_columns(report, bronze, added, log)
+        return stage_rows(self.kept())
 
 
 def _log_rows(spark: Any, source: LandingSource, take: Take, per_file: dict[str, tuple[int, int, int]],

@@ -10,25 +10,15 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, In, Reference
 from pyiceberg.expressions.literals import literal
-from sqlalchemy import text
 
 from ..project.model import INGEST_LOG
-from ..runtime.catalog import catalog_for
+from ..runtime.catalog import catalog_for, metadata_pointer
 from ..settings import Settings
 from ..sources.versions import Taken, epoch_ms
 
 _IDENTITY = ("source_file", "size", "modified", "etag", "sha256", "lines", "version", "change")
-
-
-def metadata_pointer(catalog: SqlCatalog, namespace: str, table: str) -> str | None:
-    """A table's current metadata location, read from the catalog's own row (no metadata file is read)."""
-    statement = text("SELECT metadata_location FROM iceberg_tables WHERE catalog_name = :catalog "
-                     "AND table_namespace = :namespace AND table_name = :name")
-    with catalog.engine.connect() as connection:
-        return connection.execute(statement, {"catalog": catalog.name, "namespace": namespace, "name": table}).scalar()
 
 
 def newest_versions(rows: list[dict]) -> dict[str, Taken]:

@@ -163,47 +163,52 @@ def _near(events: DataFrame, ts: str, start: dt.datetime, end: dt.datetime) -> D
     return events.where((F.col(ts) >= F.lit(start - dt.timedelta(days=1))) & (F.col(ts) < F.lit(end + dt.timedelta(days=1))))
 
 
-def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -> list[AssetsDefinition]:
-    """The event gold assets (empty when the project declares no event source with a user)."""
-    if gold.events is None or gold.events.user is None:
-        return []
-    c = EventColumns(gold)
-    specs = gold_specs(gold)
+Build = Callable[[LakehouseResource, dt.datetime, dt.datetime], tuple[DataFrame, Window]]
 
-    def daily(spec: TableSpec, deps: list[AssetDep], build: Callable[[LakehouseResource, dt.datetime, dt.datetime],
-                                                                       tuple[DataFrame, Window]],
-              automation_condition=BI_REFRESH) -> AssetsDefinition:
-        @asset(name=spec.name, description=spec.description, group_name="gold", kinds={"spark", "iceberg"},
-               partitions_def=partitions, backfill_policy=SINGLE_RUN, automation_condition=automation_condition,
-               deps=deps, freshness_policy=freshness_policy(gold.freshness[spec.name]),
-               check_specs=[freshness_check_spec(spec.name, gold.freshness[spec.name])])
-        def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-            def attempt() -> MaterializeResult:
-                df, window = build(lakehouse, *context.partition_time_window)
-                staged = stage(lakehouse.table(spec), context.run_id, spec.name, window.label, scope=window)
-                staged.derived_from(lakehouse.table(silver), window_end=window.end)
-                result = publish(staged.overwrite(df, window))
-                state = freshness_state(lakehouse.table(spec).iceberg(), spec.name, gold.freshness[spec.name])
-                return MaterializeResult(metadata={**result.metadata(), **state.metadata()},
-                                         check_results=[freshness_check_result(state, spec.name)])
 
-            return materialize_with_retries(attempt, spec.name, context.log.info)
+def _daily_asset(gold: Gold, spec: TableSpec, silver: TableSpec, partitions: PartitionsDefinition,
+                 deps: list[AssetDep], build: Build, automation_condition=BI_REFRESH) -> AssetsDefinition:
+    """A gold table written a window of days at a time from what `build` gives, staged and published."""
+    @asset(name=spec.name, description=spec.description, group_name="gold", kinds={"spark", "iceberg"},
+           partitions_def=partitions, backfill_policy=SINGLE_RUN, automation_condition=automation_condition,
+           deps=deps, freshness_policy=freshness_policy(gold.freshness[spec.name]),
+           check_specs=[freshness_check_spec(spec.name, gold.freshness[spec.name])])
+    def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
+        def attempt() -> MaterializeResult:
+            df, window = build(lakehouse, *context.partition_time_window)
+            staged = stage(lakehouse.table(spec), context.run_id, spec.name, window.label, scope=window)
+            staged.derived_from(lakehouse.table(silver), window_end=window.end)
+            result = publish(staged.overwrite(df, window))
+            state = freshness_state(lakehouse.table(spec).iceberg(), spec.name, gold.freshness[spec.name])
+            return MaterializeResult(metadata={**result.metadata(), **state.metadata()},
+                                     check_results=[freshness_check_result(state, spec.name)])
 
-        return _asset
+        return materialize_with_retries(attempt, spec.name, context.log.info)
 
-    def events(lakehouse: LakehouseResource) -> DataFrame:
-        return lakehouse.table(silver).read(reader="gold")
+    return _asset
 
-    def minute_activity(lakehouse, start, end):
+
+class EventGold:
+    """The frames of the event gold tables for a window of days, each read from silver (or from sessions)."""
+
+    def __init__(self, gold: Gold, silver: TableSpec):
+        self.gold, self.silver, self.c, self.specs = gold, silver, EventColumns(gold), gold_specs(gold)
+
+    def events(self, lakehouse: LakehouseResource) -> DataFrame:
+        return lakehouse.table(self.silver).read(reader="gold")
+
+    def minute_activity(self, lakehouse, start, end):
+        c = self.c
         window = Window.of_days(c.ts, start, end)
-        return c.per_minute(events(lakehouse).where(window.condition)), Window.of_days("minute", start, end)
+        return c.per_minute(self.events(lakehouse).where(window.condition)), Window.of_days("minute", start, end)
 
-    def sessions(lakehouse, start, end):
-        near = c.with_sessions(_near(events(lakehouse), c.ts, start, end))
-        steps = c.funnel_steps() if gold.funnel else []
+    def sessions(self, lakehouse, start, end):
+        c, funnel = self.c, self.gold.funnel
+        near = c.with_sessions(_near(self.events(lakehouse), c.ts, start, end))
+        steps = c.funnel_steps() if funnel else []
         reached = sum((F.when(s, 1).otherwise(0) for s in steps), F.lit(0)).cast("int")
         outcome = F.lit(NONE)
-        for n, step in enumerate(gold.funnel, start=1):
+        for n, step in enumerate(funnel, start=1):
             outcome = F.when(F.col("funnel_step") == n, F.lit(step)).otherwise(outcome)
         per_session = near.groupBy(F.col("_session").alias("session_id")).agg(
             F.first(F.col(c.user).cast("string"), ignorenulls=True).alias("user_id"),
@@ -219,15 +224,16 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
         )
         return per_session, Window.of_days("session_start", start, end)
 
-    def daily_funnel(lakehouse, start, end):
+    def daily_funnel(self, lakehouse, start, end):
+        funnel_steps = self.gold.funnel
         window = Window.of_days("session_start", start, end)
-        s = lakehouse.table(specs[SESSIONS]).read(reader=DAILY_FUNNEL).where(window.condition)
+        s = lakehouse.table(self.specs[SESSIONS]).read(reader=DAILY_FUNNEL).where(window.condition)
         day = F.to_date("session_start").alias("funnel_date")
         totals = s.groupBy(day).agg(F.count(F.lit(1)).alias("_all"),
                                     *(F.count(F.when(F.col("funnel_step") >= n, True)).alias(f"_s{n}")
-                                      for n in range(1, len(gold.funnel) + 1)))
+                                      for n in range(1, len(funnel_steps) + 1)))
         rows = []
-        for n, step in enumerate(gold.funnel, start=1):
+        for n, step in enumerate(funnel_steps, start=1):
             before = F.col("_all") if n == 1 else F.col(f"_s{n - 1}")
             rows.append(totals.select(
                 "funnel_date", F.lit(n).alias("step"), F.lit(step).alias("event_type"),
@@ -238,9 +244,10 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
             funnel = funnel.unionByName(more)
         return funnel, Window.of_days("funnel_date", start, end, as_date=True)
 
-    def daily_activity(lakehouse, start, end):
+    def daily_activity(self, lakehouse, start, end):
+        c = self.c
         window = Window.of_days(c.ts, start, end)
-        near = c.with_sessions(_near(events(lakehouse), c.ts, start, end))
+        near = c.with_sessions(_near(self.events(lakehouse), c.ts, start, end))
         day_events = near.where(window.condition).withColumn("activity_date", F.to_date(c.ts))
         daily_df = day_events.groupBy("activity_date").agg(
             F.countDistinct(c.user).alias("active_users"), F.countDistinct("_session").alias("sessions"),
@@ -253,15 +260,26 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
         return (daily_df.withColumn("computed_at", F.current_timestamp()),
                 Window.of_days("activity_date", start, end, as_date=True))
 
+
+def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition) -> list[AssetsDefinition]:
+    """The event gold assets (empty when the project declares no event source with a user)."""
+    if gold.events is None or gold.events.user is None:
+        return []
+    frames = EventGold(gold, silver)
+    specs = frames.specs
+
+    def daily(spec: TableSpec, deps: list[AssetDep], build: Build, automation_condition=BI_REFRESH):
+        return _daily_asset(gold, spec, silver, partitions, deps, build, automation_condition)
+
     assets = [
-        daily(specs[MINUTE_ACTIVITY], [AssetDep(silver.name)], minute_activity),
+        daily(specs[MINUTE_ACTIVITY], [AssetDep(silver.name)], frames.minute_activity),
         # A day's sessions read silver a day past each edge: late data on either neighbour refreshes it.
-        daily(specs[SESSIONS], [AssetDep(silver.name, partition_mapping=reads_days(1, 1))], sessions,
+        daily(specs[SESSIONS], [AssetDep(silver.name, partition_mapping=reads_days(1, 1))], frames.sessions,
               BI_REFRESH_ACROSS_DAYS),
-        daily(specs[DAILY_ACTIVITY], [AssetDep(silver.name)], daily_activity),
+        daily(specs[DAILY_ACTIVITY], [AssetDep(silver.name)], frames.daily_activity),
     ]
     if gold.funnel:
-        assets.append(daily(specs[DAILY_FUNNEL], [AssetDep(SESSIONS)], daily_funnel))
+        assets.append(daily(specs[DAILY_FUNNEL], [AssetDep(SESSIONS)], frames.daily_funnel))
     return assets
 
 

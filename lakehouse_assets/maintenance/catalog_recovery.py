@@ -437,6 +437,7 @@ def rebuild(settings: Settings, project: Project, backup: str | Path | None = No
             log(f"namespace {catalog_name}.{namespace} created"
                 + (f" with {len(properties)} properties from the backup" if properties else ""))
 
+    rebuild = _Rebuild(settings, warehouse, catalog, existing, dry_run, replace, has_backup=contents is not None)
     try:
         results = []
         for name in declared + others:
@@ -445,8 +446,7 @@ def rebuild(settings: Settings, project: Project, backup: str | Path | None = No
                 results.append(TableResult(f"{namespace}.{name}", "undeclared",
                                            reason=f"not in the declaration; left out ({held})"))
                 continue
-            results.append(_rebuild_table(settings, warehouse, catalog, name, pointers.get(name), existing,
-                                          dry_run, replace, contents is not None))
+            results.append(rebuild.table(name, pointers.get(name)))
     finally:
         if catalog is not None:
             catalog.engine.dispose()
@@ -459,69 +459,84 @@ def rebuild(settings: Settings, project: Project, backup: str | Path | None = No
     return results
 
 
-def _rebuild_table(settings: Settings, warehouse: _Warehouse, catalog: Any, name: str, pointer: str | None,
-                   existing: dict[str, str | None], dry_run: bool, replace: bool, has_backup: bool) -> TableResult:
-    namespace = settings.namespace
-    current = existing.get(name)
-    default_dir = f"{settings.warehouse.rstrip('/')}/{namespace}/{name}"
-    table_dir = _table_dir(pointer) if pointer else _table_dir(current) if current else default_dir
-    result = TableResult(f"{namespace}.{name}", "")
-    candidates = warehouse.metadata_files(table_dir)
-    if not candidates:
-        if name in existing:
-            result.status, result.metadata_location = "exists", current
-            result.reason = f"left alone; no metadata file under {table_dir}/metadata"
-        elif pointer:
-            result.status = "refused"
-            result.reason = f"the backup points at {pointer}, but no metadata file is under {table_dir}/metadata"
-        else:
-            result.status, result.reason = "never created", f"no metadata file under {table_dir}/metadata"
-        return result
-    try:
-        chosen, source, skipped = choose(warehouse, candidates, pointer)
-    except _Refused as refusal:
-        if name in existing and not replace:
-            result.status, result.metadata_location = "exists", current
-            result.reason = f"left alone; {refusal}"
-        else:
-            result.status, result.reason = "refused", str(refusal)
-        return result
-    metadata = warehouse.read(chosen.location)
-    result.metadata_location, result.version, result.skipped = chosen.location, chosen.version, skipped
-    result.snapshot_id = metadata.current_snapshot_id
-    result.source = source + (" (not in the backup)" if has_backup and pointer is None else "")
-    identifier = (namespace, name)
-    if name in existing:
-        same = current is not None and location_key(current) == location_key(chosen.location)
-        if same:
-            result.status, result.reason = "exists", "the catalog already points at this file"
-        elif not replace:  # described as the catalog has it, with the file a replace would take
-            result.status, result.metadata_location, result.source = "exists", current, "catalog row"
-            result.version = metadata_version(current) if current else None
-            try:
-                result.snapshot_id = warehouse.read(current).current_snapshot_id if current else None
-            except Exception:
-                result.snapshot_id = None
-            result.reason = (f"left alone; --replace points it at {chosen.location} (version {chosen.version}, "
-                             f"{source})")
-        elif dry_run:
-            result.status = "would replace"
-            result.reason = f"from {current}"
-        elif _point_row(catalog.engine, settings.catalog_name, namespace, name, current, chosen.location):
-            result.status, result.reason = "replaced", f"was {current}"
-        else:
-            result.status, result.reason = "refused", "its catalog row changed meanwhile: run again"
-        return result
-    if dry_run:
-        result.status = "would register"
-        return result
-    from pyiceberg.exceptions import TableAlreadyExistsError
+@dataclass
+class _Rebuild:
+    """One rebuild of the catalog: where it reads (the warehouse), what the catalog holds now (`existing`: table
+    -> metadata location) and how far it may go."""
+    settings: Settings
+    warehouse: _Warehouse
+    catalog: Any
+    existing: dict[str, str | None]
+    dry_run: bool
+    replace: bool
+    has_backup: bool
 
-    try:
-        catalog.register_table(identifier, chosen.location)
-    except TableAlreadyExistsError:
-        result.status, result.reason = "refused", "registered by someone else meanwhile: run again with the writers stopped"
+    def table(self, name: str, pointer: str | None) -> TableResult:
+        """Point the catalog at the table's newest metadata file that can be trusted (`pointer`: the backup's)."""
+        settings, warehouse, catalog, existing = self.settings, self.warehouse, self.catalog, self.existing
+        dry_run, replace, has_backup = self.dry_run, self.replace, self.has_backup
+        namespace = settings.namespace
+        current = existing.get(name)
+        default_dir = f"{settings.warehouse.rstrip('/')}/{namespace}/{name}"
+        table_dir = _table_dir(pointer) if pointer else _table_dir(current) if current else default_dir
+        result = TableResult(f"{namespace}.{name}", "")
+        candidates = warehouse.metadata_files(table_dir)
+        if not candidates:
+            if name in existing:
+                result.status, result.metadata_location = "exists", current
+                result.reason = f"left alone; no metadata file under {table_dir}/metadata"
+            elif pointer:
+                result.status = "refused"
+                result.reason = f"the backup points at {pointer}, but no metadata file is under {table_dir}/metadata"
+            else:
+                result.status, result.reason = "never created", f"no metadata file under {table_dir}/metadata"
+            return result
+        try:
+            chosen, source, skipped = choose(warehouse, candidates, pointer)
+        except _Refused as refusal:
+            if name in existing and not replace:
+                result.status, result.metadata_location = "exists", current
+                result.reason = f"left alone; {refusal}"
+            else:
+                result.status, result.reason = "refused", str(refusal)
+            return result
+        metadata = warehouse.read(chosen.location)
+        result.metadata_location, result.version, result.skipped = chosen.location, chosen.version, skipped
+        result.snapshot_id = metadata.current_snapshot_id
+        result.source = source + (" (not in the backup)" if has_backup and pointer is None else "")
+        identifier = (namespace, name)
+        if name in existing:
+            same = current is not None and location_key(current) == location_key(chosen.location)
+            if same:
+                result.status, result.reason = "exists", "the catalog already points at this file"
+            elif not replace:  # described as the catalog has it, with the file a replace would take
+                result.status, result.metadata_location, result.source = "exists", current, "catalog row"
+                result.version = metadata_version(current) if current else None
+                result.reason = (f"left alone; --replace points it at {chosen.location} (version {chosen.version}, "
+                                 f"{source})")
+                try:
+                    result.snapshot_id = warehouse.read(current).current_snapshot_id if current else None
+                except Exception as exc:  # described all the same, with why its snapshot is not known
+                    result.snapshot_id = None
+                    result.reason += f"; its own metadata file cannot be read ({type(exc).__name__}: {exc})"
+            elif dry_run:
+                result.status = "would replace"
+                result.reason = f"from {current}"
+            elif _point_row(catalog.engine, settings.catalog_name, namespace, name, current, chosen.location):
+                result.status, result.reason = "replaced", f"was {current}"
+            else:
+                result.status, result.reason = "refused", "its catalog row changed meanwhile: run again"
+            return result
+        if dry_run:
+            result.status = "would register"
+            return result
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        try:
+            catalog.register_table(identifier, chosen.location)
+        except TableAlreadyExistsError:
+            result.status, result.reason = "refused", "registered by someone else meanwhile: run again with the writers stopped"
+            return result
+        result.status = "registered"
         return result
-    result.status = "registered"
-    return result
 

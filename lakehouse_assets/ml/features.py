@@ -122,17 +122,67 @@ def day_end(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), UTC) - dt.timedelta(microseconds=1)
 
 
-def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
-              pin_retention: dt.timedelta | None = None) -> list[AssetsDefinition]:
-    """Features and training set over the gold event source (none when the project has no user field)."""
-    if not gold.ml_tables:
-        return []
+def _read_events(lakehouse: LakehouseResource, silver: TableSpec, gold: Gold,
+                 reader: str) -> tuple[DataFrame, dict[str, int]]:
+    """Silver's events at the snapshot this read pins, and that pin."""
+    table = lakehouse.table(silver)
+    df, snapshot_id = table.read_pinned(reader)
+    return canonical_events(df, gold), {table.id: snapshot_id}
 
-    def read_events(lakehouse: LakehouseResource, reader: str) -> tuple[DataFrame, dict[str, int]]:
-        table = lakehouse.table(silver)
-        df, snapshot_id = table.read_pinned(reader)
-        return canonical_events(df, gold), {table.id: snapshot_id}
 
+def _publish_pinned(lakehouse: LakehouseResource, run_id: str, spec: TableSpec, frame: DataFrame, window: Window,
+                    read: dict[str, int], pin_retention: dt.timedelta | None) -> MaterializeResult:
+    """The window's rows published, and the snapshots read and written pinned (tags) and recorded."""
+    table = lakehouse.table(spec)
+    result = publish(stage(table, run_id, table.name, window.label, scope=window).overwrite(frame, window))
+    assert result.snapshot_id is not None  # a published write has a head
+    pins = pin_snapshots(lakehouse, run_id, table.name, {**read, table.id: result.snapshot_id}, pin_retention)
+    return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+
+
+def user_features_frame(spark, events: DataFrame, window: Window) -> DataFrame:
+    """Each user's features as of the end of each day of the window, over the look-back before it."""
+    days = [window.start + dt.timedelta(days=n) for n in range((window.end - window.start).days)]
+    ends = spark.createDataFrame([(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")
+    lookback = events.where(
+        (F.col("event_ts") > F.lit(day_end(days[0]) - dt.timedelta(days=LOOKBACK_DAYS)))
+        & (F.col("event_ts") <= F.lit(day_end(days[-1])))
+    )
+    points = lookback.select("user_id").distinct().crossJoin(ends)
+    return features_as_of(lookback, points.select("user_id", "as_of_ts")).join(
+        ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
+
+
+def training_frame(events: DataFrame, features: DataFrame, window: Window) -> DataFrame:
+    """The window's sessions with their label and the newest features computed at or before each started."""
+    # A feature row describes the look-back before its day; one older than the look-back before the window
+    # describes none of a session's look-back (its user had no events in it, so has no newer row): such a
+    # session has no features. The join reads the look-back's days of features, not all of them.
+    first_day = (window.start - dt.timedelta(days=LOOKBACK_DAYS)).date()
+    features = features.where(F.col("as_of_date") >= F.lit(first_day))
+    # Sessions are read a day past each edge: a session belongs to the day it starts.
+    near = events.where(
+        (F.col("event_ts") >= F.lit(window.start - dt.timedelta(days=1)))
+        & (F.col("event_ts") < F.lit(window.end + dt.timedelta(days=1)))
+    )
+    sessions = near.where(F.col("session_id").isNotNull()).groupBy("session_id", "user_id").agg(
+        F.min("event_ts").alias("observed_at"),
+        F.max("is_purchase").alias("label_purchased"),
+    ).where(window.condition)
+    # As-of join: the newest feature row computed at or before the observation.
+    candidates = sessions.join(features.withColumnRenamed("as_of_ts", "features_as_of"), "user_id", "left").where(
+        F.col("features_as_of").isNull() | (F.col("features_as_of") <= F.col("observed_at")))
+    newest = W.partitionBy("session_id", "user_id").orderBy(F.col("features_as_of").desc_nulls_last())
+    training = candidates.withColumn("_n", F.row_number().over(newest)).where("_n = 1")
+    # A session whose user has only later feature rows keeps its label, with no features.
+    training = sessions.join(training.select("session_id", "user_id", "features_as_of",
+                                             *(f.name for f in FEATURE_COLUMNS)),
+                             ["session_id", "user_id"], "left")
+    return training.select(*ML_TRAINING_SET.column_names)
+
+
+def _user_features_asset(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
+                         pin_retention: dt.timedelta | None) -> AssetsDefinition:
     @asset(
         name=ML_USER_FEATURES.name,
         description=ML_USER_FEATURES.description,
@@ -146,29 +196,19 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
     )
     def ml_user_features(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
         def attempt() -> MaterializeResult:
-            spark = lakehouse.spark
             start, end = context.partition_time_window
             window = Window.of_days("as_of_date", start, end, as_date=True)
-            events, read = read_events(lakehouse, ML_USER_FEATURES.name)
-            days = [window.start + dt.timedelta(days=n) for n in range((window.end - window.start).days)]
-            ends = spark.createDataFrame([(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")
-            lookback = events.where(
-                (F.col("event_ts") > F.lit(day_end(days[0]) - dt.timedelta(days=LOOKBACK_DAYS)))
-                & (F.col("event_ts") <= F.lit(day_end(days[-1])))
-            )
-            points = lookback.select("user_id").distinct().crossJoin(ends)
-            features = features_as_of(lookback, points.select("user_id", "as_of_ts")).join(
-                ends, "as_of_ts").select(*ML_USER_FEATURES.column_names)
-            table = lakehouse.table(ML_USER_FEATURES)
-            result = publish(stage(table, context.run_id, table.name, window.label, scope=window)
-                             .overwrite(features, window))
-            assert result.snapshot_id is not None  # a published write has a head
-            pins = pin_snapshots(lakehouse, context.run_id, table.name, {**read, table.id: result.snapshot_id},
-                                 pin_retention)
-            return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+            events, read = _read_events(lakehouse, silver, gold, ML_USER_FEATURES.name)
+            return _publish_pinned(lakehouse, context.run_id, ML_USER_FEATURES,
+                                   user_features_frame(lakehouse.spark, events, window), window, read, pin_retention)
 
         return materialize_with_retries(attempt, ML_USER_FEATURES.name, context.log.info)
 
+    return ml_user_features
+
+
+def _training_set_asset(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
+                        pin_retention: dt.timedelta | None) -> AssetsDefinition:
     @asset(
         name=ML_TRAINING_SET.name,
         description=ML_TRAINING_SET.description,
@@ -183,43 +223,24 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
     )
     def ml_training_set(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
         def attempt() -> MaterializeResult:
-            window = Window.of_days("observed_at", *context.partition_time_window)
-            events, read_events_ids = read_events(lakehouse, ML_TRAINING_SET.name)
+            start, end = context.partition_time_window
+            window = Window.of_days("observed_at", start, end)
+            events, read = _read_events(lakehouse, silver, gold, ML_TRAINING_SET.name)
             feature_table = lakehouse.table(ML_USER_FEATURES)
             features, features_snapshot = feature_table.read_pinned(ML_TRAINING_SET.name)
-            # A feature row describes the look-back before its day; one older than the look-back before the window
-            # describes none of a session's look-back (its user had no events in it, so has no newer row): such a
-            # session has no features. The join reads the look-back's days of features, not all of them.
-            first_day = (window.start - dt.timedelta(days=LOOKBACK_DAYS)).date()
-            features = features.where(F.col("as_of_date") >= F.lit(first_day))
-            # Sessions are read a day past each edge: a session belongs to the day it starts.
-            near = events.where(
-                (F.col("event_ts") >= F.lit(window.start - dt.timedelta(days=1)))
-                & (F.col("event_ts") < F.lit(window.end + dt.timedelta(days=1)))
-            )
-            sessions = near.where(F.col("session_id").isNotNull()).groupBy("session_id", "user_id").agg(
-                F.min("event_ts").alias("observed_at"),
-                F.max("is_purchase").alias("label_purchased"),
-            ).where(window.condition)
-            # As-of join: the newest feature row computed at or before the observation.
-            candidates = sessions.join(features.withColumnRenamed("as_of_ts", "features_as_of"), "user_id", "left").where(
-                F.col("features_as_of").isNull() | (F.col("features_as_of") <= F.col("observed_at")))
-            newest = W.partitionBy("session_id", "user_id").orderBy(F.col("features_as_of").desc_nulls_last())
-            training = candidates.withColumn("_n", F.row_number().over(newest)).where("_n = 1")
-            # A session whose user has only later feature rows keeps its label, with no features.
-            training = sessions.join(training.select("session_id", "user_id", "features_as_of",
-                                                     *(f.name for f in FEATURE_COLUMNS)),
-                                     ["session_id", "user_id"], "left")
-            training = training.select(*ML_TRAINING_SET.column_names)
-            table = lakehouse.table(ML_TRAINING_SET)
-            result = publish(stage(table, context.run_id, table.name, window.label, scope=window)
-                             .overwrite(training, window))
-            assert result.snapshot_id is not None  # a published write has a head
-            pins = pin_snapshots(lakehouse, context.run_id, table.name, {
-                **read_events_ids, feature_table.id: features_snapshot, table.id: result.snapshot_id,
-            }, pin_retention)
-            return MaterializeResult(metadata={**result.metadata(), PINNED: MetadataValue.json(pins)})
+            return _publish_pinned(lakehouse, context.run_id, ML_TRAINING_SET,
+                                   training_frame(events, features, window), window,
+                                   {**read, feature_table.id: features_snapshot}, pin_retention)
 
         return materialize_with_retries(attempt, ML_TRAINING_SET.name, context.log.info)
 
-    return [ml_user_features, ml_training_set]
+    return ml_training_set
+
+
+def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
+              pin_retention: dt.timedelta | None = None) -> list[AssetsDefinition]:
+    """Features and training set over the gold event source (none when the project has no user field)."""
+    if not gold.ml_tables:
+        return []
+    return [_user_features_asset(gold, silver, partitions, pin_retention),
+            _training_set_asset(gold, silver, partitions, pin_retention)]

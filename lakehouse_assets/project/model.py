@@ -119,10 +119,6 @@ class CdcTable(_Pseudonymised):
         return ".".join([self.server, self.db_schema or self.database, self.name])
 
     @property
-    def position_fields(self) -> tuple[str, ...]:
-        return ("file", "pos", "row") if self.connector == "mysql" else ("lsn",)
-
-    @property
     def landing(self) -> str:
         return f"cdc/{self.name}"
 

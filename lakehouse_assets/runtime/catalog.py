@@ -86,9 +86,19 @@ class _Moved(Exception):
         self.table = table
 
 
+# Iceberg's SQL catalog keeps each table's pointer in one row of `iceberg_tables` (the layout pyiceberg's SqlCatalog
+# and Java's JdbcCatalog share): read alone it costs one row, and several move in one transaction of the database.
+_POINTER = text("SELECT metadata_location FROM iceberg_tables WHERE catalog_name = :catalog "
+                "AND table_namespace = :namespace AND table_name = :name")
 _SWAP = text("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old "
              "WHERE catalog_name = :catalog AND table_namespace = :namespace AND table_name = :name "
              "AND metadata_location = :old")
+
+
+def metadata_pointer(catalog: SqlCatalog, namespace: str, table: str) -> str | None:
+    """A table's current metadata location, read from the catalog's own row (no metadata file is read)."""
+    with catalog.engine.connect() as connection:
+        return connection.execute(_POINTER, {"catalog": catalog.name, "namespace": namespace, "name": table}).scalar()
 
 
 def swap_pointers(catalog: SqlCatalog, namespace: str, pointers: list[tuple[str, str, str]]) -> str | None:

@@ -88,7 +88,7 @@ def set_aside(options: str) -> None:
 
 def build(force: bool = False) -> Path | None:
     """Make this installation's archive if it is missing: a JVM runs the workload below in a throwaway
-    home and writes its classes at exit under a temporary name, renamed into place once complete."""
+    home (runtime/jvm_workload.py) and writes its classes at exit under a temporary name, renamed into place once complete."""
     path = archive_file()
     if path is None:
         print("jvm archive: no java found; nothing built")
@@ -104,8 +104,8 @@ def build(force: bool = False) -> Path | None:
         for variable in ("LAKEHOUSE_CATALOG_URI", "LAKEHOUSE_WAREHOUSE", "LAKEHOUSE_LANDING",
                          "LAKEHOUSE_SPARK_MASTER", "LAKEHOUSE_SPARK_CONF"):
             env.pop(variable, None)
-        result = subprocess.run([sys.executable, "-m", "lakehouse_assets.runtime.jvm_archive", "workload", str(partial)], env=env,
-                                capture_output=True, text=True)
+        result = subprocess.run([sys.executable, "-m", "lakehouse_assets.runtime.jvm_workload", str(partial)],
+                                env=env, capture_output=True, text=True)
     if result.returncode != 0 or not partial.is_file() or partial.stat().st_size == 0:
         partial.unlink(missing_ok=True)
         errors = [line for line in result.stderr.splitlines() if "Error" in line or "Exception" in line]
@@ -120,62 +120,8 @@ def build(force: bool = False) -> Path | None:
     return path
 
 
-def _workload(partial: str) -> None:
-    """What a lakehouse JVM does early in its life: the catalog, JSON lines parsed, an Iceberg table
-    partitioned by day written on a branch and published, a MERGE, a micro-batch stream, reads and
-    aggregates. Its classes are the archive's."""
-    from dagster_pyspark.resources import spark_session_from_config
-
-    from ..settings import Settings
-    from .catalog import catalog_for, ensure_namespace
-    from .spark import spark_conf
-
-    settings = Settings.from_env()
-    ensure_namespace(catalog_for(settings), settings.namespace)
-    conf = spark_conf(settings)
-    conf["spark.driver.extraJavaOptions"] += f" -XX:ArchiveClassesAtExit={partial} {QUIET}"
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = spark_session_from_config(conf)
-    table = f"{settings.catalog_name}.{settings.namespace}.archive_workload"
-    lines = Path(settings.home) / "lines"
-    lines.mkdir()
-    (lines / "a.jsonl").write_text("".join(
-        json.dumps({"id": n, "name": f"n{n}", "ts": f"2026-01-0{1 + n % 3}T10:00:00Z", "amount": n / 4}) + "\n"
-        for n in range(200)))
-    spark.sql(f"CREATE TABLE {table} (id BIGINT, name STRING, ts TIMESTAMP, amount DOUBLE, source_file STRING) "
-              "USING iceberg PARTITIONED BY (days(ts)) "
-              "TBLPROPERTIES ('format-version'='2', 'write.wap.enabled'='true')")
-    fields = "from_json(value, 'id BIGINT, name STRING, ts TIMESTAMP, amount DOUBLE') AS r"
-    parsed = (spark.read.text(str(lines))
-              .selectExpr(fields, "json_object_keys(value) AS keys", "input_file_name() AS source_file")
-              .selectExpr("r.*", "source_file"))
-    spark.sql(f"ALTER TABLE {table} CREATE BRANCH audit")
-    parsed.writeTo(f"{table}.branch_audit").append()
-    spark.sql(f"CALL {settings.catalog_name}.system.fast_forward('{settings.namespace}.archive_workload', "
-              "'main', 'audit')")
-    spark.read.text(str(lines)).selectExpr(fields).selectExpr(
-        "r.id", "upper(r.name) AS name", "r.ts", "r.amount * 2 AS amount", "'changes' AS source_file") \
-        .createOrReplaceTempView("changes")
-    spark.sql(f"MERGE INTO {table} t USING changes c ON t.id = c.id "
-              "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
-    spark.sql(f"DELETE FROM {table} WHERE id < 10")
-    spark.sql(f"SELECT date_trunc('MINUTE', ts) AS minute, count(*), sum(amount) FROM {table} GROUP BY 1").collect()
-    spark.read.json(str(lines)).groupBy("name").count().collect()
-    spark.sql(f"SELECT * FROM {table}.snapshots").collect()
-    stream = (spark.readStream.text(str(lines))
-              .writeStream.trigger(availableNow=True)
-              .option("checkpointLocation", str(Path(settings.home) / "checkpoint"))
-              .foreachBatch(lambda batch, _: batch.selectExpr("count(*)").collect())
-              .start())
-    stream.awaitTermination()
-    spark.stop()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["workload"] and len(args) == 2:
-        _workload(args[1])
-        return 0
     if args[:1] == ["build"]:
         build(force="--force" in args)
         return 0  # without an archive Spark still starts: setup goes on

@@ -153,6 +153,12 @@ class StagedWrite:
         self.properties.update(watermark_properties(self.table.iceberg(), newest_event, newest_landed))
         return self
 
+    def stamp_on_top(self) -> StagedWrite:
+        """Carry this write's properties on an empty commit on top of its branch, made when it is published: for
+        properties known only after the data was written (watermarks), or a branch with no commit of its own."""
+        self.stamped = False
+        return self
+
     def derived_from(self, *upstream: TableHandle, window_end: Any = None) -> StagedWrite:
         """Stamp the watermarks of data computed from `upstream` as it stands now, capped at `window_end`."""
         marks = [derived_watermarks(u.iceberg(), window_end) for u in upstream if u.exists()]

@@ -67,6 +67,7 @@ from ..runtime.pii import keyed_hash, pii_key, with_pii_pads
 from ..runtime.resource import LakehouseResource
 from ..runtime.results import reported
 from ..runtime.schema import conform
+from ..runtime.staged import StagedWrite
 from ..sources.cdc import OPS, POSITION
 from ..sources.debezium import UNAVAILABLE
 from ..tables.handle import TableHandle
@@ -302,13 +303,89 @@ def _view(df: DataFrame) -> str:
     return name
 
 
-def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDefinition,
-                     referenced: dict[str, TableSpec]) -> AssetsDefinition:
-    """`referenced`: the current-state specs of the tables `info` declares references to."""
+def _reach(since) -> Column:
+    """The held versions a run can change: those ending at or after its earliest change, or not at all."""
+    return F.col("valid_to_position").isNull() | (F.col("valid_to_position") >= F.lit(since).cast(POSITION))
+
+
+def _new_versions(info: CdcTable, batch: DataFrame, staged_history: StagedWrite, reach: Column) -> DataFrame:
+    """The batch's versions with the held versions they change, each with its end recomputed."""
+    versions = _versions(info, batch, staged_history.read().where(reach))
+    order = W.partitionBy("key").orderBy("change_position")
+    recomputed = (versions
+                  .withColumn("valid_to", F.lead("valid_from").over(order))
+                  .withColumn("valid_to_position", F.lead("change_position").over(order))
+                  .withColumn("is_current", F.col("valid_to_position").isNull())).localCheckpoint()
+    return recomputed
+
+
+def _write_history(spark, staged_history: StagedWrite, history_id: str, recomputed: DataFrame, since) -> None:
+    """Held versions whose end moved are deleted and written again with it, beside the new versions: the delete
+    reads history's keys and positions only (not whole rows, as an update in place would), and its source is
+    small, so it is broadcast and history is not shuffled."""
+    moved = F.col(HELD) & ~F.col(HELD_TO).eqNullSafe(F.col("valid_to_position"))
+    if not recomputed.where(moved).isEmpty():
+        staged_history.sql(f"""
+        MERGE INTO {{target}} t USING {_view(recomputed.where(moved).select("key", "change_position"))} s
+        ON t.key = s.key AND t.change_position = s.change_position
+            AND (t.valid_to_position IS NULL OR t.valid_to_position >= {since})
+        WHEN MATCHED THEN DELETE""")
+    staged_history.append(conform(spark, history_id, recomputed.where(~F.col(HELD) | moved).drop(HELD, HELD_TO),
+                                  evolve=False))
+
+
+def _apply_window(lakehouse: LakehouseResource, info: CdcTable, bronze: TableSpec, run_id: str,
+                  window: Window) -> tuple[list, list[AssetCheckResult], int]:
+    """One attempt at a window's changes: history and the current state staged on branches, audited and
+    published together. Returns the two commits (history's, then current's; none when a check failed), the
+    check results and the number of changes applied."""
     current, history = current_spec(info), history_spec(info)
-    models = {current.name: current_model(info), history.name: history_model(info)}
-    pk_match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in info.primary_key)
-    reference_checks = {
+    spark = lakehouse.spark
+    history_table, current_table = lakehouse.table(history).create(), lakehouse.table(current).create()
+    batch = changes(lakehouse, info, lakehouse.table(bronze), window).cache()
+    try:
+        _add_drifted_columns(batch, history_table, current_table)
+        # History as the branch the run writes starts from: a run that commits in between is caught when this one
+        # publishes (and it is then re-run), never read past.
+        staged_history = stage(history_table, run_id, history.name, window.label, prefix="audit").derived_from(
+            lakehouse.table(bronze), window_end=window.end)
+        since = (batch.agg(F.min("change_position")).first() or [None])[0]
+        reach = _reach(since)
+        recomputed = _new_versions(info, batch, staged_history, reach)
+        _write_history(spark, staged_history, history_table.id, recomputed, since)
+
+        latest = recomputed.where("is_current").select(
+            *(F.col(f.name) for f in current_table.schema().fields if f.name not in ("last_op", "source_ts")),
+            F.col("op").alias("last_op"), F.col("valid_from").alias("source_ts"),
+        )
+        latest = conform(spark, current_table.id, latest, evolve=False)
+        pk_match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in info.primary_key)
+        staged_current = stage(current_table, run_id, current.name, window.label, prefix="audit").derived_from(
+            lakehouse.table(bronze), window_end=window.end).sql(f"""
+            MERGE INTO {{target}} t USING {_view(latest)} s ON {pk_match}
+            WHEN MATCHED AND s.last_op = 'd' THEN DELETE
+            WHEN MATCHED AND s.change_position > t.change_position THEN UPDATE SET *
+            WHEN NOT MATCHED AND s.last_op != 'd' THEN INSERT *""")
+
+        touched_keys = batch.select("key").distinct()
+        audited_history = (staged_history.read().where(reach)  # the columns the checks read
+                           .select("key", "op", "is_current", "change_position", "valid_to_position")
+                           .join(touched_keys, "key", "left_semi"))
+        commits, checks = audit_and_publish([
+            Audit(staged_history, [(history.name, "pandera_schema", history_model(info), audited_history)]),
+            Audit(staged_current, [(current.name, "pandera_schema", current_model(info),
+                                    staged_current.read().join(latest.select("change_position"),
+                                                               "change_position", "left_semi"))]),
+        ])
+        applied = batch.count() if commits else 0
+    finally:
+        batch.unpersist()
+    return commits, checks, applied
+
+
+def _reference_checks(info: CdcTable) -> dict[str, AssetCheckSpec]:
+    current = current_spec(info)
+    return {
         column: AssetCheckSpec(
             name=f"references_{column}", asset=current.name, blocking=False,
             description=f"every {column} is a {target_table}.{target_column} in silver_{target_table} (a warning: "
@@ -316,6 +393,28 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
         )
         for column, (target_table, target_column) in info.references.items()
     }
+
+
+def _reference_results(lakehouse: LakehouseResource, info: CdcTable,
+                       referenced: dict[str, TableSpec]) -> list[AssetCheckResult]:
+    """Rows of the current state whose reference names no row of the referenced table: a warning each."""
+    current_table = lakehouse.table(current_spec(info))
+    results = []
+    for column, spec in _reference_checks(info).items():
+        target_table, target_column = info.references[column]
+        orphans = _orphans(current_table, column, lakehouse.table(referenced[target_table]), target_column)
+        results.append(AssetCheckResult(
+            asset_key=spec.asset_key, check_name=spec.name, passed=orphans == 0, severity=AssetCheckSeverity.WARN,
+            metadata={"rows_without_referenced_row": MetadataValue.int(orphans)},
+        ))
+    return results
+
+
+def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDefinition,
+                     referenced: dict[str, TableSpec]) -> AssetsDefinition:
+    """History and current state of one CDC table, written together by one run per landing window.
+    `referenced`: the current-state specs of the tables `info` declares references to."""
+    current, history = current_spec(info), history_spec(info)
     # A partition is a landing day, bronze's own; referenced tables are applied first, so that a run sees their rows.
     from_bronze = AssetDep(bronze.name)
     upstream = [from_bronze, *(AssetDep(name) for name in sorted({s.name for s in referenced.values()} - {current.name}))]
@@ -328,87 +427,21 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
             AssetSpec(history.name, description=history.description, group_name="silver",
                       kinds={"spark", "iceberg"}, deps=[from_bronze], automation_condition=CHAIN_REFRESH),
         ],
-        check_specs=[check_spec(current.name, models[current.name]), check_spec(history.name, models[history.name]),
-                     *reference_checks.values()],
+        check_specs=[check_spec(current.name, current_model(info)), check_spec(history.name, history_model(info)),
+                     *_reference_checks(info).values()],
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
         can_subset=True,  # both tables are written either way (runtime/results.py)
     )
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
-        def attempt():
-            spark = lakehouse.spark
-            window = Window.of_days("landing_date", *context.partition_time_window, as_date=True)
-            history_table, current_table = lakehouse.table(history).create(), lakehouse.table(current).create()
-            batch = changes(lakehouse, info, lakehouse.table(bronze), window).cache()
-            try:
-                _add_drifted_columns(batch, history_table, current_table)
-                # History as the branch the run writes starts from: a run that commits in between is caught
-                # when this one publishes (and it is then re-run), never read past.
-                staged_history = stage(history_table, context.run_id, history.name, window.label, prefix="audit").derived_from(
-                    lakehouse.table(bronze), window_end=window.end)
-                # The versions a run can change end at or after its earliest change, or not at all.
-                since = batch.agg(F.min("change_position")).first()[0]
-                reach = F.col("valid_to_position").isNull() | (F.col("valid_to_position") >= F.lit(since).cast(POSITION))
-                versions = _versions(info, batch, staged_history.read().where(reach))
-                order = W.partitionBy("key").orderBy("change_position")
-                recomputed = (versions
-                              .withColumn("valid_to", F.lead("valid_from").over(order))
-                              .withColumn("valid_to_position", F.lead("change_position").over(order))
-                              .withColumn("is_current", F.col("valid_to_position").isNull())).localCheckpoint()
-
-                # Held versions whose end moved are deleted and written again with it, beside the new versions:
-                # the delete reads history's keys and positions only (not whole rows, as an update in place would),
-                # and its source is small, so it is broadcast and history is not shuffled.
-                moved = F.col(HELD) & ~F.col(HELD_TO).eqNullSafe(F.col("valid_to_position"))
-                if not recomputed.where(moved).isEmpty():
-                    staged_history.sql(f"""
-                    MERGE INTO {{target}} t USING {_view(recomputed.where(moved).select("key", "change_position"))} s
-                    ON t.key = s.key AND t.change_position = s.change_position
-                        AND (t.valid_to_position IS NULL OR t.valid_to_position >= {since})
-                    WHEN MATCHED THEN DELETE""")
-                staged_history.append(conform(spark, history_table.id, recomputed.where(~F.col(HELD) | moved)
-                                              .drop(HELD, HELD_TO), evolve=False))
-
-                latest = recomputed.where("is_current").select(
-                    *(F.col(f.name) for f in current_table.schema().fields if f.name not in ("last_op", "source_ts")),
-                    F.col("op").alias("last_op"), F.col("valid_from").alias("source_ts"),
-                )
-                latest = conform(spark, current_table.id, latest, evolve=False)
-                staged_current = stage(current_table, context.run_id, current.name, window.label, prefix="audit").derived_from(
-                    lakehouse.table(bronze), window_end=window.end).sql(f"""
-                    MERGE INTO {{target}} t USING {_view(latest)} s ON {pk_match}
-                    WHEN MATCHED AND s.last_op = 'd' THEN DELETE
-                    WHEN MATCHED AND s.change_position > t.change_position THEN UPDATE SET *
-                    WHEN NOT MATCHED AND s.last_op != 'd' THEN INSERT *""")
-
-                touched_keys = batch.select("key").distinct()
-                audited_history = (staged_history.read().where(reach)  # the columns the checks read
-                                   .select("key", "op", "is_current", "change_position", "valid_to_position")
-                                   .join(touched_keys, "key", "left_semi"))
-                commits, checks = audit_and_publish([
-                    Audit(staged_history, [(history.name, "pandera_schema", models[history.name], audited_history)]),
-                    Audit(staged_current, [(current.name, "pandera_schema", models[current.name],
-                                            staged_current.read().join(latest.select("change_position"),
-                                                                       "change_position", "left_semi"))]),
-                ])
-                applied = batch.count() if commits else 0
-            finally:
-                batch.unpersist()
-            return commits, checks, applied
-
-        (commits, checks, applied), retries = with_commit_retries(attempt, current.name, context.log.info)
+        start, end = context.partition_time_window
+        window = Window.of_days("landing_date", start, end, as_date=True)
+        (commits, checks, applied), retries = with_commit_retries(
+            lambda: _apply_window(lakehouse, info, bronze, context.run_id, window), current.name, context.log.info)
         if not commits:
             yield from reported(context, checks)
             raise_if_failed(checks)
-        current_table = lakehouse.table(current)
-        for column, spec in reference_checks.items():
-            target_table, target_column = info.references[column]
-            orphans = _orphans(current_table, column, lakehouse.table(referenced[target_table]), target_column)
-            checks.append(AssetCheckResult(
-                asset_key=current.name, check_name=spec.name, passed=orphans == 0,
-                severity=AssetCheckSeverity.WARN,
-                metadata={"rows_without_referenced_row": MetadataValue.int(orphans)},
-            ))
+        checks += _reference_results(lakehouse, info, referenced)
         counts = {"changes_in_window": MetadataValue.int(applied), **retry_metadata(retries)}
         history_commit, current_commit = commits
         yield from reported(context, [

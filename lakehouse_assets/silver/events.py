@@ -239,8 +239,7 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             newest = (newest_event_time(clean, source.timestamp) if observed.get("newest") is None else
                       EPOCH + dt.timedelta(microseconds=observed["newest"]))
             # The watermarks ride on an empty commit on top, stamped when published.
-            staged.with_watermarks(newest, derived_watermarks(bronze.iceberg())[1])
-            staged.stamped = False
+            staged.with_watermarks(newest, derived_watermarks(bronze.iceberg())[1]).stamp_on_top()
             staged_rejects = stage(rejected, run_id, spec.name, label, scope=scope)
             staged_rejects.properties.update(properties)
             staged_rejects.append(rejects)

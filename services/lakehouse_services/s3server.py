@@ -193,10 +193,6 @@ class SeaweedS3:
         return f"http://{HOST}:{self.ports.s3}"
 
     @property
-    def iceberg_url(self) -> str | None:
-        return f"http://{HOST}:{self.ports.iceberg}" if self.ports.iceberg else None
-
-    @property
     def data_dir(self) -> Path:
         return self.root / "data"
 
@@ -368,18 +364,6 @@ class SeaweedS3:
             self.state_file.unlink(missing_ok=True)
         self._pid = None
         return was_running
-
-    def rss_bytes(self) -> int | None:
-        """Resident memory of the server process (Linux only), for diagnostics."""
-        if self._pid is None:
-            return None
-        try:
-            for line in Path(f"/proc/{self._pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        except FileNotFoundError:
-            return None
-        return None
 
     def __enter__(self) -> SeaweedS3:
         return self.start()
