@@ -21,12 +21,12 @@ from .automation.alerts import alert_sensors
 from .automation.landing_sensors import landing_sensor
 from .automation.late_events import late_events_sensor
 from .automation.maintenance import maintenance_definitions
-from .bronze.capture import capture_asset, capture_schedule
+from .bronze.capture_asset import capture_asset, capture_schedule
 from .bronze.ingest import INGEST_LOG, landing_asset
 from .bronze.sources import cdc_landing_source, event_landing_source, landing_sources
 from .conditions import automation_sensor
 from .gold.events import gold_event_assets, gold_specs
-from .gold.sql import sql_table_asset, sql_table_spec
+from .gold.sql_tables import sql_table_asset, sql_table_spec
 from .ml.features import ML_TRAINING_SET, ML_USER_FEATURES, ml_assets
 from .partitions import daily_partitions
 from .project import Project

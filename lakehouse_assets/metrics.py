@@ -285,7 +285,7 @@ class LakehouseCollector:
             retained, read_at = status.get("retained_wal_bytes"), status.get("retained_wal_read_at")
             if os.environ.get(f"LAKEHOUSE_CDC_{source.upper()}_DSN"):
                 try:
-                    from .capture import CaptureSource
+                    from .debezium_capture import CaptureSource
 
                     retained, read_at = CaptureSource.of(self.project, source).retained_wal_bytes(), time.time()
                 except Exception as exc:  # noqa: BLE001 - the last capture's reading stands

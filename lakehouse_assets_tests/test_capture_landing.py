@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_assets.capture import LandingWriter
+from lakehouse_assets.debezium_capture import LandingWriter
 from lakehouse_assets.settings import Settings
 
 
@@ -107,7 +107,7 @@ def test_part_files_a_crash_left_are_landed_durably_before_they_are_deleted(tmp_
 _PUBLISH = """
 import sys
 from pathlib import Path
-from lakehouse_assets.capture import LandingWriter
+from lakehouse_assets.debezium_capture import LandingWriter
 from lakehouse_assets.settings import Settings
 home, landing, staging = sys.argv[1:4]
 writer = LandingWriter(Settings.from_env(home=Path(home), landing=landing), Path(staging))

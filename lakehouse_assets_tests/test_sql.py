@@ -32,10 +32,10 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from lakehouse_assets import sql
+from lakehouse_assets import duckdb_sql as sql
+from lakehouse_assets.duckdb_sql import query, run
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.settings import Settings
-from lakehouse_assets.sql import query, run
 from lakehouse_services.s3server import SeaweedS3
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))

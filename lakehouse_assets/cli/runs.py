@@ -11,7 +11,7 @@ from .output import progress
 
 def cmd_capture(args: argparse.Namespace, settings: Settings) -> int:
     """Real change data capture: Debezium's PostgreSQL connector into the landing zone (long-running)."""
-    from ..capture import CaptureSource, report_json, run_capture
+    from ..debezium_capture import CaptureSource, report_json, run_capture
     from ..project import load_project
 
     project = load_project(settings.project)

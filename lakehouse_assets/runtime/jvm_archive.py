@@ -10,8 +10,8 @@ The archive belongs to the installation, not to a lakehouse: it is made once (`m
 throwaway home and writes the classes it loaded when it exits. It is named by what it depends on (the Java
 binary, pyspark's jars), so a changed Java or Spark simply has no archive until it is built again, and the
 JVM itself refuses an archive that does not match (then it starts without it). It is written under a
-temporary name and renamed into place whole; a JVM that still fails to start with it has it moved aside and
-starts again without it. `LAKEHOUSE_JVM_ARCHIVE=0` turns it off.
+temporary name and renamed into place whole, and used only while it has the size it was written with; a JVM
+that still fails to start with it has it moved aside and starts again without it. `LAKEHOUSE_JVM_ARCHIVE=0` turns it off.
 """
 
 from __future__ import annotations
@@ -71,9 +71,21 @@ def java_options(enabled: bool) -> str:
     if not enabled:
         return ""
     path = archive_file()
-    if path is None or not path.is_file():
+    if path is None or not path.is_file() or not _whole(path):
         return ""
     return f"-XX:SharedArchiveFile={path} {QUIET}"
+
+
+def _size_file(path: Path) -> Path:
+    return path.with_suffix(".size")
+
+
+def _whole(path: Path) -> bool:
+    """The archive has the size it was written with: a JVM mapping a cut-off archive dies at start (SIGBUS)."""
+    try:
+        return int(_size_file(path).read_text()) == path.stat().st_size
+    except (OSError, ValueError):
+        return False
 
 
 def set_aside(options: str) -> None:
@@ -112,9 +124,10 @@ def build(force: bool = False) -> Path | None:
         print(f"jvm archive: not built (the workload exited {result.returncode}: "
               f"{errors[-1] if errors else 'no error printed'}); Spark starts without it", file=sys.stderr)
         return None
+    _size_file(path).write_text(str(partial.stat().st_size))
     partial.replace(path)
-    for old in path.parent.glob("driver-*.jsa"):
-        if old != path:
+    for old in [*path.parent.glob("driver-*.jsa"), *path.parent.glob("driver-*.size")]:
+        if old.stem != path.stem:
             old.unlink(missing_ok=True)
     print(f"jvm archive: {path} built in {time.monotonic() - started:.0f} s")
     return path

@@ -364,7 +364,7 @@ def undecided_keys_check(source: EventSource) -> AssetChecksDefinition:
     @asset_check(asset=source.silver, name=UNDECIDED, blocking=False,
                  description=f"keys of {source.bronze} in neither {source.silver} nor {source.rejected}")
     def _check(lakehouse: LakehouseResource) -> AssetCheckResult:
-        from ..sql import query
+        from ..duckdb_sql import query
 
         catalog, namespace = lakehouse.catalog, lakehouse.settings.namespace
         decided = [f"NOT EXISTS (SELECT 1 FROM {t} d WHERE d.{key} = b.{key})"

@@ -16,8 +16,8 @@ from dagster import DagsterInstance, materialize
 
 from examples.shop.cdc_generator import generate_cdc
 from examples.shop.events_generator import generate
+from lakehouse_assets.duckdb_sql import query
 from lakehouse_assets.runtime.resource import LakehouseResource
-from lakehouse_assets.sql import query
 
 from ..shop import BRONZE_CDC, SHOP_FILE, SILVER_CDC, assets
 

@@ -22,10 +22,15 @@ def test_the_archive_is_named_by_the_java_it_was_made_for_and_used_only_when_bui
     assert "SharedArchiveFile" not in spark_conf(settings)["spark.driver.extraJavaOptions"]  # not built yet
 
     installed.write_bytes(b"archive")
+    assert "SharedArchiveFile" not in spark_conf(settings)["spark.driver.extraJavaOptions"]  # its size not recorded
+    installed.with_suffix(".size").write_text("7")
     options = spark_conf(settings)["spark.driver.extraJavaOptions"]
     assert f"-XX:SharedArchiveFile={installed}" in options and "-Dlog4j2.configurationFile=" in options
     off = spark_conf(settings.with_(jvm_archive=False))["spark.driver.extraJavaOptions"]
     assert "SharedArchiveFile" not in off
+    installed.write_bytes(b"archiv")  # cut off: not the size it was written with
+    assert "SharedArchiveFile" not in spark_conf(settings)["spark.driver.extraJavaOptions"]
+    installed.write_bytes(b"archive")
 
     other_java = tmp_path / "jdk" / "bin" / "java"
     other_java.parent.mkdir(parents=True)
@@ -37,14 +42,16 @@ def test_the_archive_is_named_by_the_java_it_was_made_for_and_used_only_when_bui
 
 @pytest.mark.slow
 def test_a_damaged_archive_is_set_aside_and_the_session_starts_without_it(tmp_path):
-    """A cut-off archive makes the JVM die at start (SIGBUS while mapping it): the session is started again
-    without it, and the archive is moved aside so later processes do not try it."""
+    """An archive the size check cannot tell from a good one (here cut off, with the size recorded as cut) makes
+    the JVM die at start (SIGBUS while mapping it): the session is started again without it, and the archive is
+    moved aside so later processes do not try it."""
     built = jvm_archive.archive_file()
     assert built is not None and built.is_file(), "make setup builds the archive: run it first"
     folder = tmp_path / "archives"
     folder.mkdir()
     with built.open("rb") as whole:
         (folder / built.name).write_bytes(whole.read(1 << 20))
+    (folder / built.name).with_suffix(".size").write_text(str(1 << 20))
     code = f"""
 from pathlib import Path
 from lakehouse_assets.runtime import jvm_archive
@@ -54,9 +61,11 @@ spark = LakehouseResource(home={str(tmp_path / 'home')!r}).spark
 print("rows", spark.range(3).count())
 print("options", spark.conf.get("spark.driver.extraJavaOptions"))
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # The crashing JVM writes its error report into the working folder.
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rows 3" in result.stdout
     options = next(line for line in result.stdout.splitlines() if line.startswith("options"))
     assert "SharedArchiveFile" not in options
-    assert [p.name for p in folder.iterdir()] == [Path(built.name).with_suffix(".unusable").name]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [Path(built.name).with_suffix(".unusable").name, Path(built.name).with_suffix(".size").name])

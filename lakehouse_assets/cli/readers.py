@@ -12,7 +12,7 @@ from .output import cell, plain, print_table, unique_names
 
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
-    from ..sql import fetch
+    from ..duckdb_sql import fetch
 
     names, rows, scans = fetch(settings, args.query, as_of=args.as_of, explain=args.explain,
                                raw=True if args.raw else None)
