@@ -53,6 +53,14 @@ def table_specs(project: Project) -> dict[str, TableSpec]:
     return {spec.name: spec for spec in specs}
 
 
+def tables_taking_data_columns(project: Project) -> frozenset[str]:
+    """Tables that add the columns their data brings (schema drift): bronze, and CDC's current state and history."""
+    names = {event_landing_source(s).bronze.name for s in project.events.values()}
+    for table in project.cdc.values():
+        names |= {cdc_landing_source(table).bronze.name, current_spec(table).name, history_spec(table).name}
+    return frozenset(names)
+
+
 def with_column_schema(asset: AssetSpec, specs: dict[str, TableSpec]) -> AssetSpec:
     """The table's columns (name, Spark type, nullability, comment) on its asset, shown on its page in the UI."""
     table = specs.get(asset.key.to_user_string())

@@ -36,10 +36,47 @@ def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
+    """What differs between the declaration and the tables in the catalog; exit 1 when anything does."""
+    from ..build import table_specs, tables_taking_data_columns
+    from ..project import load_project
+    from ..runtime.catalog import catalog_for
+    from ..tables.evolution import plan
+
+    project = load_project(settings.project)
+    catalog = catalog_for(settings)
+    specs = table_specs(project)
+    if not catalog.namespace_exists(settings.namespace):
+        result = plan({}, catalog, settings.namespace)
+        not_created = sorted(specs)
+    else:
+        result = plan(specs, catalog, settings.namespace, tables_taking_data_columns(project))
+        not_created = result.not_created
+    if args.json:
+        print(json.dumps({"changes": [c.as_dict() for c in result.changes], "not_created": not_created},
+                         indent=2))
+    else:
+        for change in result.changes:
+            print(change.text())
+        if not_created:
+            print(f"not created yet (their first run creates them as declared): {', '.join(not_created)}")
+        if not result.changes:
+            print(f"the tables of {settings.catalog_name}.{settings.namespace} match the declaration")
+        elif result.destructive:
+            print(f"{len(result.changes)} differences, {len(result.destructive)} destructive")
+        else:
+            print(f"{len(result.changes)} differences, all safe (metadata only)")
+    return 1 if result.changes else 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("project", help="the declared sources and the tables derived from them (LAKEHOUSE_PROJECT)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_project)
+
+    p = sub.add_parser("plan", help="what differs between the declaration and the tables (exit 1 when anything does)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("settings", help="the settings in force (LAKEHOUSE_PROFILE, then the environment)")
     p.add_argument("--json", action="store_true")

@@ -1,0 +1,209 @@
+"""What differs between the declaration and the tables in the catalog: the plan of a declaration's change.
+
+`plan(specs, catalog, namespace)` compares every declared table (its columns, their types, nullability and
+comments, its partition fields, its write mode and properties, its comment) with the table the catalog holds,
+read with pyiceberg (no Spark). Each difference is a `Change`: what it is, whether it is safe (Iceberg changes
+metadata only: old data files stay as they are and read under the new schema or spec) or destructive (it takes
+data out of the current schema), and the Iceberg operation that applies it.
+
+Some tables also take columns from the data (schema drift: bronze, CDC silver): a column such a table has and the
+declaration does not name is one the data brought, kept, and not a difference. Elsewhere it is a column the
+declaration dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pyiceberg import types as IT
+from pyspark.sql import types as T
+
+from .registry import TableSpec
+
+# Type changes Iceberg makes in metadata alone: old files read the narrower values as the wider type.
+_WIDER = {("int", "bigint"), ("float", "double")}
+_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+# Table properties the plan compares; the rest (snapshot and commit bookkeeping) belong to the table.
+_ENGINE_PROPERTIES = ("format-version",)
+
+
+@dataclass(frozen=True)
+class Change:
+    table: str
+    kind: str  # "create table", "add column", "drop column", "widen type", "change type", "document column",
+    # "make optional", "make required", "add partition field", "drop partition field", "set property",
+    # "document table"
+    subject: str  # the column, partition field or property
+    before: str
+    after: str
+    safe: bool
+    operation: str  # how Iceberg applies it
+
+    def text(self) -> str:
+        marker = "safe" if self.safe else "DESTRUCTIVE"
+        what = f"{self.kind} {self.subject}" if self.subject else self.kind
+        change = f": {self.before or '(none)'} -> {self.after or '(none)'}" if self.before or self.after else ""
+        return f"{self.table}: {what}{change} [{marker}] ({self.operation})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def iceberg_type_string(t: IT.IcebergType) -> str:
+    """An Iceberg type as Spark spells it (`simpleString`), so declared and held types compare as text."""
+    simple = {IT.BooleanType: "boolean", IT.IntegerType: "int", IT.LongType: "bigint", IT.FloatType: "float",
+              IT.DoubleType: "double", IT.DateType: "date", IT.TimestampType: "timestamp_ntz",
+              IT.TimestamptzType: "timestamp", IT.StringType: "string", IT.BinaryType: "binary",
+              IT.UUIDType: "string", IT.TimeType: "bigint"}
+    for kind, name in simple.items():
+        if isinstance(t, kind):
+            return name
+    if isinstance(t, IT.DecimalType):
+        return f"decimal({t.precision},{t.scale})"
+    if isinstance(t, IT.FixedType):
+        return "binary"
+    if isinstance(t, IT.StructType):
+        return "struct<" + ",".join(f"{f.name}:{iceberg_type_string(f.field_type)}" for f in t.fields) + ">"
+    if isinstance(t, IT.ListType):
+        return f"array<{iceberg_type_string(t.element_type)}>"
+    if isinstance(t, IT.MapType):
+        return f"map<{iceberg_type_string(t.key_type)},{iceberg_type_string(t.value_type)}>"
+    raise ValueError(f"an Iceberg type the plan does not know: {t}")
+
+
+def widens(held: str, declared: str) -> bool:
+    """Iceberg's type promotions: int to bigint, float to double, a decimal to more precision (same scale)."""
+    if (held, declared) in _WIDER:
+        return True
+    a, b = _DECIMAL.match(held), _DECIMAL.match(declared)
+    return bool(a and b and a.group(2) == b.group(2) and int(b.group(1)) > int(a.group(1)))
+
+
+def _transform_text(transform: str) -> tuple[str, str]:
+    """A declared partition transform (`days(ts)`, `bucket(16, id)`, `ts`) as (column, Iceberg's transform)."""
+    m = re.match(r"^\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?(\w+)\s*\)\s*$", transform)
+    if not m:
+        return transform.strip(), "identity"
+    name, width, column = m.groups()
+    singular = {"years": "year", "months": "month", "days": "day", "hours": "hour"}
+    return column, f"{name}[{width}]" if width else singular.get(name, name)
+
+
+def plan_table(spec: TableSpec, table: Any, takes_data_columns: bool = False) -> list[Change]:
+    """The differences between a declared table and the pyiceberg `table` the catalog holds."""
+    changes = _field_changes(spec.name, "", table.schema().fields, spec.schema.fields, takes_data_columns)
+    changes += _partition_changes(spec, table)
+    changes += _property_changes(spec, table)
+    return changes
+
+
+def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: list[T.StructField],
+                   takes_data_columns: bool) -> list[Change]:
+    """The differences between the fields a table (or a struct of it) holds and those declared; a struct's own
+    fields are compared one by one (`before.total`)."""
+    changes: list[Change] = []
+    held = {f.name: f for f in held_fields}
+    declared = {f.name: f for f in declared_fields}
+    for column, field in declared.items():
+        path = prefix + column
+        want = field.dataType.simpleString()
+        comment = field.metadata.get("comment", "")
+        if column not in held:
+            if field.nullable:
+                changes.append(Change(name, "add column", path, "", want, True, f"UpdateSchema.add_column({path})"))
+            else:
+                changes.append(Change(name, "add column", path, "", f"{want} NOT NULL", False,
+                                      "refused: a required column cannot be added to rows already written; "
+                                      "declare it nullable"))
+            continue
+        have = held[column]
+        if isinstance(have.field_type, IT.StructType) and isinstance(field.dataType, T.StructType):
+            changes += _field_changes(name, f"{path}.", have.field_type.fields, field.dataType.fields,
+                                      takes_data_columns)
+        else:
+            have_type = iceberg_type_string(have.field_type)
+            if have_type == want:
+                pass
+            elif widens(have_type, want):
+                changes.append(Change(name, "widen type", path, have_type, want, True,
+                                      f"UpdateSchema.update_column({path}, {want})"))
+            else:
+                changes.append(Change(name, "change type", path, have_type, want, False,
+                                      "refused in place: add a new column (or a new table) and backfill it"))
+        if have.required and field.nullable:
+            changes.append(Change(name, "make optional", path, "required", "optional", True,
+                                  f"UpdateSchema.make_column_optional({path})"))
+        elif not have.required and not field.nullable:
+            changes.append(Change(name, "make required", path, "optional", "required", False,
+                                  "refused: rows already written may hold nulls"))
+        if (have.doc or "") != comment:
+            changes.append(Change(name, "document column", path, have.doc or "", comment, True,
+                                  f"UpdateSchema.update_column({path}, doc=...)"))
+    if not takes_data_columns:
+        for column, have in held.items():
+            if column not in declared:
+                path = prefix + column
+                changes.append(Change(name, "drop column", path, iceberg_type_string(have.field_type), "", False,
+                                      f"UpdateSchema.delete_column({path}): its values leave the current schema "
+                                      "(older snapshots still read them)"))
+    return changes
+
+
+def _partition_changes(spec: TableSpec, table: Any) -> list[Change]:
+    schema = table.schema()
+    held = set()
+    for field in table.spec().fields:
+        column = schema.find_field(field.source_id).name
+        held.add((column, str(field.transform)))
+    declared = {_transform_text(t) for t in spec.partitioned_by}
+    changes = []
+    for column, transform in sorted(declared - held):
+        changes.append(Change(spec.name, "add partition field", f"{transform}({column})", "", "", True,
+                              "UpdateSpec.add_field: new writes use the new spec, files written before keep theirs"))
+    for column, transform in sorted(held - declared):
+        changes.append(Change(spec.name, "drop partition field", f"{transform}({column})", "", "", True,
+                              "UpdateSpec.remove_field: new writes use the new spec, files written before keep "
+                              "theirs"))
+    return changes
+
+
+def _property_changes(spec: TableSpec, table: Any) -> list[Change]:
+    properties = table.properties
+    changes = []
+    for key, value in sorted(spec.table_properties.items()):
+        have = str(table.format_version) if key == "format-version" else properties.get(key)
+        if have != value:
+            safe = key not in _ENGINE_PROPERTIES
+            changes.append(Change(spec.name, "set property", key, have or "", value, safe,
+                                  f"Transaction.set_properties({key}={value})" if safe else
+                                  "refused here: upgrade the format version with Iceberg's own procedure"))
+    if properties.get("comment", "") != spec.description:
+        changes.append(Change(spec.name, "document table", "", properties.get("comment", ""), spec.description, True,
+                              "Transaction.set_properties(comment=...)"))
+    return changes
+
+
+@dataclass(frozen=True)
+class Plan:
+    changes: list[Change]
+    not_created: list[str]  # declared tables their first run creates as declared: not a difference
+
+    @property
+    def destructive(self) -> list[Change]:
+        return [c for c in self.changes if not c.safe]
+
+
+def plan(specs: dict[str, TableSpec], catalog: Any, namespace: str,
+         takes_data_columns: frozenset[str] = frozenset()) -> Plan:
+    """Every difference between the declared tables and the catalog's."""
+    changes: list[Change] = []
+    missing = []
+    for name, spec in sorted(specs.items()):
+        identifier = (namespace, name)
+        if not catalog.table_exists(identifier):
+            missing.append(name)
+            continue
+        changes += plan_table(spec, catalog.load_table(identifier), name in takes_data_columns)
+    return Plan(changes, missing)

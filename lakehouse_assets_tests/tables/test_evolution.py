@@ -1,0 +1,136 @@
+"""`lakehouse plan`: every difference between the declaration and the catalog's tables, each marked safe or
+destructive with the Iceberg operation that applies it; columns the data brought are not differences."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import DayTransform
+from pyiceberg.types import DecimalType, IntegerType, LongType, NestedField, StringType, StructType, TimestamptzType
+from pyspark.sql import types as T
+
+from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.settings import Settings
+from lakehouse_assets.tables.evolution import plan
+from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col
+
+from ..shop import SHOP_FILE
+
+HELD = Schema(
+    NestedField(1, "id", LongType(), required=True, doc="the order"),
+    NestedField(2, "ts", TimestamptzType(), required=True),
+    NestedField(3, "amount", DecimalType(10, 2)),
+    NestedField(4, "quantity", IntegerType()),
+    NestedField(5, "status", StringType(), doc="its state"),
+    NestedField(6, "image", StructType(NestedField(7, "a", StringType()), NestedField(8, "from_data", StringType()))),
+)
+
+
+def spec(**changes) -> TableSpec:
+    fields = {
+        "id": col("id", T.LongType(), False, "the order"),
+        "ts": col("ts", T.TimestampType(), False),
+        "amount": col("amount", T.DecimalType(10, 2)),
+        "quantity": col("quantity", T.IntegerType()),
+        "status": col("status", T.StringType(), comment="its state"),
+        "image": col("image", T.StructType([T.StructField("a", T.StringType())])),
+    }
+    fields.update(changes.pop("fields", {}))
+    return TableSpec(name="orders", layer="silver", description="Orders.",
+                     schema=T.StructType([f for f in fields.values() if f is not None]),
+                     partitioned_by=changes.pop("partitioned_by", ("days(ts)",)), **changes)
+
+
+def held_table(tmp_path):
+    settings = Settings(home=tmp_path)
+    catalog = catalog_for(settings)
+    catalog.create_namespace("lake")
+    catalog.create_table(("lake", "orders"), schema=HELD,
+                         partition_spec=PartitionSpec(PartitionField(2, 1000, DayTransform(), "ts_day")),
+                         properties={**spec().table_properties, "comment": "Orders."})
+    return catalog
+
+
+def kinds(result, safe=None):
+    return [(c.kind, c.subject, c.before, c.after) for c in result.changes if safe is None or c.safe is safe]
+
+
+def test_a_table_as_declared_has_no_difference_and_a_nested_field_the_data_brought_is_kept(tmp_path):
+    catalog = held_table(tmp_path)
+    # `image.from_data` came with the data: the declaration's fields are held as declared.
+    assert plan({"orders": spec()}, catalog, "lake", frozenset({"orders"})).changes == []
+    # A table that does not take columns from the data: the declaration dropped that nested field.
+    assert kinds(plan({"orders": spec()}, catalog, "lake")) == [("drop column", "image.from_data", "string", "")]
+
+
+def test_each_kind_of_change_is_planned_with_whether_it_is_safe_and_its_operation(tmp_path):
+    catalog = held_table(tmp_path)
+    changed = spec(
+        fields={"amount": col("amount", T.DecimalType(12, 2)),  # wider: safe
+                "quantity": col("quantity", T.LongType()),  # int -> bigint: safe
+                "status": None,  # dropped: destructive
+                "note": col("note", T.StringType(), comment="added"),  # a new nullable column: safe
+                "code": col("code", T.StringType(), False),  # a new required column: refused
+                "id": col("id", T.LongType(), False, "the order's id"),  # re-documented: safe
+                "ts": col("ts", T.StringType(), False),  # timestamp -> string: not in place
+                "image": col("image", T.StructType([T.StructField("a", T.StringType()),  # a field inside it widened
+                                                    T.StructField("from_data", T.StringType()),
+                                                    T.StructField("n", T.LongType())]))},
+        partitioned_by=("bucket(8, id)",), write_mode=MERGE_ON_READ)
+    result = plan({"orders": changed}, catalog, "lake")
+    assert sorted(kinds(result, safe=True)) == sorted([
+        ("document column", "id", "the order", "the order's id"),
+        ("widen type", "amount", "decimal(10,2)", "decimal(12,2)"),
+        ("widen type", "quantity", "int", "bigint"),
+        ("add column", "note", "", "string"),
+        ("add column", "image.n", "", "bigint"),
+        ("add partition field", "bucket[8](id)", "", ""),
+        ("drop partition field", "day(ts)", "", ""),
+        ("set property", "write.delete.mode", "copy-on-write", "merge-on-read"),
+        ("set property", "write.merge.mode", "copy-on-write", "merge-on-read"),
+        ("set property", "write.update.mode", "copy-on-write", "merge-on-read"),
+    ])
+    assert sorted(kinds(result, safe=False)) == sorted([
+        ("add column", "code", "", "string NOT NULL"),
+        ("change type", "ts", "timestamp", "string"),
+        ("drop column", "status", "string", ""),
+    ])
+    text = "\n".join(c.text() for c in result.changes)
+    assert "orders: widen type amount: decimal(10,2) -> decimal(12,2) [safe] (UpdateSchema.update_column" in text
+    assert "orders: drop column status: string -> (none) [DESTRUCTIVE] (UpdateSchema.delete_column(status)" in text
+    # Planning changes nothing.
+    assert catalog.load_table(("lake", "orders")).schema() == HELD
+
+
+def test_plan_command_exits_0_when_the_tables_match_and_1_with_each_difference(tmp_path):
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")},
+           "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_PROJECT": str(SHOP_FILE)}
+    lakehouse = str(Path(sys.executable).with_name("lakehouse"))
+
+    def run(*args):
+        return subprocess.run([lakehouse, "plan", *args], env=env, capture_output=True, text=True, timeout=120)
+
+    fresh = run()
+    assert fresh.returncode == 0, fresh.stderr
+    assert "match the declaration" in fresh.stdout and "not created yet" in fresh.stdout
+    catalog = catalog_for(Settings(home=tmp_path))
+    catalog.create_namespace("lake")
+    # gold_daily_funnel as an older declaration had it: without `conversion`, and with a column since dropped.
+    catalog.create_table(("lake", "gold_daily_funnel"), schema=Schema(
+        NestedField(1, "funnel_date", StringType()), NestedField(2, "step", IntegerType()),
+        NestedField(3, "event_type", StringType()), NestedField(4, "sessions", LongType()),
+        NestedField(5, "legacy", StringType())))
+    differs = run("--json")
+    assert differs.returncode == 1, differs.stderr
+    planned = json.loads(differs.stdout)
+    mine = {(c["kind"], c["subject"], c["safe"]) for c in planned["changes"] if c["table"] == "gold_daily_funnel"}
+    assert {("add column", "conversion", True), ("drop column", "legacy", False),
+            ("change type", "funnel_date", False)} <= mine
+    assert {c["table"] for c in planned["changes"]} == {"gold_daily_funnel"}
+    assert "gold_daily_activity" in planned["not_created"]
