@@ -38,9 +38,9 @@ def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     """What differs between the declaration and the tables in the catalog; exit 1 when anything does."""
-    from ..build import table_specs, tables_taking_data_columns
     from ..project import load_project
     from ..runtime.catalog import catalog_for
+    from ..table_specs import table_specs, tables_taking_data_columns
     from ..tables.evolution import plan
 
     project = load_project(settings.project)
