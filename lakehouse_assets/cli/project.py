@@ -69,6 +69,35 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if result.changes else 0
 
 
+def cmd_apply(args: argparse.Namespace, settings: Settings) -> int:
+    """Make the plan's safe differences (and the dropped columns with --allow-drop), one metadata commit per
+    table; exit 1 when differences are left."""
+    from ..project import load_project
+    from ..runtime.catalog import catalog_for
+    from ..table_specs import table_specs, tables_taking_data_columns
+    from ..tables.evolution import apply, plan
+
+    project = load_project(settings.project)
+    catalog = catalog_for(settings)
+    if not catalog.namespace_exists(settings.namespace):
+        print(f"no tables in {settings.catalog_name}.{settings.namespace}: their first runs create them as declared")
+        return 0
+    done = apply(catalog, settings.namespace,
+                 plan(table_specs(project), catalog, settings.namespace, tables_taking_data_columns(project)),
+                 allow_drop=args.allow_drop)
+    if args.json:
+        print(json.dumps({"applied": [c.as_dict() for c in done.applied], "left": [c.as_dict() for c in done.left]},
+                         indent=2))
+    else:
+        for change in done.applied:
+            print(f"applied: {change.text()}")
+        for change in done.left:
+            why = "needs --allow-drop" if change.kind == "drop column" else "not applied"
+            print(f"left ({why}): {change.text()}")
+        print(f"{len(done.applied)} applied, {len(done.left)} left")
+    return 1 if done.left else 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("project", help="the declared sources and the tables derived from them (LAKEHOUSE_PROJECT)")
     p.add_argument("--json", action="store_true")
@@ -77,6 +106,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="what differs between the declaration and the tables (exit 1 when anything does)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("apply", help="make the plan's safe differences in the tables (metadata only); "
+                                     "exit 1 when some are left")
+    p.add_argument("--allow-drop", action="store_true", help="also drop the columns the declaration dropped")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_apply)
 
     p = sub.add_parser("settings", help="the settings in force (LAKEHOUSE_PROFILE, then the environment)")
     p.add_argument("--json", action="store_true")

@@ -13,11 +13,13 @@ declaration dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyiceberg import types as IT
+from pyiceberg.transforms import parse_transform
 from pyspark.sql import types as T
 
 from .registry import TableSpec
@@ -40,6 +42,8 @@ class Change:
     after: str
     safe: bool
     operation: str  # how Iceberg applies it
+    # What `apply` needs beyond the text: the declared Spark type, a partition field's name, a property's value.
+    declared: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def text(self) -> str:
         marker = "safe" if self.safe else "DESTRUCTIVE"
@@ -48,7 +52,7 @@ class Change:
         return f"{self.table}: {what}{change} [{marker}] ({self.operation})"
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "declared"}
 
 
 def iceberg_type_string(t: IT.IcebergType) -> str:
@@ -112,7 +116,8 @@ def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: li
         comment = field.metadata.get("comment", "")
         if column not in held:
             if field.nullable:
-                changes.append(Change(name, "add column", path, "", want, True, f"UpdateSchema.add_column({path})"))
+                changes.append(Change(name, "add column", path, "", want, True, f"UpdateSchema.add_column({path})",
+                                      declared=field))
             else:
                 changes.append(Change(name, "add column", path, "", f"{want} NOT NULL", False,
                                       "refused: a required column cannot be added to rows already written; "
@@ -128,7 +133,7 @@ def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: li
                 pass
             elif widens(have_type, want):
                 changes.append(Change(name, "widen type", path, have_type, want, True,
-                                      f"UpdateSchema.update_column({path}, {want})"))
+                                      f"UpdateSchema.update_column({path}, {want})", declared=field))
             else:
                 changes.append(Change(name, "change type", path, have_type, want, False,
                                       "refused in place: add a new column (or a new table) and backfill it"))
@@ -153,19 +158,20 @@ def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: li
 
 def _partition_changes(spec: TableSpec, table: Any) -> list[Change]:
     schema = table.schema()
-    held = set()
-    for field in table.spec().fields:
-        column = schema.find_field(field.source_id).name
-        held.add((column, str(field.transform)))
+    names = {}
+    for part in table.spec().fields:
+        names[(schema.find_field(part.source_id).name, str(part.transform))] = part.name
+    held = set(names)
     declared = {_transform_text(t) for t in spec.partitioned_by}
     changes = []
     for column, transform in sorted(declared - held):
         changes.append(Change(spec.name, "add partition field", f"{transform}({column})", "", "", True,
-                              "UpdateSpec.add_field: new writes use the new spec, files written before keep theirs"))
+                              "UpdateSpec.add_field: new writes use the new spec, files written before keep theirs",
+                              declared=(column, transform)))
     for column, transform in sorted(held - declared):
         changes.append(Change(spec.name, "drop partition field", f"{transform}({column})", "", "", True,
                               "UpdateSpec.remove_field: new writes use the new spec, files written before keep "
-                              "theirs"))
+                              "theirs", declared=names[(column, transform)]))
     return changes
 
 
@@ -207,3 +213,89 @@ def plan(specs: dict[str, TableSpec], catalog: Any, namespace: str,
             continue
         changes += plan_table(spec, catalog.load_table(identifier), name in takes_data_columns)
     return Plan(changes, missing)
+
+
+def iceberg_type(dtype: T.DataType) -> IT.IcebergType:
+    """A declared Spark type as Iceberg's (nested ids are placeholders: adding a column assigns fresh ones)."""
+    simple: dict[type, IT.IcebergType] = {
+        T.BooleanType: IT.BooleanType(), T.ByteType: IT.IntegerType(), T.ShortType: IT.IntegerType(),
+        T.IntegerType: IT.IntegerType(), T.LongType: IT.LongType(), T.FloatType: IT.FloatType(),
+        T.DoubleType: IT.DoubleType(), T.DateType: IT.DateType(), T.TimestampType: IT.TimestamptzType(),
+        T.TimestampNTZType: IT.TimestampType(), T.StringType: IT.StringType(), T.BinaryType: IT.BinaryType()}
+    if type(dtype) in simple:
+        return simple[type(dtype)]
+    if isinstance(dtype, T.DecimalType):
+        return IT.DecimalType(dtype.precision, dtype.scale)
+    if isinstance(dtype, T.StructType):
+        return IT.StructType(*(IT.NestedField(n, f.name, iceberg_type(f.dataType), required=not f.nullable,
+                                              doc=f.metadata.get("comment") or None)
+                               for n, f in enumerate(dtype.fields, start=1)))
+    if isinstance(dtype, T.ArrayType):
+        return IT.ListType(1, iceberg_type(dtype.elementType), element_required=not dtype.containsNull)
+    if isinstance(dtype, T.MapType):
+        return IT.MapType(1, iceberg_type(dtype.keyType), 2, iceberg_type(dtype.valueType),
+                          value_required=not dtype.valueContainsNull)
+    raise ValueError(f"a declared type the plan cannot apply: {dtype.simpleString()}")
+
+
+# Differences `apply` never makes: Iceberg cannot make them in place (the plan says what to do instead).
+REFUSED = {"change type", "make required"}
+
+
+@dataclass(frozen=True)
+class Applied:
+    applied: list[Change]
+    left: list[Change]  # refused, destructive without allow_drop, or a format-version change
+
+
+def _applicable(change: Change, allow_drop: bool) -> bool:
+    if change.kind in REFUSED or (change.kind == "add column" and change.declared is None):
+        return False
+    if change.kind == "set property" and not change.safe:
+        return False
+    return change.safe or (allow_drop and change.kind == "drop column")
+
+
+def apply(catalog: Any, namespace: str, planned: Plan, allow_drop: bool = False) -> Applied:
+    """Make the plan's applicable differences, one Iceberg transaction (one metadata commit) per table: schema
+    changes by field id, partition fields, properties. No data file is written or rewritten."""
+    applied: list[Change] = []
+    left: list[Change] = []
+    by_table: dict[str, list[Change]] = {}
+    for change in planned.changes:
+        (by_table.setdefault(change.table, []) if _applicable(change, allow_drop) else left).append(change)
+    for name, changes in sorted(by_table.items()):
+        table = catalog.load_table((namespace, name))
+        with table.transaction() as tx:
+            schema_changes = [c for c in changes if c.kind in ("add column", "widen type", "make optional",
+                                                                "document column", "drop column")]
+            if schema_changes:
+                with tx.update_schema() as update:
+                    for c in schema_changes:
+                        path = tuple(c.subject.split("."))
+                        if c.kind == "add column":
+                            update.add_column(path, iceberg_type(c.declared.dataType),
+                                              doc=c.declared.metadata.get("comment") or None)
+                        elif c.kind == "widen type":
+                            update.update_column(path, field_type=iceberg_type(c.declared.dataType))
+                        elif c.kind == "make optional":
+                            update.make_column_optional(path)
+                        elif c.kind == "document column":
+                            update.update_column(path, doc=c.after)
+                        else:
+                            update.delete_column(path)
+            partition_changes = [c for c in changes if c.kind in ("add partition field", "drop partition field")]
+            if partition_changes:
+                with tx.update_spec() as spec:
+                    for c in partition_changes:
+                        if c.kind == "add partition field":
+                            column, transform = c.declared
+                            spec.add_field(column, parse_transform(transform))
+                        else:
+                            spec.remove_field(c.declared)
+            properties = {c.subject or "comment": c.after for c in changes
+                          if c.kind in ("set property", "document table")}
+            if properties:
+                tx.set_properties(properties)
+        applied += changes
+    return Applied(applied, left)

@@ -134,3 +134,57 @@ def test_plan_command_exits_0_when_the_tables_match_and_1_with_each_difference(t
             ("change type", "funnel_date", False)} <= mine
     assert {c["table"] for c in planned["changes"]} == {"gold_daily_funnel"}
     assert "gold_daily_activity" in planned["not_created"]
+
+
+def test_apply_makes_the_safe_differences_in_one_metadata_commit_and_the_rows_written_before_read_under_them(tmp_path):
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from lakehouse_assets.tables.evolution import apply
+
+    catalog = held_table(tmp_path)
+    table = catalog.load_table(("lake", "orders"))
+    table.append(pa.Table.from_pylist(
+        [{"id": 1, "ts": dt.datetime(2025, 1, 1, 10, tzinfo=dt.timezone.utc), "amount": Decimal("9.50"),
+          "quantity": 3, "status": "paid", "image": {"a": "x", "from_data": "y"}}],
+        schema=table.schema().as_arrow()))
+    table = catalog.load_table(("lake", "orders"))
+    snapshot, files = table.current_snapshot().snapshot_id, {t.file.file_path for t in table.scan().plan_files()}
+    changed = spec(fields={"amount": col("amount", T.DecimalType(12, 2)), "quantity": col("quantity", T.LongType()),
+                           "status": None, "note": col("note", T.StringType(), comment="added"),
+                           "id": col("id", T.LongType(), True, "the order's id"),
+                           "ts": col("ts", T.StringType(), False)},  # not in place: left
+                   partitioned_by=("days(ts)", "bucket(8, id)"), write_mode=MERGE_ON_READ)
+
+    done = apply(catalog, "lake", plan({"orders": changed}, catalog, "lake", frozenset({"orders"})))
+    assert sorted((c.kind, c.subject) for c in done.left) == [("change type", "ts")]
+    table = catalog.load_table(("lake", "orders"))
+    fields = {f.name: f for f in table.schema().fields}
+    assert str(fields["amount"].field_type) == "decimal(12, 2)" and str(fields["quantity"].field_type) == "long"
+    assert fields["note"].doc == "added" and not fields["note"].required
+    assert fields["id"].doc == "the order's id" and not fields["id"].required
+    assert "status" in fields  # a table that takes columns from the data keeps what the declaration does not name
+    assert [str(f.transform) for f in table.spec().fields] == ["day", "bucket[8]"]
+    assert table.properties["write.merge.mode"] == "merge-on-read"
+    # Metadata only: the same snapshot and data files; the row written before reads under the new schema.
+    assert table.current_snapshot().snapshot_id == snapshot
+    assert {t.file.file_path for t in table.scan().plan_files()} == files
+    [row] = table.scan().to_arrow().to_pylist()
+    assert (row["amount"], row["quantity"], row["note"]) == (Decimal("9.50"), 3, None)
+    assert [(c.kind, c.subject) for c in plan({"orders": changed}, catalog, "lake", frozenset({"orders"})).changes] \
+        == [("change type", "ts")]
+
+    # A table whose columns are the declaration's: the dropped column goes only with allow_drop.
+    kept = apply(catalog, "lake", plan({"orders": changed}, catalog, "lake"))
+    assert {(c.kind, c.subject) for c in kept.left} == {
+        ("change type", "ts"), ("drop column", "status"), ("drop column", "image.from_data")}
+    assert "status" in {f.name for f in catalog.load_table(("lake", "orders")).schema().fields}
+    dropped = apply(catalog, "lake", plan({"orders": changed}, catalog, "lake"), allow_drop=True)
+    assert sorted((c.kind, c.subject) for c in dropped.applied) == [
+        ("drop column", "image.from_data"), ("drop column", "status")]
+    table = catalog.load_table(("lake", "orders"))
+    assert "status" not in {f.name for f in table.schema().fields}
+    assert str(table.schema().find_field("image").field_type) == "struct<7: a: optional string>"
+    assert table.scan(snapshot_id=snapshot).to_arrow().num_rows == 1
