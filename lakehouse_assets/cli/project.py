@@ -36,8 +36,8 @@ def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
-    """What differs between the declaration and the tables in the catalog; exit 1 when anything does."""
+def _declared_plan(settings: Settings):
+    """The catalog, and the plan of what differs between the declaration and its tables."""
     from ..project import load_project
     from ..runtime.catalog import catalog_for
     from ..table_specs import table_specs, tables_taking_data_columns
@@ -45,21 +45,20 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
 
     project = load_project(settings.project)
     catalog = catalog_for(settings)
-    specs = table_specs(project)
-    if not catalog.namespace_exists(settings.namespace):
-        result = plan({}, catalog, settings.namespace)
-        not_created = sorted(specs)
-    else:
-        result = plan(specs, catalog, settings.namespace, tables_taking_data_columns(project))
-        not_created = result.not_created
+    return catalog, plan(table_specs(project), catalog, settings.namespace, tables_taking_data_columns(project))
+
+
+def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
+    """What differs between the declaration and the tables in the catalog; exit 1 when anything does."""
+    _, result = _declared_plan(settings)
     if args.json:
-        print(json.dumps({"changes": [c.as_dict() for c in result.changes], "not_created": not_created},
+        print(json.dumps({"changes": [c.as_dict() for c in result.changes], "not_created": result.not_created},
                          indent=2))
     else:
         for change in result.changes:
             print(change.text())
-        if not_created:
-            print(f"not created yet (their first run creates them as declared): {', '.join(not_created)}")
+        if result.not_created:
+            print(f"not created yet (their first run creates them as declared): {', '.join(result.not_created)}")
         if not result.changes:
             print(f"the tables of {settings.catalog_name}.{settings.namespace} match the declaration")
         elif result.destructive:
@@ -72,19 +71,10 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_apply(args: argparse.Namespace, settings: Settings) -> int:
     """Make the plan's safe differences (and the dropped columns with --allow-drop), one metadata commit per
     table; exit 1 when differences are left."""
-    from ..project import load_project
-    from ..runtime.catalog import catalog_for
-    from ..table_specs import table_specs, tables_taking_data_columns
-    from ..tables.evolution import apply, plan
+    from ..tables.evolution import apply
 
-    project = load_project(settings.project)
-    catalog = catalog_for(settings)
-    if not catalog.namespace_exists(settings.namespace):
-        print(f"no tables in {settings.catalog_name}.{settings.namespace}: their first runs create them as declared")
-        return 0
-    done = apply(catalog, settings.namespace,
-                 plan(table_specs(project), catalog, settings.namespace, tables_taking_data_columns(project)),
-                 allow_drop=args.allow_drop)
+    catalog, planned = _declared_plan(settings)
+    done = apply(catalog, settings.namespace, planned, allow_drop=args.allow_drop)
     if args.json:
         print(json.dumps({"applied": [c.as_dict() for c in done.applied], "left": [c.as_dict() for c in done.left]},
                          indent=2))

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 
 # The JVM's own messages about the archive (e.g. "unable to use shared archive") go to stdout: keep them out
@@ -45,18 +46,22 @@ def _java() -> Path | None:
 
 def archive_file() -> Path | None:
     """Where this installation's archive is (whether or not it exists yet); None when no Java is found."""
+    java = _java()
+    return None if java is None else _folder() / f"driver-{_installation_key(java)}.jsa"
+
+
+@lru_cache(maxsize=4)
+def _installation_key(java: Path) -> str:
+    """What an archive depends on, once per process (every Spark session's settings ask): the Java binary and
+    pyspark's jars."""
     import pyspark
 
-    java = _java()
-    if java is None:
-        return None
     spark_home = _spark_home()
     stat = java.stat()
     jars = sorted(p.name for p in (spark_home / "jars").glob("*.jar"))
-    key = hashlib.sha256(json.dumps(
+    return hashlib.sha256(json.dumps(
         [pyspark.__version__, str(spark_home), jars, str(java), stat.st_size, stat.st_mtime_ns]).encode()
     ).hexdigest()[:16]
-    return _folder() / f"driver-{key}.jsa"
 
 
 def _folder() -> Path:
@@ -99,8 +104,8 @@ def set_aside(options: str) -> None:
 
 
 def build(force: bool = False) -> Path | None:
-    """Make this installation's archive if it is missing: a JVM runs the workload below in a throwaway
-    home (runtime/jvm_workload.py) and writes its classes at exit under a temporary name, renamed into place once complete."""
+    """Make this installation's archive if it is missing: a JVM runs runtime/jvm_workload.py in a throwaway
+    home and writes its classes at exit under a temporary name, renamed into place once complete."""
     path = archive_file()
     if path is None:
         print("jvm archive: no java found; nothing built")

@@ -11,19 +11,18 @@ import os
 import sys
 from pathlib import Path
 
+from dagster_pyspark.resources import spark_session_from_config
+
+from ..settings import Settings
+from .catalog import catalog_for, ensure_namespace
 from .jvm_archive import QUIET
+from .spark import spark_conf
 
 
 def run(partial: str) -> None:
     """What a lakehouse JVM does early in its life: the catalog, JSON lines parsed, an Iceberg table
     partitioned by day written on a branch and published, a MERGE, a micro-batch stream, reads and
     aggregates. Its classes are the archive's."""
-    from dagster_pyspark.resources import spark_session_from_config
-
-    from ..settings import Settings
-    from .catalog import catalog_for, ensure_namespace
-    from .spark import spark_conf
-
     settings = Settings.from_env()
     ensure_namespace(catalog_for(settings), settings.namespace)
     conf = spark_conf(settings)
@@ -63,8 +62,6 @@ def run(partial: str) -> None:
               .start())
     stream.awaitTermination()
     spark.stop()
-
-
 
 
 if __name__ == "__main__":
