@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
@@ -47,7 +49,14 @@ def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> list[st
     Adding nullable columns is a metadata-only change in Iceberg: old data files stay
     as they are and read the new column as null.
     """
-    spark.sql(create_table_sql(table_id, spec))
+    try:
+        spark.sql(create_table_sql(table_id, spec))
+    except Py4JJavaError:
+        # Iceberg's JDBC catalog checks that the table is missing, then inserts its row: two creators can both
+        # pass the check, and PostgreSQL's refusal of the second insert (a unique key violated) is not read as
+        # "already exists" (SQLite's is). The table another run made is the declared one: go on with it.
+        if not _exists(spark, table_id):
+            raise
     existing = {f.name for f in spark.table(table_id).schema.fields}
     missing = [f for f in spec.schema.fields if f.name not in existing]
     for f in missing:
@@ -59,6 +68,14 @@ def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> list[st
     if missing:
         spark.sql(f"ALTER TABLE {table_id} ADD COLUMNS ({', '.join(_column_ddl(f) for f in missing)})")
     return [f.name for f in missing]
+
+
+def _exists(spark: SparkSession, table_id: str) -> bool:
+    try:
+        spark.table(table_id)
+    except AnalysisException:
+        return False
+    return True
 
 
 def add_columns(spark: SparkSession, table_id: str, columns: list[tuple[str, str]]) -> None:

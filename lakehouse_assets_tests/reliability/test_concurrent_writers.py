@@ -88,6 +88,10 @@ def test_writers_in_several_processes_all_commit_exactly_once_on_a_linear_histor
 
 def _reason(stderr: str) -> str:
     """The exception a writer died of: the last line of its output that names one."""
-    named = [line.strip() for line in stderr.splitlines()
-             if re.match(r"^[\w.]+(Error|Exception): ", line.strip())]
-    return (named[-1] if named else stderr.strip().splitlines()[-1] if stderr.strip() else "no output")[:400]
+    lines = stderr.splitlines()
+    named = [n for n, line in enumerate(lines) if re.match(r"^[\w.]+(Error|Exception): ", line.strip())]
+    if not named:
+        return (lines[-1].strip() if stderr.strip() else "no output")[:400]
+    n = named[-1]
+    java = lines[n + 1].strip() if n + 1 < len(lines) and lines[n + 1].startswith(": ") else ""  # py4j's cause
+    return f"{lines[n].strip()} {java}".strip()[:600]

@@ -1,10 +1,19 @@
 """Declared tables are created idempotently, with their partitioning and properties, and evolve by declaration."""
 
+import threading
+import time
+import uuid
+
+import psycopg2
 import pytest
 from pyspark.sql import types as T
 
+from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.runtime.spark import catalog_spark_conf
+from lakehouse_assets.settings import Settings
 from lakehouse_assets.tables.ddl import create_table_sql, ensure_table
 from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col, transform_column
+from lakehouse_assets_tests.conftest import dsn_of
 
 SPEC = TableSpec(
     name="ddl_probe",
@@ -69,3 +78,57 @@ def test_every_declared_table_is_iceberg_v2_with_a_description():
     for spec in SPECS.values():
         assert spec.table_properties["format-version"] == "2"
         assert spec.description
+
+
+
+def test_runs_racing_to_create_one_table_on_a_postgres_catalog_all_go_on(spark, tmp_path, pg_catalog_uri,
+                                                                        pg_admin_dsn):
+    """Iceberg's JDBC catalog checks that a table is missing, then inserts its row. Here another creator's row
+    is inserted after the check and committed while this run's insert waits on it: PostgreSQL refuses the
+    second insert (a unique key), which Iceberg does not read as "already exists". The run goes on with the
+    table the other made."""
+    namespace = f"t_race_{uuid.uuid4().hex[:6]}"
+    catalog_for(Settings(home=tmp_path, catalog_uri=pg_catalog_uri.sqlalchemy_url.replace("+psycopg2", ""),
+                         namespace=namespace)).create_namespace(namespace)
+    for key, value in catalog_spark_conf("pg_race", pg_catalog_uri, f"file://{tmp_path}/warehouse").items():
+        spark.conf.set(key, value)
+    # The other creator's table: made, its row taken out again (its metadata file stays) to be put back below.
+    table_id = f"pg_race.{namespace}.raced"
+    ensure_table(spark, table_id, SPEC)
+    db = psycopg2.connect(dsn_of(pg_admin_dsn, pg_catalog_uri.database))
+    with db.cursor() as cur:
+        cur.execute("DELETE FROM iceberg_tables WHERE table_namespace = %s RETURNING *", (namespace,))
+        (row,), columns = cur.fetchall(), [c.name for c in cur.description]
+    db.commit()
+    with db.cursor() as cur:  # the other creator's insert, not committed yet
+        cur.execute(f"INSERT INTO iceberg_tables ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(row))})",
+                    row)
+    failures: list[str] = []
+
+    def create() -> None:
+        try:
+            ensure_table(spark, table_id, SPEC)
+        except Exception as exc:  # noqa: BLE001 - asserted on below
+            failures.append(str(exc).split("\n\tat ")[0])
+
+    racer = threading.Thread(target=create)
+    racer.start()
+    watcher = psycopg2.connect(dsn_of(pg_admin_dsn, pg_catalog_uri.database))
+    deadline = time.monotonic() + 60
+    with watcher.cursor() as cur:  # until this run's insert waits on the other's row (its text shows late)
+        while True:
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'",
+                        (pg_catalog_uri.database,))
+            if cur.fetchone()[0] or not racer.is_alive():
+                break
+            assert time.monotonic() < deadline, "the run never reached its insert"
+            time.sleep(0.05)
+    watcher.close()
+    db.commit()
+    db.close()
+    racer.join()
+    assert failures == [], failures
+    assert spark.table(table_id).schema.fieldNames() == SPEC.schema.fieldNames()
+    with psycopg2.connect(dsn_of(pg_admin_dsn, pg_catalog_uri.database)) as db, db.cursor() as cur:
+        cur.execute("SELECT metadata_location FROM iceberg_tables WHERE table_namespace = %s", (namespace,))
+        assert cur.fetchall() == [(row[columns.index("metadata_location")],)]  # the other's table, still
