@@ -99,6 +99,12 @@ class CatalogUri:
         return f"postgresql://{self.user}@{self.host}:{self.port}/{self.database}"
 
 
+def _port(name: str, value: str) -> int:
+    if not value.strip().isdigit() or not 0 < int(value) < 65536:
+        raise ValueError(f"{name} must be a TCP port (1-65535), not {value!r}")
+    return int(value)
+
+
 def _env(name: str, default: str) -> str:
     value = os.environ.get(name, "").strip()
     return value or default
@@ -129,6 +135,8 @@ ENV_SETTINGS = {
     "pii_key": ("LAKEHOUSE_PII_KEY", ""),
     "alert_webhook": ("LAKEHOUSE_ALERT_WEBHOOK", ""),
     "jvm_archive": ("LAKEHOUSE_JVM_ARCHIVE", "1"),
+    "serve_host": ("LAKEHOUSE_SERVE_HOST", "127.0.0.1"),
+    "serve_port": ("LAKEHOUSE_SERVE_PORT", "10000"),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -265,6 +273,9 @@ class Settings:
     alert_webhook: str = field(default="", repr=False)
     # The driver's JVM maps the installation's class-data archive, if built (see runtime/jvm_archive.py).
     jvm_archive: bool = True
+    # Where `lakehouse serve` (the SQL endpoint for BI tools) listens: this machine only unless set.
+    serve_host: str = "127.0.0.1"
+    serve_port: int = 10000
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -305,6 +316,7 @@ class Settings:
             "s3_secret_key": raw["s3_secret_key"] or os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
             "sql_raw": parse_flag("LAKEHOUSE_SQL_RAW", raw["sql_raw"]),
             "jvm_archive": parse_flag("LAKEHOUSE_JVM_ARCHIVE", raw["jvm_archive"]),
+            "serve_port": _port("LAKEHOUSE_SERVE_PORT", raw["serve_port"]),
         }
         values.update(overrides)
         return cls(profile=profile_name, **values)
@@ -330,6 +342,7 @@ class Settings:
             "pii_key": hidden if self.pii_key else "(the key file under the home)",
             "alert_webhook": hidden if self.alert_webhook else "",
             "jvm_archive": "yes" if self.jvm_archive else "no",
+            "serve": f"{self.serve_host}:{self.serve_port}",
         }
 
     @property

@@ -1,4 +1,5 @@
-"""Commands that read tables without Spark: `sql` (DuckDB's Iceberg reader) and `pin` (what an ML run pinned)."""
+"""Commands that read tables: `sql` (DuckDB's Iceberg reader) and `pin` (what an ML run pinned), without Spark;
+`serve` (the SQL endpoint for BI tools, Spark's Thrift server)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,21 @@ def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    """The SQL endpoint for BI tools and SQL clients (Spark's Thrift server), or (--check) whether it answers."""
+    from ..sql_endpoint import Endpoint, check, serve
+
+    endpoint = Endpoint(args.host or settings.serve_host, args.port or settings.serve_port, settings.namespace)
+    if args.check:
+        answer = check(endpoint)
+        print(f"{endpoint.url}: {answer or 'no SQL endpoint answers'}")
+        return 0 if answer else 1
+    serve(settings, endpoint, started=lambda e: print(
+        f"SQL endpoint (read-only) on {e.url}\n  SQLAlchemy: {e.sqlalchemy_url}\n"
+        f"  beeline -u {e.url}", flush=True))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sql", help="run a query over the namespace's tables with DuckDB's Iceberg reader (no Spark)")
     p.add_argument("query", help='a query, e.g. "SELECT day, count(*) FROM gold_daily_activity GROUP BY day"; '
@@ -74,3 +90,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partition", help="one daily partition (YYYY-MM-DD)")
     p.add_argument("--out", help="also write the pinned rows to this Parquet file")
     p.set_defaults(func=cmd_pin)
+
+    p = sub.add_parser("serve", help="the read-only SQL endpoint BI tools and SQL clients connect to (Spark's "
+                                     "Thrift JDBC/ODBC server), until stopped")
+    p.add_argument("--host", help="address to listen on (default LAKEHOUSE_SERVE_HOST, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default LAKEHOUSE_SERVE_PORT, 10000)")
+    p.add_argument("--check", action="store_true", help="only say whether the endpoint answers a query")
+    p.set_defaults(func=cmd_serve)

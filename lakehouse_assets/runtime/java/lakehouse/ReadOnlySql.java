@@ -1,0 +1,154 @@
+package lakehouse;
+
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.Locale;
+import java.util.Set;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.plans.logical.Command;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.execution.command.SetCommand;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+
+import scala.Option;
+import scala.Tuple2;
+import scala.collection.Iterator;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/**
+ * The SQL endpoint's session extension: a check every statement passes after analysis and before it runs, so
+ * that nothing is written. Statements that only read (queries, SHOW, DESCRIBE, EXPLAIN, USE, reading a setting
+ * or setting one of a few harmless ones) pass; every other command (INSERT, MERGE, UPDATE, DELETE, CREATE, DROP,
+ * ALTER, CALL, CACHE, ADD JAR, writes to paths, ...) is refused, as is calling Java methods by reflection. Raw
+ * tables (named bronze_* or *_quarantine, as the declaration names them) are refused to every reader, but for
+ * those named in spark.lakehouse.serve.exposed (declared tables of other layers named so) and unless
+ * spark.lakehouse.serve.raw is true (the engineer's setting).
+ */
+public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+    public static final String RAW = "spark.lakehouse.serve.raw";
+    public static final String EXPOSED = "spark.lakehouse.serve.exposed";
+
+    static final Set<String> READING_COMMANDS = new HashSet<>(Arrays.asList(
+        "ShowTables", "ShowTablesExtended", "ShowTablesCommand", "ShowNamespaces", "ShowViews", "ShowViewsCommand",
+        "ShowColumns", "ShowColumnsCommand", "ShowTableProperties", "ShowTablePropertiesCommand",
+        "ShowCreateTable", "ShowCreateTableCommand", "ShowPartitions", "ShowPartitionsCommand", "ShowFunctions",
+        "ShowFunctionsCommand", "ShowCatalogsCommand", "ShowCurrentNamespace", "ShowCurrentNamespaceCommand",
+        "DescribeRelation", "DescribeTableCommand", "DescribeColumn", "DescribeColumnCommand",
+        "DescribeNamespace", "DescribeDatabaseCommand", "DescribeFunction", "DescribeFunctionCommand",
+        "DescribeQueryCommand", "ExplainCommand", "SetCatalogAndNamespace", "SetCatalogCommand",
+        "SetNamespaceCommand", "ResetCommand"));
+
+    // Session settings a client may change: how results look and are computed, never where data is.
+    static final String[] SETTABLE = {"spark.sql.session.timezone", "spark.sql.shuffle.partitions",
+        "spark.sql.ansi.", "spark.sql.adaptive.", "spark.scheduler.pool", "spark.sql.thriftserver.",
+        "spark.sql.legacy.timeparserpolicy", "spark.sql.datetime.java8api.enabled"};
+
+    @Override
+    public BoxedUnit apply(SparkSessionExtensions extensions) {
+        extensions.injectCheckRule(new AbstractFunction1<SparkSession, scala.Function1<LogicalPlan, BoxedUnit>>() {
+            @Override
+            public scala.Function1<LogicalPlan, BoxedUnit> apply(SparkSession session) {
+                return new Check(session);
+            }
+        });
+        return BoxedUnit.UNIT;
+    }
+
+    static final class Check extends AbstractFunction1<LogicalPlan, BoxedUnit> {
+        private final SparkSession session;
+
+        Check(SparkSession session) {
+            this.session = session;
+        }
+
+        @Override
+        public BoxedUnit apply(LogicalPlan plan) {
+            visit(plan);
+            return BoxedUnit.UNIT;
+        }
+
+        private void visit(LogicalPlan node) {
+            String kind = node.getClass().getSimpleName();
+            if (node instanceof SetCommand) {
+                checkSetting((SetCommand) node);
+            } else if (node instanceof Command && !READING_COMMANDS.contains(kind)) {
+                throw refused(kind + " is a write or a change: this endpoint only reads");
+            }
+            if (node instanceof DataSourceV2Relation) {
+                Option<Identifier> id = ((DataSourceV2Relation) node).identifier();
+                if (id.isDefined()) {
+                    checkTable(id.get());
+                }
+            }
+            Iterator<Expression> expressions = node.expressions().iterator();
+            while (expressions.hasNext()) {
+                visitExpression(expressions.next());
+            }
+            Iterator<LogicalPlan> children = node.children().iterator();
+            while (children.hasNext()) {
+                visit(children.next());
+            }
+        }
+
+        private void visitExpression(Expression expression) {
+            String kind = expression.getClass().getSimpleName();
+            if (kind.equals("CallMethodViaReflection")) {
+                throw refused("calling Java methods (reflect, java_method) is not allowed on this endpoint");
+            }
+            if (expression instanceof org.apache.spark.sql.catalyst.expressions.SubqueryExpression) {
+                visit(((org.apache.spark.sql.catalyst.expressions.SubqueryExpression) expression).plan());
+            }
+            Iterator<Expression> children = expression.children().iterator();
+            while (children.hasNext()) {
+                visitExpression(children.next());
+            }
+        }
+
+        private void checkTable(Identifier id) {
+            if (Boolean.parseBoolean(session.conf().get(RAW, "false"))) {
+                return;
+            }
+            Set<String> exposed = new HashSet<>();
+            for (String name : session.conf().get(EXPOSED, "").split(",")) {
+                exposed.add(name.trim().toLowerCase(Locale.ROOT));
+            }
+            String[] namespace = id.namespace();
+            java.util.List<String> names = new java.util.ArrayList<>();
+            names.add(id.name());
+            if (namespace.length > 1) {
+                names.add(namespace[namespace.length - 1]);  // the table of a metadata table (ns.table.files)
+            }
+            for (String name : names) {
+                String lower = name.toLowerCase(Locale.ROOT);
+                boolean raw = lower.startsWith("bronze_") || lower.endsWith("_quarantine");
+                if (raw && !exposed.contains(lower)) {
+                    throw refused("table " + name + " holds raw data and is not exposed on this endpoint "
+                        + "(an engineer's endpoint exposes it: LAKEHOUSE_SQL_RAW=1)");
+                }
+            }
+        }
+
+        private void checkSetting(SetCommand command) {
+            Option<Tuple2<String, Option<String>>> kv = command.kv();
+            if (kv.isEmpty() || kv.get()._2().isEmpty()) {
+                return;  // SET, SET -v, SET key: reading settings
+            }
+            String key = kv.get()._1().toLowerCase(Locale.ROOT);
+            for (String allowed : SETTABLE) {
+                if (key.equals(allowed) || (allowed.endsWith(".") && key.startsWith(allowed))) {
+                    return;
+                }
+            }
+            throw refused("setting " + kv.get()._1() + " may not be changed on this endpoint");
+        }
+    }
+
+    static SecurityException refused(String why) {
+        return new SecurityException("refused: " + why);
+    }
+}

@@ -1,0 +1,122 @@
+"""`lakehouse serve`: the lakehouse's SQL endpoint for BI tools and SQL clients, Spark's Thrift JDBC/ODBC server
+(HiveServer2's protocol) on the same catalog and settings as the assets.
+
+It only reads, by construction: every statement passes the session extension ReadOnlySql (runtime/java) after
+analysis and before it runs, which lets queries, SHOW, DESCRIBE, EXPLAIN and USE through and refuses every write
+or change before a file is written; SQL on raw files is off; the catalog is opened read-only where the catalog
+database allows it (SQLite) and the tables' files are read with the read-only S3 identity analysts' SQL uses
+(LAKEHOUSE_SQL_S3_ACCESS_KEY) when one is set. Raw tables (bronze, quarantines, the ingest log) are refused
+unless LAKEHOUSE_SQL_RAW=1, as for `lakehouse sql`. Every query reads each table's current snapshot (the
+catalog keeps no cached metadata), so a commit by a run or the stream shows in the next query.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .duckdb_sql import _declared_raw, _looks_raw, _read_only
+from .errors import LakehouseError
+from .runtime.endpoint_jar import EXTENSION_CLASS
+from .runtime.endpoint_jar import build as build_extension
+from .runtime.spark import ICEBERG_EXTENSIONS, spark_conf
+from .settings import Settings
+
+DEFAULT_PORT = 10000
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    namespace: str  # the database clients connect to: the lakehouse's namespace
+
+    @property
+    def url(self) -> str:
+        return f"jdbc:hive2://{self.host}:{self.port}/{self.namespace}"
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        return f"hive://{self.host}:{self.port}/{self.namespace}"
+
+
+def exposed_raw_looking(settings: Settings) -> list[str]:
+    """Declared tables of other layers whose names look raw (a gold `bronze_medals`): the endpoint reads them."""
+    return sorted(name for name, raw in _declared_raw(settings).items() if not raw and _looks_raw(name))
+
+
+def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
+    """The lakehouse's settings as the endpoint's Spark needs them: the read-only extension and identity, raw
+    tables hidden, SQL on files off, the Thrift server's address, each query's own snapshot."""
+    settings = _read_only(settings)
+    catalog = f"spark.sql.catalog.{settings.catalog_name}"
+    conf = {
+        "spark.sql.extensions": f"{ICEBERG_EXTENSIONS},{EXTENSION_CLASS}",
+        "spark.lakehouse.serve.raw": str(settings.sql_raw).lower(),
+        "spark.lakehouse.serve.exposed": ",".join(exposed_raw_looking(settings)),
+        "spark.sql.runSQLOnFiles": "false",
+        f"{catalog}.default-namespace": settings.namespace,
+        "spark.hadoop.hive.server2.thrift.bind.host": endpoint.host,
+        "spark.hadoop.hive.server2.thrift.port": str(endpoint.port),
+        "spark.scheduler.mode": "FAIR",
+        "spark.sql.thriftServer.incrementalCollect": "true",
+        "spark.ui.enabled": "false",
+    }
+    if settings.catalog.kind == "sqlite":
+        conf[f"{catalog}.jdbc.open_mode"] = "1"  # SQLITE_OPEN_READONLY: the catalog database cannot change
+    settings = settings.with_(extra_jars=(*settings.extra_jars, str(build_extension())))
+    # The jars on the driver's own class path too: a client's session, when it closes, closes the class loader
+    # Spark adds jars with (Hive's session state does), and Iceberg's classes not loaded yet would be lost.
+    conf["spark.driver.extraClassPath"] = spark_conf(settings)["spark.jars"].replace(",", os.pathsep)
+    return settings.with_(spark_conf=tuple({**dict(settings.spark_conf), **conf}.items()))
+
+
+def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], None] = print) -> None:
+    """Start the endpoint in this process's JVM and serve until the process is stopped."""
+    from .runtime.spark import get_spark
+
+    if answers(endpoint, timeout_s=0.5):
+        raise LakehouseError(f"something already answers on {endpoint.host}:{endpoint.port}")
+    spark = get_spark(endpoint_settings(settings, endpoint))
+    jvm = spark._jvm
+    assert jvm is not None  # a session started in this process
+    logs = settings.home / "serve"
+    logs.mkdir(parents=True, exist_ok=True)
+    jvm.java.lang.System.setProperty("derby.stream.error.file", str(logs / "derby.log"))  # the server's scratch
+    jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(spark._jsparkSession.sqlContext())
+    deadline = time.monotonic() + 120
+    while not answers(endpoint, timeout_s=1):
+        if time.monotonic() > deadline:
+            raise LakehouseError(f"the SQL endpoint did not open {endpoint.host}:{endpoint.port}")
+        time.sleep(0.2)
+    started(endpoint)
+    while True:
+        time.sleep(3600)
+
+
+def check(endpoint: Endpoint, timeout_s: float = 30.0) -> str:
+    """What the endpoint says to a query (its Spark version), or '' when nothing answers there."""
+    if not answers(endpoint, timeout_s=min(timeout_s, 2.0)):
+        return ""
+    from pyhive import hive
+
+    try:
+        with hive.connect(host=endpoint.host, port=endpoint.port, database=endpoint.namespace) as con:
+            cursor = con.cursor()
+            cursor.execute("SELECT version()")
+            (version,) = cursor.fetchone()
+    except Exception:  # noqa: BLE001 - something listens there but does not answer as the endpoint
+        return ""
+    return f"answers (Spark {version.split()[0]})"
+
+
+def answers(endpoint: Endpoint, timeout_s: float = 2.0) -> bool:
+    """Whether something accepts connections on the endpoint's address."""
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,192 @@
+"""`lakehouse serve`: the SQL endpoint BI tools and SQL clients connect to (Spark's Thrift server), with real
+clients (PyHive, SQLAlchemy's hive://, beeline): the answers `lakehouse sql` gives, time travel, every write and
+every raw table refused with the lake's files and catalog unchanged, and a commit seen by the next query."""
+
+import datetime as dt
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import sqlalchemy
+from pyhive import hive
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.transforms import DayTransform
+
+from lakehouse_assets.duckdb_sql import query
+from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_services.process import free_port
+
+from .test_sql import DAYS, EVENTS, RAW_ROW, USERS, _create, _events_of, _hashes
+
+LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
+BEELINE = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / \
+    "site-packages" / "pyspark" / "bin" / "beeline"
+
+pytestmark = pytest.mark.slow  # an endpoint in a JVM of its own
+
+
+@pytest.fixture(scope="module")
+def served(lake_settings, tmp_path_factory):
+    """A namespace with events (one snapshot a day), users and raw tables, and `lakehouse serve` on it."""
+    tmp = tmp_path_factory.mktemp("serve")
+    namespace = f"t_serve_{uuid.uuid4().hex[:6]}"
+    settings = lake_settings.with_(namespace=namespace, project=str(tmp / "no-declaration.yaml"))
+    catalog = catalog_for(settings)
+    catalog.create_namespace(namespace)
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=DayTransform(), name="ts_day"))
+    events = catalog.create_table((namespace, "events"), schema=EVENTS, partition_spec=spec)
+    per_day = {}
+    for i, day in enumerate(DAYS):
+        per_day[day] = _events_of(day, start_id=100 * (i + 1), count=4 + i)
+        events.append(pa.Table.from_pylist(per_day[day], schema=events.schema().as_arrow()))
+        time.sleep(0.02)
+    users = catalog.create_table((namespace, "users"), schema=USERS)
+    users.append(pa.Table.from_pylist([{"user_id": 1, "name": "ann"}, {"user_id": 2, "name": "bob"},
+                                       {"user_id": 3, "name": "cy"}], schema=users.schema().as_arrow()))
+    _create(catalog, namespace, "bronze_events", [RAW_ROW])
+    _create(catalog, namespace, "bronze_events_quarantine", [{"reason": "not json", "line": "x@y.z"}])
+    port = free_port()
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": namespace,
+           "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SERVE_PORT": str(port),
+           "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1"}
+    log = open(tmp / "serve.log", "w+")
+    server = subprocess.Popen([LAKEHOUSE, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    while "SQL endpoint (read-only) on" not in (tmp / "serve.log").read_text():
+        assert server.poll() is None and time.monotonic() < deadline, (tmp / "serve.log").read_text()[-3000:]
+        time.sleep(0.5)
+    snapshots = sorted(events.refresh().metadata.snapshots, key=lambda s: s.timestamp_ms)
+    yield {"settings": settings, "port": port, "env": env, "per_day": per_day, "snapshots": snapshots,
+           "catalog": catalog, "log": tmp / "serve.log"}
+    server.terminate()
+    server.wait(timeout=60)
+    log.close()
+
+
+def _cursor(served):
+    return hive.connect(host="127.0.0.1", port=served["port"], database=served["settings"].namespace).cursor()
+
+
+def _rows(served, sql: str) -> list[tuple]:
+    cursor = _cursor(served)
+    cursor.execute(sql)
+    return [tuple(row) for row in cursor.fetchall()]
+
+
+QUERIES = [
+    "SELECT kind, count(*) AS n, sum(event_id) AS ids FROM events GROUP BY kind ORDER BY kind",
+    "SELECT u.name, count(*) AS n FROM events e JOIN users u ON e.user_id = u.user_id GROUP BY u.name "
+    "ORDER BY u.name",
+    "SELECT count(*) AS n FROM events WHERE ts >= '2025-01-02'",
+]
+
+
+def test_pyhive_sqlalchemy_and_beeline_get_the_answers_lakehouse_sql_gives(served):
+    settings = served["settings"]
+    engine = sqlalchemy.create_engine(f"hive://127.0.0.1:{served['port']}/{settings.namespace}")
+    for sql in QUERIES:
+        expected = [tuple(r.values()) for r in query(settings, sql).to_pylist()]
+        assert expected and _rows(served, sql) == expected, sql
+        with engine.connect() as con:
+            assert [tuple(r) for r in con.exec_driver_sql(sql)] == expected, sql
+        done = subprocess.run([str(BEELINE), "-u", f"jdbc:hive2://127.0.0.1:{served['port']}/{settings.namespace}",
+                               "--silent=true", "--showHeader=false", "--outputformat=csv2", "-e", sql],
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-2000:]
+        lines = [re.sub(r"^\d+: jdbc:hive2://\S+> ", "", line) for line in done.stdout.splitlines() if line.strip()]
+        assert lines == [",".join(str(v) for v in row) for row in expected], (sql, done.stdout)
+
+
+def test_time_travel_by_snapshot_id_and_by_time(served):
+    first, second = served["snapshots"][0], served["snapshots"][1]
+    on_first = len(served["per_day"][DAYS[0]])
+    assert _rows(served, f"SELECT count(*) FROM events VERSION AS OF {first.snapshot_id}") == [(on_first,)]
+    at = dt.datetime.fromtimestamp(second.timestamp_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    expected = on_first + len(served["per_day"][DAYS[1]])
+    assert _rows(served, f"SELECT count(*) FROM events TIMESTAMP AS OF '{at}'") == [(expected,)]
+    # The snapshot ids as asset metadata gives them, read from the table's own history.
+    ids = [row[0] for row in _rows(served, f"SELECT snapshot_id FROM {served['settings'].namespace}.events.snapshots "
+                                           "ORDER BY committed_at")]
+    assert ids == [s.snapshot_id for s in served["snapshots"]]
+
+
+def test_every_write_and_change_is_refused_and_the_lake_is_left_as_it_was(served, tmp_path):
+    settings = served["settings"]
+    warehouse = settings.local_path(settings.warehouse)
+    before = _hashes(warehouse, Path(settings.catalog.path))
+    out = tmp_path / "out"
+    first = served["snapshots"][0].snapshot_id
+    statements = {
+        "INSERT INTO events SELECT * FROM events": "AppendData",
+        "INSERT OVERWRITE events SELECT * FROM events": "OverwriteByExpression",
+        "MERGE INTO events t USING users s ON t.user_id = s.user_id WHEN MATCHED THEN DELETE": "ReplaceData",
+        "UPDATE events SET kind = 'x'": "ReplaceData",
+        "DELETE FROM events WHERE event_id = 100": "ReplaceData",
+        "DELETE FROM events": "DeleteFromTable",
+        "CREATE TABLE made (a INT)": "CreateTable",
+        "CREATE TABLE copied AS SELECT * FROM events": "CreateTableAsSelect",
+        "DROP TABLE users": "DropTable",
+        "ALTER TABLE events ADD COLUMN extra STRING": "AddColumns",
+        "ALTER TABLE events SET TBLPROPERTIES ('k' = 'v')": "SetTableProperties",
+        f"CALL {settings.catalog_name}.system.rollback_to_snapshot('{settings.namespace}.events', {first})": "Call",
+        f"INSERT OVERWRITE DIRECTORY '{out}' USING parquet SELECT * FROM events": "InsertIntoDataSourceDir",
+        "CACHE TABLE events": "CacheTable",
+        "ADD JAR /tmp/nothing.jar": "AddJarsCommand",
+        "CREATE TEMPORARY VIEW v AS SELECT * FROM bronze_events": "CreateViewCommand",
+        f"SET spark.sql.catalog.{settings.catalog_name}.uri=jdbc:sqlite:/tmp/other.db": "setting spark.sql.catalog",
+        "SET spark.sql.runSQLOnFiles=true": "setting spark.sql.runSQLOnFiles",
+        "SELECT reflect('java.lang.System', 'exit', 0)": "calling Java methods",
+    }
+    cursor = _cursor(served)
+    for statement, named in statements.items():
+        with pytest.raises(hive.OperationalError) as refused:
+            cursor.execute(statement)
+        message = refused.value.args[0].status.errorMessage
+        assert "SecurityException: refused: " in message and named in message, (statement, message[:500])
+    assert _hashes(warehouse, Path(settings.catalog.path)) == before
+    assert not out.exists()
+    # Reading a file by its path is no table: SQL on files is off.
+    data_file = next((warehouse / settings.namespace / "events" / "data").rglob("*.parquet"))
+    with pytest.raises(hive.OperationalError, match="TABLE_OR_VIEW_NOT_FOUND"):
+        cursor.execute(f"SELECT * FROM parquet.`{data_file}`")
+    # What an endpoint may be asked: settings read, harmless ones set, SHOW and DESCRIBE answered.
+    cursor.execute("SET spark.sql.shuffle.partitions=3")
+    assert _rows(served, "SHOW TABLES")
+    cursor.execute("DESCRIBE events")
+    assert [r[0] for r in cursor.fetchall()][:5] == ["event_id", "ts", "user_id", "kind", "amount"]
+    assert _rows(served, "SELECT count(*) FROM events") == [(sum(map(len, served["per_day"].values())),)]
+
+
+def test_raw_tables_are_refused_however_they_are_named(served):
+    namespace = served["settings"].namespace
+    cursor = _cursor(served)
+    for sql in ["SELECT * FROM bronze_events", "SELECT count(*) FROM bronze_events_quarantine",
+                f"SELECT * FROM {namespace}.bronze_events.files",
+                "SELECT count(*) FROM events WHERE event_id IN (SELECT event_id FROM bronze_events)",
+                "WITH raw AS (SELECT * FROM bronze_events) SELECT count(*) FROM raw",
+                f"SELECT e.kind FROM events e JOIN {served['settings'].catalog_name}.{namespace}.bronze_events b "
+                "ON e.event_id = b.event_id"]:
+        with pytest.raises(hive.OperationalError) as refused:
+            cursor.execute(sql)
+        assert "holds raw data and is not exposed" in refused.value.args[0].status.errorMessage, sql
+
+
+def test_a_commit_shows_in_the_next_query_and_check_says_it_answers(served):
+    events = served["catalog"].load_table((served["settings"].namespace, "events"))
+    before = _rows(served, "SELECT count(*) FROM events")[0][0]
+    day = dt.date(2025, 1, 9)
+    events.append(pa.Table.from_pylist(_events_of(day, start_id=900, count=5), schema=events.schema().as_arrow()))
+    assert _rows(served, "SELECT count(*) FROM events") == [(before + 5,)]
+
+    done = subprocess.run([LAKEHOUSE, "serve", "--check"], env=served["env"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "answers (Spark 3.5" in done.stdout, (done.stdout, done.stderr)
+    nobody = subprocess.run([LAKEHOUSE, "serve", "--check", "--port", str(free_port())], env=served["env"],
+                            capture_output=True, text=True, timeout=120)
+    assert nobody.returncode == 1 and "no SQL endpoint answers" in nobody.stdout
