@@ -12,15 +12,21 @@ catalog keeps no cached metadata), so a commit by a run or the stream shows in t
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import ipaddress
 import os
+import re
+import secrets
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from .duckdb_sql import _declared_raw, _looks_raw, _read_only
 from .errors import LakehouseError
-from .runtime.endpoint_jar import EXTENSION_CLASS
+from .runtime.endpoint_jar import EXTENSION_CLASS, PASSWORD_CLASS
 from .runtime.endpoint_jar import build as build_extension
 from .runtime.spark import ICEBERG_EXTENSIONS, spark_conf
 from .settings import Settings
@@ -65,6 +71,8 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
         "spark.sql.thriftServer.incrementalCollect": "true",
         "spark.ui.enabled": "false",
     }
+    if users_file(settings).exists():  # sign-in with a password from the endpoint's users file
+        conf["spark.hadoop.hive.server2.authentication"] = "CUSTOM"
     if settings.catalog.kind == "sqlite":
         conf[f"{catalog}.jdbc.open_mode"] = "1"  # SQLITE_OPEN_READONLY: the catalog database cannot change
     settings = settings.with_(extra_jars=(*settings.extra_jars, str(build_extension())))
@@ -78,6 +86,10 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
     """Start the endpoint in this process's JVM and serve until the process is stopped."""
     from .runtime.spark import get_spark
 
+    users = users_file(settings)
+    if not users.exists() and not _loopback(endpoint.host):
+        raise LakehouseError(f"the SQL endpoint listens beyond this machine ({endpoint.host}) only with sign-in: "
+                             f"add a user first (lakehouse serve --add-user NAME writes {users})")
     if answers(endpoint, timeout_s=0.5):
         raise LakehouseError(f"something already answers on {endpoint.host}:{endpoint.port}")
     spark = get_spark(endpoint_settings(settings, endpoint))
@@ -85,7 +97,12 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
     assert jvm is not None  # a session started in this process
     logs = settings.home / "serve"
     logs.mkdir(parents=True, exist_ok=True)
-    jvm.java.lang.System.setProperty("derby.stream.error.file", str(logs / "derby.log"))  # the server's scratch
+    system = jvm.java.lang.System
+    system.setProperty("derby.stream.error.file", str(logs / "derby.log"))  # the server's scratch
+    if users.exists():  # Hive's sign-in reads a HiveConf of its own, which takes system properties
+        system.setProperty("hive.server2.authentication", "CUSTOM")
+        system.setProperty("hive.server2.custom.authentication.class", PASSWORD_CLASS)
+        system.setProperty("lakehouse.serve.password.file", str(users))
     jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(spark._jsparkSession.sqlContext())
     deadline = time.monotonic() + 120
     while not answers(endpoint, timeout_s=1):
@@ -97,20 +114,59 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
         time.sleep(3600)
 
 
-def check(endpoint: Endpoint, timeout_s: float = 30.0) -> str:
-    """What the endpoint says to a query (its Spark version), or '' when nothing answers there."""
-    if not answers(endpoint, timeout_s=min(timeout_s, 2.0)):
+def check(endpoint: Endpoint, user: str = "", password: str = "") -> str:
+    """What the endpoint says to a query (its Spark version), that it wants a sign-in, or '' when nothing
+    answers there."""
+    if not answers(endpoint):
         return ""
     from pyhive import hive
+    from thrift.transport.TTransport import TTransportException
 
+    auth = {"auth": "CUSTOM", "username": user, "password": password} if user else {}
     try:
-        with hive.connect(host=endpoint.host, port=endpoint.port, database=endpoint.namespace) as con:
+        with hive.connect(host=endpoint.host, port=endpoint.port, database=endpoint.namespace, **auth) as con:
             cursor = con.cursor()
             cursor.execute("SELECT version()")
             (version,) = cursor.fetchone()
+    except TTransportException:  # the sign-in refused: the server closes the connection
+        return "listening; sign-in refused" + (f" for {user}" if user else " (LAKEHOUSE_SERVE_USER, _PASSWORD)")
     except Exception:  # noqa: BLE001 - something listens there but does not answer as the endpoint
         return ""
     return f"answers (Spark {version.split()[0]})"
+
+
+def users_file(settings: Settings) -> Path:
+    """The endpoint's users and their password hashes; when the file exists, clients sign in."""
+    return settings.home / "secrets" / "sql-endpoint-users"
+
+
+def add_user(path: Path, name: str, password: str, iterations: int = 210_000) -> None:
+    """Add a user (or change their password) in the users file, as PasswordFile.java reads it: the password
+    kept as PBKDF2-SHA256 with a random salt. The file is written whole and renamed into place, readable by its
+    owner only."""
+    if not re.fullmatch(r"[A-Za-z0-9_.@-]+", name):
+        raise ValueError(f"a user name is letters, digits and _.@- only, not {name!r}")
+    if len(password) < 8:
+        raise ValueError("a password has at least 8 characters")
+    salt = secrets.token_bytes(16)
+    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    line = (f"{name}:pbkdf2_sha256${iterations}${base64.b64encode(salt).decode()}$"
+            f"{base64.b64encode(digest).decode()}")
+    kept = [kept for kept in (path.read_text().splitlines() if path.exists() else [])
+            if kept.strip() and kept.split(":", 1)[0] != name]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("\n".join([*kept, line]) + "\n")
+    os.replace(partial, path)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
 
 
 def answers(endpoint: Endpoint, timeout_s: float = 2.0) -> bool:

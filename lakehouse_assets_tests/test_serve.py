@@ -17,6 +17,7 @@ import sqlalchemy
 from pyhive import hive
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.transforms import DayTransform
+from thrift.transport.TTransport import TTransportException
 
 from lakehouse_assets.duckdb_sql import query
 from lakehouse_assets.runtime.catalog import catalog_for
@@ -190,3 +191,55 @@ def test_a_commit_shows_in_the_next_query_and_check_says_it_answers(served):
     nobody = subprocess.run([LAKEHOUSE, "serve", "--check", "--port", str(free_port())], env=served["env"],
                             capture_output=True, text=True, timeout=120)
     assert nobody.returncode == 1 and "no SQL endpoint answers" in nobody.stdout
+
+
+def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings, tmp_path):
+    home = tmp_path / "home"
+    settings = lake_settings.with_(home=home, catalog_uri="", warehouse="")
+    catalog_for(settings).create_namespace(settings.namespace)
+    env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_NAMESPACE": settings.namespace,
+           "LAKEHOUSE_PROJECT": str(tmp_path / "none.yaml"), "LAKEHOUSE_SPARK_MASTER": "local[1]",
+           "LAKEHOUSE_DRIVER_MEMORY": "1g"}
+    # Beyond this machine only with sign-in: refused before any JVM starts.
+    wide = subprocess.run([LAKEHOUSE, "serve", "--host", "0.0.0.0"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert wide.returncode == 2 and "only with sign-in" in wide.stderr, wide.stderr
+
+    added = subprocess.run([LAKEHOUSE, "serve", "--add-user", "ann"], input="correct horse\n", env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+    users = home / "secrets" / "sql-endpoint-users"
+    assert users.stat().st_mode & 0o777 == 0o600
+    assert "correct horse" not in users.read_text() and users.read_text().startswith("ann:pbkdf2_sha256$")
+
+    port = free_port()
+    env["LAKEHOUSE_SERVE_PORT"] = str(port)
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen([LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while "SQL endpoint (read-only) on" not in log.read_text():
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        assert "sign-in with a password" in log.read_text()
+        signed = hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
+                              username="ann", password="correct horse").cursor()
+        signed.execute("SELECT 1 + 1")
+        assert signed.fetchall() == [(2,)]
+        for user, password in [("ann", "wrong horse"), ("bob", "correct horse")]:
+            with pytest.raises(TTransportException):  # the server closes the connection: no session
+                hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
+                             username=user, password=password)
+        with pytest.raises(TTransportException):
+            hive.connect(host="127.0.0.1", port=port, database=settings.namespace)  # no password at all
+
+        check = subprocess.run([LAKEHOUSE, "serve", "--check"], capture_output=True, text=True, timeout=120,
+                               env={**env, "LAKEHOUSE_SERVE_USER": "ann", "LAKEHOUSE_SERVE_PASSWORD": "correct horse"})
+        assert check.returncode == 0 and "answers" in check.stdout, (check.stdout, check.stderr)
+        refused = subprocess.run([LAKEHOUSE, "serve", "--check"], env=env, capture_output=True, text=True,
+                                 timeout=120)
+        assert refused.returncode == 1 and "sign-in refused" in refused.stdout, refused.stdout
+    finally:
+        server.terminate()
+        server.wait(timeout=60)

@@ -37,6 +37,7 @@ def event_bronze_spec(source: EventSource) -> TableSpec:
             *lineage_columns(),
         ]),
         partitioned_by=(f"days({source.timestamp})",),
+        renamed=dict(source.renamed),
     )
 
 
@@ -72,6 +73,8 @@ def cdc_bronze_spec(table: CdcTable) -> TableSpec:
         description=f"Change events of {table.topic} ({table.connector}) as landed, typed, with lineage.",
         schema=T.StructType(bronze_cdc_schema(table).fields + lineage_columns()),
         partitioned_by=("days(source_ts)",),
+        renamed={f"{image}.{new}": f"{image}.{old}" for image in ("before", "after")
+                 for new, old in table.renamed.items()},
     )
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import getpass
 import json
+import os
 import sys
 
 from ..settings import Settings
@@ -55,17 +57,26 @@ def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    """The SQL endpoint for BI tools and SQL clients (Spark's Thrift server), or (--check) whether it answers."""
-    from ..sql_endpoint import Endpoint, check, serve
+    """The SQL endpoint for BI tools and SQL clients (Spark's Thrift server), whether it answers (--check), or a
+    user of it added (--add-user)."""
+    from ..sql_endpoint import Endpoint, add_user, check, serve, users_file
 
+    if args.add_user:
+        password = getpass.getpass(f"password for {args.add_user}: ") if sys.stdin.isatty() else sys.stdin.readline()
+        add_user(users_file(settings), args.add_user, password.rstrip("\n"))
+        print(f"{args.add_user} may sign in to the SQL endpoint (users in {users_file(settings)})")
+        return 0
     endpoint = Endpoint(args.host or settings.serve_host, args.port or settings.serve_port, settings.namespace)
     if args.check:
-        answer = check(endpoint)
+        answer = check(endpoint, os.environ.get("LAKEHOUSE_SERVE_USER", ""),
+                       os.environ.get("LAKEHOUSE_SERVE_PASSWORD", ""))
         print(f"{endpoint.url}: {answer or 'no SQL endpoint answers'}")
-        return 0 if answer else 1
+        return 0 if answer.startswith("answers") else 1
+    signed = users_file(settings).exists()
     serve(settings, endpoint, started=lambda e: print(
-        f"SQL endpoint (read-only) on {e.url}\n  SQLAlchemy: {e.sqlalchemy_url}\n"
-        f"  beeline -u {e.url}", flush=True))
+        f"SQL endpoint (read-only) on {e.url}{', sign-in with a password' if signed else ''}\n"
+        f"  SQLAlchemy: {e.sqlalchemy_url}{'?auth=CUSTOM' if signed else ''}\n"
+        f"  beeline -u {e.url}{' -n USER -p PASSWORD' if signed else ''}", flush=True))
     return 0
 
 
@@ -95,5 +106,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                      "Thrift JDBC/ODBC server), until stopped")
     p.add_argument("--host", help="address to listen on (default LAKEHOUSE_SERVE_HOST, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default LAKEHOUSE_SERVE_PORT, 10000)")
-    p.add_argument("--check", action="store_true", help="only say whether the endpoint answers a query")
+    p.add_argument("--check", action="store_true", help="only say whether the endpoint answers a query (signed in "
+                                                        "as LAKEHOUSE_SERVE_USER with LAKEHOUSE_SERVE_PASSWORD)")
+    p.add_argument("--add-user", metavar="NAME", help="add a user who signs in with a password (read from stdin, "
+                                                      "or asked); once there is one, every client signs in")
     p.set_defaults(func=cmd_serve)

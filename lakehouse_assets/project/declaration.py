@@ -21,6 +21,8 @@ class FieldDecl(_Decl):
     type: str
     path: Optional[str] = Field(None, description="where the value is in the record (a.b.c); default: the name")
     description: str = ""
+    renamed_from: Optional[str] = Field(None, description="the field's former name: its tables' column is renamed "
+                                                          "in place (by field id), its history kept")
 
 
 class ValueCheck(_Decl):
@@ -85,6 +87,8 @@ class CdcTableDecl(_Decl):
     rounding: dict[str, str] = Field(
         {}, description="decimal column -> half_up: a value with more scale than declared is rounded (half away "
                         "from zero) rather than quarantined")
+    renamed_from: dict[str, str] = Field(
+        {}, description="column -> its former name: the tables' column is renamed in place (by field id)")
 
 
 class CaptureDecl(_Decl):

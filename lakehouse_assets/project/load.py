@@ -133,6 +133,8 @@ def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
         type_name = spec.type if isinstance(spec, FieldDecl) else spec
         fields[field_name] = c.type((*path, "fields", field_name), type_name)
         paths[field_name] = (spec.path if isinstance(spec, FieldDecl) and spec.path else field_name)
+    renamed = _renames(c, path, "fields", {f: s.renamed_from for f, s in decl.fields.items()
+                                           if isinstance(s, FieldDecl) and s.renamed_from}, fields)
 
     def known(key: str, value: str | None) -> None:
         c.member((*path, key), value, fields, key, f"fields of event source {name}")
@@ -186,7 +188,25 @@ def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
         event_types=tuple(decl.event_types) if decl.event_types is not None else None,
         pii=tuple(decl.pii), rules=tuple(decl.rules), checks=dict(decl.checks), late_days=decl.late_days,
         max_lateness=parse_duration(decl.max_lateness) if decl.max_lateness is not None else None,
+        renamed=renamed,
     )
+
+
+def _renames(c: _Checker, path: tuple[Any, ...], key: str, renames: dict[str, str],
+             names: dict[str, Any]) -> dict[str, str]:
+    """Declared renames (name -> former name): each of a declared name, from a name no longer declared, once."""
+    for new, old in renames.items():
+        where = (*path, key, new) if key == "fields" else (*path, "renamed_from", new)
+        c.identifier(where, old, "former name")
+        if new not in names:
+            c.fail(where, f"{new!r} is renamed but not declared")
+        elif old in names:
+            c.fail(where, f"{new!r} is renamed from {old!r}, which is still declared: drop it from the "
+                          "declaration, or rename from a name that is gone")
+    formers = list(renames.values())
+    for old in {o for o in formers if formers.count(o) > 1}:
+        c.fail((*path, key), f"two names are renamed from {old!r}")
+    return dict(renames)
 
 
 def _check_rule_field(c: _Checker, path: tuple[Any, ...], name: str, fields: dict[str, T.DataType],
@@ -233,6 +253,7 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
             c.member((*path, "partition", n), source_column, columns, "partition column", owner)
         for column in t.references:
             c.member((*path, "references", column), column, columns, "referencing column", owner)
+        renamed = _renames(c, path, "renamed_from", dict(t.renamed_from), columns)
         c.member((*path, "subject"), t.subject, columns, "subject column", owner)
         for column, how in t.rounding.items():
             c.member((*path, "rounding", column), column, columns, "rounded column", owner)
@@ -252,7 +273,7 @@ def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcT
             partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
             write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
             time_precision_mode=decl.time_precision_mode, source=source_name,
-            subject=t.subject, rounding=dict(t.rounding),
+            subject=t.subject, rounding=dict(t.rounding), renamed=renamed,
         ))
     return tables
 

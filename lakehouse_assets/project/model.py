@@ -36,6 +36,8 @@ def pseudonym(column: str) -> str:
 class _Pseudonymised:
     pii: tuple[str, ...]
 
+    renamed: dict[str, str]
+
     def silver_column(self, column: str) -> str:
         """The name `column` has from silver on: its pseudonym when it is declared personal data."""
         return pseudonym(column) if column in self.pii else column
@@ -44,6 +46,12 @@ class _Pseudonymised:
     def pseudonyms(self) -> dict[str, str]:
         """Each pseudonym column of silver and the source column it hashes."""
         return {pseudonym(c): c for c in self.pii}
+
+    def silver_renamed(self) -> dict[str, str]:
+        """The declared renames (column -> its former name) as silver names them (a pseudonym follows its
+        column)."""
+        return {self.silver_column(new): pseudonym(old) if new in self.pii else old
+                for new, old in self.renamed.items()}
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ class EventSource(_Pseudonymised):
     checks: dict[str, ValueCheck] = field(default_factory=dict)
     late_days: int = 2
     max_lateness: dt.timedelta | None = None  # landing day - event time beyond this: rejected (rule max_lateness)
+    renamed: dict[str, str] = field(default_factory=dict)  # field -> the name it had (`renamed_from`)
 
     @property
     def bronze(self) -> str:
@@ -113,6 +122,7 @@ class CdcTable(_Pseudonymised):
     # Decimal column -> how a value with more scale than declared is rounded (`half_up`); any other such
     # value is quarantined.
     rounding: dict[str, str] = field(default_factory=dict)
+    renamed: dict[str, str] = field(default_factory=dict)  # column -> the name it had (`renamed_from`)
 
     @property
     def topic(self) -> str:

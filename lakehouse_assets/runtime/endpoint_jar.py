@@ -1,5 +1,6 @@
-"""The SQL endpoint's session extension (java/lakehouse/ReadOnlySql.java), compiled against pyspark's own jars
-into a jar once per installation: `make setup` builds it, `lakehouse serve` builds it when it is missing.
+"""The SQL endpoint's Java parts (java/lakehouse/: the read-only session extension, the password sign-in),
+compiled against pyspark's own jars into a jar once per installation: `make setup` builds it, `lakehouse serve`
+builds it when it is missing.
 
     python -m lakehouse_assets.runtime.endpoint_jar build
 """
@@ -20,6 +21,7 @@ from ..errors import MissingJarError
 from .jvm_archive import _folder, _spark_home
 
 EXTENSION_CLASS = "lakehouse.ReadOnlySql"
+PASSWORD_CLASS = "lakehouse.PasswordFile"
 
 
 def _sources() -> list[Path]:

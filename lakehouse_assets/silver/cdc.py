@@ -96,6 +96,7 @@ def current_spec(info: CdcTable) -> TableSpec:
         ]),
         partitioned_by=info.partition,
         write_mode=info.write_mode,
+        renamed=info.silver_renamed(),
     )
 
 
@@ -118,6 +119,7 @@ def history_spec(info: CdcTable) -> TableSpec:
         # end at or after its earliest change (files of versions closed before are skipped by their bounds).
         partitioned_by=("is_current", "bucket(8, key)"),
         write_mode=info.write_mode,
+        renamed=info.silver_renamed(),
     )
 
 

@@ -74,6 +74,7 @@ def silver_spec(source: EventSource) -> TableSpec:
         ]),
         partitioned_by=(f"days({source.timestamp})",),
         write_mode=COPY_ON_WRITE,
+        renamed=source.silver_renamed(),
     )
 
 
@@ -92,6 +93,8 @@ def rejected_spec(source: EventSource) -> TableSpec:
             col("source_line", T.IntegerType(), False),
         ]),
         partitioned_by=(f"days({source.timestamp})",),
+        renamed={new: old for new, old in source.renamed.items() if new in (source.key, source.timestamp,
+                                                                            source.event_type)},
     )
 
 

@@ -44,10 +44,11 @@ def create_table_sql(table_id: str, spec: TableSpec) -> str:
 
 
 def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> list[str]:
-    """Create the table if missing; add declared columns it lacks. Returns the added columns.
+    """Create the table if missing; rename the columns the declaration renamed, add declared columns it lacks.
+    Returns the added columns.
 
-    Adding nullable columns is a metadata-only change in Iceberg: old data files stay
-    as they are and read the new column as null.
+    Both are metadata-only changes in Iceberg: a column is renamed by its field id, and old data files stay as
+    they are, reading an added column as null.
     """
     try:
         spark.sql(create_table_sql(table_id, spec))
@@ -57,6 +58,9 @@ def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> list[st
         # "already exists" (SQLite's is). The table another run made is the declared one: go on with it.
         if not _exists(spark, table_id):
             raise
+    for old, new in pending_renames(spark.table(table_id).schema, spec):
+        quoted = ".".join(f"`{part}`" for part in old.split("."))
+        spark.sql(f"ALTER TABLE {table_id} RENAME COLUMN {quoted} TO `{new}`")
     existing = {f.name for f in spark.table(table_id).schema.fields}
     missing = [f for f in spec.schema.fields if f.name not in existing]
     for f in missing:
@@ -68,6 +72,20 @@ def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> list[st
     if missing:
         spark.sql(f"ALTER TABLE {table_id} ADD COLUMNS ({', '.join(_column_ddl(f) for f in missing)})")
     return [f.name for f in missing]
+
+
+def pending_renames(schema: T.StructType, spec: TableSpec) -> list[tuple[str, str]]:
+    """The declared renames the table has not had yet: (the old path, the new name), where the table holds the
+    old path and not the new one."""
+    def holds(path: str) -> bool:
+        fields: T.DataType = schema
+        for part in path.split("."):
+            if not isinstance(fields, T.StructType) or part not in fields.fieldNames():
+                return False
+            fields = fields[part].dataType
+        return True
+
+    return [(old, new.rsplit(".", 1)[-1]) for new, old in spec.renamed.items() if holds(old) and not holds(new)]
 
 
 def _exists(spark: SparkSession, table_id: str) -> bool:

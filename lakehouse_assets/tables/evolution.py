@@ -34,7 +34,8 @@ _ENGINE_PROPERTIES = ("format-version",)
 @dataclass(frozen=True)
 class Change:
     table: str
-    kind: str  # "create table", "add column", "drop column", "widen type", "change type", "document column",
+    kind: str  # "create table", "add column", "rename column", "drop column", "widen type", "change type",
+    # "document column",
     # "make optional", "make required", "add partition field", "drop partition field", "set property",
     # "document table"
     subject: str  # the column, partition field or property
@@ -97,24 +98,37 @@ def _transform_text(transform: str) -> tuple[str, str]:
 
 def plan_table(spec: TableSpec, table: Any, takes_data_columns: bool = False) -> list[Change]:
     """The differences between a declared table and the pyiceberg `table` the catalog holds."""
-    changes = _field_changes(spec.name, "", table.schema().fields, spec.schema.fields, takes_data_columns)
+    changes = _field_changes(spec.name, "", table.schema().fields, spec.schema.fields, takes_data_columns,
+                             spec.renamed)
     changes += _partition_changes(spec, table)
     changes += _property_changes(spec, table)
     return changes
 
 
 def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: list[T.StructField],
-                   takes_data_columns: bool) -> list[Change]:
+                   takes_data_columns: bool, renamed: dict[str, str], declared_prefix: str = "") -> list[Change]:
     """The differences between the fields a table (or a struct of it) holds and those declared; a struct's own
-    fields are compared one by one (`before.total`)."""
+    fields are compared one by one (`before.total`). A declared rename whose former name the table still holds
+    is a rename (by field id), and the column's other differences are named by the name it holds."""
     changes: list[Change] = []
     held = {f.name: f for f in held_fields}
     declared = {f.name: f for f in declared_fields}
+    formers = {new[len(declared_prefix):]: old.rsplit(".", 1)[-1] for new, old in renamed.items()
+               if new.startswith(declared_prefix) and "." not in new[len(declared_prefix):]}
+    renamed_here = set()
     for column, field in declared.items():
         path = prefix + column
         want = field.dataType.simpleString()
         comment = field.metadata.get("comment", "")
-        if column not in held:
+        former = formers.get(column, "")
+        if column not in held and former in held and former not in declared:
+            renamed_here.add(former)
+            changes.append(Change(name, "rename column", prefix + former, former, column, True,
+                                  f"UpdateSchema.rename_column({prefix + former}, {column}): by field id, data "
+                                  "files unchanged, older snapshots read under the name they had",
+                                  declared=column))
+            path = prefix + former
+        elif column not in held:
             if field.nullable:
                 changes.append(Change(name, "add column", path, "", want, True, f"UpdateSchema.add_column({path})",
                                       declared=field))
@@ -123,10 +137,10 @@ def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: li
                                       "refused: a required column cannot be added to rows already written; "
                                       "declare it nullable"))
             continue
-        have = held[column]
+        have = held[path[len(prefix):]]
         if isinstance(have.field_type, IT.StructType) and isinstance(field.dataType, T.StructType):
             changes += _field_changes(name, f"{path}.", have.field_type.fields, field.dataType.fields,
-                                      takes_data_columns)
+                                      takes_data_columns, renamed, f"{declared_prefix}{column}.")
         else:
             have_type = iceberg_type_string(have.field_type)
             if have_type == want:
@@ -148,7 +162,7 @@ def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: li
                                   f"UpdateSchema.update_column({path}, doc=...)"))
     if not takes_data_columns:
         for column, have in held.items():
-            if column not in declared:
+            if column not in declared and column not in renamed_here:
                 path = prefix + column
                 changes.append(Change(name, "drop column", path, iceberg_type_string(have.field_type), "", False,
                                       f"UpdateSchema.delete_column({path}): its values leave the current schema "
@@ -297,5 +311,10 @@ def apply(catalog: Any, namespace: str, planned: Plan, allow_drop: bool = False)
                           if c.kind in ("set property", "document table")}
             if properties:
                 tx.set_properties(properties)
+            renames = [c for c in changes if c.kind == "rename column"]
+            if renames:  # after the changes above, which name the columns as the table held them
+                with tx.update_schema() as update:
+                    for c in renames:
+                        update.rename_column(tuple(c.subject.split(".")), c.after)
         applied += changes
     return Applied(applied, left)

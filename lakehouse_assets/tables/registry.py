@@ -50,6 +50,8 @@ class TableSpec:
     partitioned_by: tuple[str, ...] = ()
     write_mode: str = COPY_ON_WRITE
     properties: dict[str, str] = field(default_factory=dict)
+    # Columns the declaration renamed: new path -> old path (`a` or `struct.a`), renamed in place by field id.
+    renamed: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_identifier(self.name, "table name")
@@ -60,6 +62,11 @@ class TableSpec:
             source = transform_column(transform)
             if source not in names:
                 raise ValueError(f"table {self.name}: partition column {source!r} is not in the schema")
+        for new, old in self.renamed.items():
+            if new.rsplit(".", 1)[0] != new and old.rsplit(".", 1)[0] != new.rsplit(".", 1)[0]:
+                raise ValueError(f"table {self.name}: {old} -> {new} renames within one struct only")
+            for part in (*new.split("."), *old.split(".")):
+                validate_identifier(part, f"renamed column in {self.name}")
         if self.write_mode not in (COPY_ON_WRITE, MERGE_ON_READ):
             raise ValueError(f"table {self.name}: write_mode must be {COPY_ON_WRITE} or {MERGE_ON_READ}")
 

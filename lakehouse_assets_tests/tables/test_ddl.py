@@ -59,6 +59,24 @@ def test_a_newly_declared_nullable_column_is_added_and_old_rows_read_null(lakeho
         ensure_table(spark, table_id, required)
 
 
+def test_a_declared_rename_is_made_by_the_run_in_place_and_time_travel_keeps_the_old_name(lakehouse, spark):
+    table_id = lakehouse.table(SPEC).create().id
+    spark.sql(f"INSERT INTO {table_id} VALUES ('a', TIMESTAMP'2025-01-01 00:00:00', 1.50, map('k', 'v'))")
+    before = lakehouse.iceberg_table(SPEC).current_snapshot().snapshot_id
+    fields = [col("key", T.StringType(), False, "the key") if f.name == "id" else
+              col("price", f.dataType) if f.name == "amount" else f for f in SPEC.schema.fields]
+    renamed = TableSpec(**{**SPEC.__dict__, "schema": T.StructType(fields), "partitioned_by": ("days(ts)", "bucket(8, key)"),
+                           "renamed": {"key": "id", "price": "amount"}})
+    assert ensure_table(spark, table_id, renamed) == []  # renamed, nothing added
+    assert ensure_table(spark, table_id, renamed) == []  # and only once
+    table = lakehouse.iceberg_table(SPEC)
+    assert [f.name for f in table.schema().fields] == ["key", "ts", "price", "tags"]
+    assert table.current_snapshot().snapshot_id == before  # metadata only
+    assert [(r.key, str(r.price)) for r in spark.table(table_id).collect()] == [("a", "1.50")]
+    old = spark.read.option("snapshot-id", before).table(table_id)
+    assert old.columns == ["id", "ts", "amount", "tags"] and old.first().id == "a"
+
+
 def test_sql_text_escapes_values_and_rejects_bad_names():
     sql = create_table_sql("c.n.ddl_probe", SPEC)
     assert "COMMENT 'it\\'s a probe'" in sql

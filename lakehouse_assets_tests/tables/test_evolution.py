@@ -188,3 +188,78 @@ def test_apply_makes_the_safe_differences_in_one_metadata_commit_and_the_rows_wr
     assert "status" not in {f.name for f in table.schema().fields}
     assert str(table.schema().find_field("image").field_type) == "struct<7: a: optional string>"
     assert table.scan(snapshot_id=snapshot).to_arrow().num_rows == 1
+
+
+def test_a_declared_rename_renames_by_field_id_and_old_snapshots_keep_the_old_name(tmp_path):
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from lakehouse_assets.tables.evolution import apply
+
+    catalog = held_table(tmp_path)
+    table = catalog.load_table(("lake", "orders"))
+    table.append(pa.Table.from_pylist(
+        [{"id": 1, "ts": dt.datetime(2025, 1, 1, 10, tzinfo=dt.timezone.utc), "amount": Decimal("9.50"),
+          "quantity": 3, "status": "paid", "image": {"a": "x", "from_data": "y"}}],
+        schema=table.schema().as_arrow()))
+    before = catalog.load_table(("lake", "orders"))
+    snapshot, files = before.current_snapshot().snapshot_id, {t.file.file_path for t in before.scan().plan_files()}
+    ids = {f.name: f.field_id for f in before.schema().fields}
+    renamed = spec(fields={"quantity": None, "units": col("units", T.LongType()),  # renamed and widened
+                           "status": None, "state": col("state", T.StringType(), comment="its state"),
+                           "image": col("image", T.StructType([T.StructField("b", T.StringType()),
+                                                               T.StructField("from_data", T.StringType())]))},
+                   renamed={"units": "quantity", "state": "status", "image.b": "image.a"})
+    result = plan({"orders": renamed}, catalog, "lake")
+    assert sorted(kinds(result)) == sorted([
+        ("rename column", "quantity", "quantity", "units"), ("widen type", "quantity", "int", "bigint"),
+        ("rename column", "status", "status", "state"), ("rename column", "image.a", "a", "b")])
+    assert all(c.safe for c in result.changes)  # nothing dropped, nothing added
+
+    done = apply(catalog, "lake", result)
+    assert not done.left
+    table = catalog.load_table(("lake", "orders"))
+    after = {f.name: f for f in table.schema().fields}
+    assert (after["units"].field_id, after["state"].field_id) == (ids["quantity"], ids["status"])  # same columns
+    assert "quantity" not in after and "status" not in after and str(after["units"].field_type) == "long"
+    assert table.schema().find_field("image.b").field_id == 7
+    # Metadata only; the row written before reads under the new names, and as of the old snapshot under the old.
+    assert table.current_snapshot().snapshot_id == snapshot
+    assert {t.file.file_path for t in table.scan().plan_files()} == files
+    [row] = table.scan().to_arrow().to_pylist()
+    assert (row["units"], row["state"], row["image"]) == (3, "paid", {"b": "x", "from_data": "y"})
+    old_schema = table.schemas()[table.snapshot_by_id(snapshot).schema_id]
+    assert {"quantity", "status"} <= {f.name for f in old_schema.fields}
+    assert plan({"orders": renamed}, catalog, "lake").changes == []  # applied: nothing differs
+
+
+def test_renames_are_declared_on_event_fields_and_cdc_columns_and_checked():
+    import pytest
+
+    from lakehouse_assets.errors import DeclarationError
+    from lakehouse_assets.project import parse_project
+    from lakehouse_assets.table_specs import table_specs
+
+    text = SHOP_FILE.read_text()
+    for line in ("      ip: string\n", "    pii: [ip, email]\n", "          email: string\n", "        pii: [email]\n"):
+        assert text.count(line) == 1, line
+    renamed = (text.replace("      ip: string\n", "      client_ip: {type: string, renamed_from: ip}\n")
+                   .replace("    pii: [ip, email]\n", "    pii: [client_ip, email]\n")
+                   .replace("          email: string\n", "          mail: string\n")
+                   .replace("        pii: [email]\n", "        pii: [mail]\n        renamed_from: {mail: email}\n"))
+    project = parse_project(renamed, str(SHOP_FILE))
+    specs = table_specs(project)
+    events = project.events["events"]
+    assert events.renamed == {"client_ip": "ip"}
+    assert specs[events.bronze].renamed == {"client_ip": "ip"}
+    assert specs[events.silver].renamed == {"client_ip_hash": "ip_hash"}  # the pseudonym follows its field
+    customers = next(t for t in project.cdc.values() if t.renamed)
+    assert customers.renamed == {"mail": "email"}
+    assert specs[customers.silver].renamed == {"mail_hash": "email_hash"}  # the pseudonym follows its column
+    assert specs[customers.bronze].renamed == {"before.mail": "before.email", "after.mail": "after.email"}
+
+    with pytest.raises(DeclarationError, match="still declared"):
+        parse_project(text.replace("      ip: string\n", "      ip: string\n      ip2: {type: string, renamed_from: ip}\n"),
+                      str(SHOP_FILE))
