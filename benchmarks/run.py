@@ -39,6 +39,7 @@ from . import (
     one_row_update,
     pruning,
     sensor_tick,
+    serve,
     sql_reader,
     stream_capacity,
     stream_history,
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             ("stream_history", stream_history, lambda: stream_history.run(spark, settings,
                                                                           history=int(5_000 * scale))),
             ("sql", sql_reader, lambda: sql_reader.run(spark, settings, "bench_sql", rows=int(SQL_ROWS * scale))),
+            # Its own endpoint process: 8 dashboard clients at once for 2 minutes.
+            ("serve", serve, lambda: serve.run(spark, settings, events=int(5_000_000 * scale))),
             ("one_row_update", one_row_update,
              lambda: one_row_update.run(spark, catalog, "bench", settings.home, rows=int(500_000 * scale))),
             ("pruning", pruning, lambda: pruning.run(spark, settings, "bench", days=30,

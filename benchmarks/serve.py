@@ -1,0 +1,180 @@
+"""The SQL endpoint under a dashboard's load: `lakehouse serve` with 8 clients at once, beside `lakehouse sql`.
+
+A minute-activity table as gold keeps it (30 days x 1,440 minutes x 3 event types, partitioned by day) and a
+large events table. `lakehouse serve` runs in a process of its own on the bench lakehouse (local[*], as
+deployed on one machine). Eight PyHive clients, each its own connection, run the dashboard's queries in turn
+for the duration; every query's latency is kept, p50 and p95 per query. Beside them, the same queries through
+`lakehouse sql` (DuckDB's reader, one process, one after the other), and a full scan of the events table
+through the endpoint against the benchmark's own Spark session (plain Spark on the same table).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse_assets.duckdb_sql import query as duckdb_query
+from lakehouse_assets.settings import Settings
+from lakehouse_services.process import free_port
+
+MINUTES = "bench_minute_activity"
+EVENTS = "bench_serve_events"
+QUERIES = {
+    "last hour by minute": f"SELECT minute, sum(events) AS events FROM {MINUTES} WHERE minute >= "
+                           f"(SELECT max(minute) FROM {MINUTES}) - INTERVAL 60 MINUTES GROUP BY minute ORDER BY minute",
+    "today by event type": f"SELECT event_type, sum(events) AS events, max(users) AS peak_users FROM {MINUTES} "
+                           f"WHERE minute >= date_trunc('day', (SELECT max(minute) FROM {MINUTES})) "
+                           "GROUP BY event_type ORDER BY event_type",
+    "30 days by day": f"SELECT CAST(minute AS DATE) AS day, sum(events) AS events FROM {MINUTES} "
+                      "GROUP BY CAST(minute AS DATE) ORDER BY day",
+}
+SCAN = f"SELECT count(*) AS n, sum(value) AS total, count(DISTINCT user_id) AS users FROM {EVENTS}"
+
+
+def _prepare(spark: SparkSession, catalog: str, namespace: str, events: int) -> None:
+    minutes = f"{catalog}.{namespace}.{MINUTES}"
+    spark.sql(f"DROP TABLE IF EXISTS {minutes}")
+    spark.sql(f"CREATE TABLE {minutes} (minute TIMESTAMP, event_type STRING, events BIGINT, users BIGINT) "
+              "USING iceberg PARTITIONED BY (days(minute))")
+    (spark.range(30 * 1440 * 3)
+     .select((F.lit("2025-01-01 00:00:00").cast("timestamp") + F.make_interval(
+         mins=(F.col("id") / 3).cast("int"))).alias("minute"),
+             F.element_at(F.array(F.lit("page_view"), F.lit("add_to_cart"), F.lit("purchase")),
+                          (F.col("id") % 3 + 1).cast("int")).alias("event_type"),
+             (F.col("id") % 97 + 1).alias("events"), (F.col("id") % 41 + 1).alias("users"))
+     .writeTo(minutes).append())
+    table = f"{catalog}.{namespace}.{EVENTS}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    (spark.range(events).select(F.col("id").alias("event_id"), (F.col("id") % 50_000).alias("user_id"),
+                                (F.col("id") % 1000 / 10).alias("value"))
+     .writeTo(table).using("iceberg").create())
+
+
+def _start(settings: Settings, port: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace,
+           "LAKEHOUSE_SERVE_PORT": str(port), "LAKEHOUSE_SPARK_MASTER": settings.spark_master,
+           "LAKEHOUSE_DRIVER_MEMORY": "2g"}
+    out = open(log, "w")
+    server = subprocess.Popen([str(Path(sys.executable).with_name("lakehouse")), "serve"], env=env, stdout=out,
+                              stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while "SQL endpoint (read-only) on" not in log.read_text():
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the endpoint did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+    return server
+
+
+def _client_loop(port: int, namespace: str, until: float, latencies: dict[str, list[float]],
+                 lock: threading.Lock, errors: list[str]) -> None:
+    from pyhive import hive
+
+    cursor = hive.connect(host="127.0.0.1", port=port, database=namespace).cursor()
+    names = list(QUERIES)
+    n = 0
+    while time.monotonic() < until:
+        name = names[n % len(names)]
+        n += 1
+        started = time.perf_counter()
+        try:
+            cursor.execute(QUERIES[name])
+            cursor.fetchall()
+        except Exception as error:  # noqa: BLE001 - counted and reported
+            errors.append(f"{name}: {str(error)[:200]}")
+            continue
+        with lock:
+            latencies[name].append(time.perf_counter() - started)
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def run(spark: SparkSession, settings: Settings, events: int, clients: int = 8, seconds: int = 120) -> dict:
+    _prepare(spark, settings.catalog_name, settings.namespace, events)
+    port = free_port()
+    log = settings.home / "bench-serve.log"
+    server = _start(settings, port, log)
+    try:
+        from pyhive import hive
+
+        cursor = hive.connect(host="127.0.0.1", port=port, database=settings.namespace).cursor()
+        answers = {}
+        for name, sql in QUERIES.items():  # warm: each query once, its answer compared with lakehouse sql's
+            cursor.execute(sql)
+            answers[name] = [tuple(r) for r in cursor.fetchall()]
+            expected = [tuple(r.values()) for r in duckdb_query(settings, sql).to_pylist()]
+            if [tuple(map(str, r)) for r in answers[name]] != [tuple(map(str, r)) for r in expected]:
+                raise AssertionError(f"{name}: the endpoint and lakehouse sql differ")
+        latencies: dict[str, list[float]] = {name: [] for name in QUERIES}
+        lock, errors = threading.Lock(), []
+        until = time.monotonic() + seconds
+        threads = [threading.Thread(target=_client_loop, args=(port, settings.namespace, until, latencies, lock,
+                                                               errors)) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        duck: dict[str, list[float]] = {name: [] for name in QUERIES}
+        for _ in range(5):
+            for name, sql in QUERIES.items():
+                started = time.perf_counter()
+                duckdb_query(settings, sql)
+                duck[name].append(time.perf_counter() - started)
+        scan_endpoint = []
+        for _ in range(3):
+            started = time.perf_counter()
+            cursor.execute(SCAN)
+            cursor.fetchall()
+            scan_endpoint.append(time.perf_counter() - started)
+        scan_spark = []
+        for _ in range(3):
+            started = time.perf_counter()
+            spark.sql(SCAN.replace(EVENTS, f"{settings.catalog_name}.{settings.namespace}.{EVENTS}")).collect()
+            scan_spark.append(time.perf_counter() - started)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return {
+        "params": {"clients": clients, "seconds": seconds, "events": events, "minute_rows": 30 * 1440 * 3},
+        "endpoint": {name: {"n": len(v), "p50": _p(v, 0.5), "p95": _p(v, 0.95)} for name, v in latencies.items()},
+        "lakehouse_sql": {name: {"p50": _p(v, 0.5), "p95": _p(v, 0.95)} for name, v in duck.items()},
+        "queries_per_s": sum(len(v) for v in latencies.values()) / seconds,
+        "errors": errors[:5], "error_count": len(errors),
+        "scan": {"endpoint_s": statistics.median(scan_endpoint), "spark_s": statistics.median(scan_spark),
+                 "rows_per_s_endpoint": events / statistics.median(scan_endpoint),
+                 "rows_per_s_spark": events / statistics.median(scan_spark)},
+    }
+
+
+def markdown(results: dict) -> str:
+    p, e, d, s = results["params"], results["endpoint"], results["lakehouse_sql"], results["scan"]
+    rows = [f"| {name} | {e[name]['n']:,} | {e[name]['p50'] * 1000:.0f} | {e[name]['p95'] * 1000:.0f} "
+            f"| {d[name]['p50'] * 1000:.0f} | {d[name]['p95'] * 1000:.0f} |" for name in e]
+    return "\n".join([
+        f"### SQL endpoint: {p['clients']} dashboard clients at once for {p['seconds']} s (`lakehouse serve`)",
+        "",
+        f"A minute-activity table of {p['minute_rows']:,} rows (30 days, partitioned by day); each client its own "
+        "connection, the dashboard's queries in turn. Beside them the same queries through `lakehouse sql` "
+        "(DuckDB, one at a time, 5 each).",
+        "",
+        "| query | endpoint queries | endpoint p50, ms | endpoint p95, ms | lakehouse sql p50, ms "
+        "| lakehouse sql p95, ms |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"{results['queries_per_s']:.1f} queries/s answered in all, {results['error_count']} errors. A full scan "
+        f"of {p['events']:,} events (count, sum, distinct users): {s['endpoint_s']:.2f} s through the endpoint "
+        f"({s['rows_per_s_endpoint']:,.0f} rows/s), {s['spark_s']:.2f} s in plain Spark on the same table "
+        f"({s['rows_per_s_spark']:,.0f} rows/s), {s['endpoint_s'] / s['spark_s']:.2f}x.",
+        "",
+    ])
