@@ -57,8 +57,8 @@ demo-cdc: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
 	$(BIN)/python -m examples.cdc.demo
 
-# The UI, the daemon, the metrics for Prometheus (METRICS_PORT) and (STREAM=0 leaves it out) the stream of the
-# event source, stopped together.
+# The UI, the daemon, the metrics for Prometheus (METRICS_PORT), (STREAM=0 leaves it out) the stream of the
+# event source and (SERVE=0 leaves it out) the SQL endpoint for BI tools, stopped together.
 METRICS_PORT ?= 9464
 dev: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS) $(LAKEHOUSE_HOME)
@@ -67,6 +67,10 @@ dev: setup
 	if [ "$(STREAM)" != "0" ]; then \
 		$(BIN)/lakehouse stream > $(LAKEHOUSE_HOME)/stream.log 2>&1 & pids="$$pids $$!"; \
 		echo "lakehouse stream running (log $(LAKEHOUSE_HOME)/stream.log)"; \
+	fi; \
+	if [ "$(SERVE)" != "0" ]; then \
+		$(BIN)/lakehouse serve > $(LAKEHOUSE_HOME)/serve.log 2>&1 & pids="$$pids $$!"; \
+		echo "SQL endpoint for BI tools starting: jdbc:hive2://127.0.0.1:$${LAKEHOUSE_SERVE_PORT:-10000}/ (log $(LAKEHOUSE_HOME)/serve.log)"; \
 	fi; \
 	trap "kill $$pids 2>/dev/null" EXIT INT TERM; \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
