@@ -137,6 +137,7 @@ ENV_SETTINGS = {
     "jvm_archive": ("LAKEHOUSE_JVM_ARCHIVE", "1"),
     "serve_host": ("LAKEHOUSE_SERVE_HOST", "127.0.0.1"),
     "serve_port": ("LAKEHOUSE_SERVE_PORT", "10000"),
+    "serve_catalog_uri": ("LAKEHOUSE_SERVE_CATALOG_URI", ""),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -276,6 +277,8 @@ class Settings:
     # Where `lakehouse serve` (the SQL endpoint for BI tools) listens: this machine only unless set.
     serve_host: str = "127.0.0.1"
     serve_port: int = 10000
+    # The catalog database as the endpoint reads it: a role that may only read (PostgreSQL). Empty: the catalog's.
+    serve_catalog_uri: str = field(default="", repr=False)  # may hold a password
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -289,6 +292,11 @@ class Settings:
         validate_identifier(self.catalog_name, "catalog name")
         validate_identifier(self.namespace, "namespace")
         CatalogUri.parse(self.catalog_uri)  # fail early on a malformed URI
+        if self.serve_catalog_uri:
+            reader = CatalogUri.parse(self.serve_catalog_uri)
+            if reader.kind != self.catalog.kind:
+                raise ValueError(f"LAKEHOUSE_SERVE_CATALOG_URI is a {self.catalog.kind} URI like the catalog's: "
+                                 "the same catalog database, as a role that may only read it")
         if bool(self.sql_s3_access_key) != bool(self.sql_s3_secret_key):
             raise ValueError("LAKEHOUSE_SQL_S3_ACCESS_KEY and LAKEHOUSE_SQL_S3_SECRET_KEY go together: "
                              "set both (a read-only S3 credential for `lakehouse sql`) or neither")
@@ -343,6 +351,7 @@ class Settings:
             "alert_webhook": hidden if self.alert_webhook else "",
             "jvm_archive": "yes" if self.jvm_archive else "no",
             "serve": f"{self.serve_host}:{self.serve_port}",
+            "serve_catalog": CatalogUri.parse(self.serve_catalog_uri).display if self.serve_catalog_uri else "",
         }
 
     @property

@@ -58,6 +58,8 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
     """The lakehouse's settings as the endpoint's Spark needs them: the read-only extension and identity, raw
     tables hidden, SQL on files off, the Thrift server's address, each query's own snapshot."""
     settings = _read_only(settings)
+    if settings.serve_catalog_uri:  # the catalog database read as a role that may only read
+        settings = settings.with_(catalog_uri=settings.serve_catalog_uri)
     catalog = f"spark.sql.catalog.{settings.catalog_name}"
     conf = {
         "spark.sql.extensions": f"{ICEBERG_EXTENSIONS},{EXTENSION_CLASS}",

@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg2
 import pyarrow as pa
 import pytest
 import sqlalchemy
@@ -21,6 +22,7 @@ from thrift.transport.TTransport import TTransportException
 
 from lakehouse_assets.duckdb_sql import query
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets_tests.conftest import dsn_of
 from lakehouse_services.process import free_port
 
 from .test_sql import DAYS, EVENTS, RAW_ROW, USERS, _create, _events_of, _hashes
@@ -243,3 +245,50 @@ def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+def test_on_a_postgresql_catalog_the_endpoint_reads_as_a_role_that_may_only_read(lake_settings, tmp_path,
+                                                                                   pg_catalog_uri, pg_admin_dsn):
+    namespace = f"t_serve_pg_{uuid.uuid4().hex[:6]}"
+    admin_uri = pg_catalog_uri.sqlalchemy_url.replace("+psycopg2", "")
+    settings = lake_settings.with_(home=tmp_path / "home", catalog_uri=admin_uri, warehouse="", namespace=namespace)
+    catalog = catalog_for(settings)
+    catalog.create_namespace(namespace)
+    _create(catalog, namespace, "gold_totals", [{"day": "2025-01-01", "events": 7}, {"day": "2025-01-02", "events": 9}])
+    reader = f"reader_{uuid.uuid4().hex[:6]}"
+    # The role the docs give the endpoint: it may read the catalog's tables and nothing else.
+    db = psycopg2.connect(dsn_of(pg_admin_dsn, pg_catalog_uri.database))
+    db.autocommit = True
+    with db.cursor() as cur:
+        cur.execute(f"CREATE ROLE {reader} LOGIN")
+        cur.execute(f"GRANT SELECT ON iceberg_tables, iceberg_namespace_properties TO {reader}")
+    reader_uri = (f"postgresql://{reader}@{pg_catalog_uri.host}:{pg_catalog_uri.port}/{pg_catalog_uri.database}")
+    port = free_port()
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": namespace,
+           "LAKEHOUSE_CATALOG_URI": admin_uri, "LAKEHOUSE_SERVE_CATALOG_URI": reader_uri,
+           "LAKEHOUSE_PROJECT": str(tmp_path / "none.yaml"), "LAKEHOUSE_SERVE_PORT": str(port),
+           "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g"}
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen([LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while "SQL endpoint (read-only) on" not in log.read_text():
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        cursor = hive.connect(host="127.0.0.1", port=port, database=namespace).cursor()
+        cursor.execute("SELECT sum(events) FROM gold_totals")
+        assert cursor.fetchall() == [(16,)]
+        with db.cursor() as cur:  # the endpoint's sessions are the reader's
+            cur.execute("SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = %s AND usename = %s",
+                        (pg_catalog_uri.database, reader))
+            assert cur.fetchall() == [(reader,)]
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    parts = {**dict(kv.split("=", 1) for kv in dsn_of(pg_admin_dsn, pg_catalog_uri.database).split()), "user": reader}
+    as_reader = psycopg2.connect(" ".join(f"{k}={v}" for k, v in parts.items() if k != "password"))
+    with as_reader.cursor() as cur, pytest.raises(psycopg2.errors.InsufficientPrivilege):
+        cur.execute("UPDATE iceberg_tables SET metadata_location = metadata_location")
+    as_reader.close()
+    db.close()
