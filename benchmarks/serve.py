@@ -10,12 +10,14 @@ through the endpoint against the benchmark's own Spark session (plain Spark on t
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from decimal import Decimal
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -94,6 +96,18 @@ def _client_loop(port: int, namespace: str, until: float, latencies: dict[str, l
             latencies[name].append(time.perf_counter() - started)
 
 
+def _plain(rows: list[tuple]) -> list[tuple]:
+    """Rows as text both readers agree on: times without their zone and separator, numbers as numbers."""
+    def one(v):
+        if isinstance(v, (dt.datetime, dt.date)):
+            v = v.replace(tzinfo=None) if isinstance(v, dt.datetime) else v
+            return v.isoformat(sep=" ") if isinstance(v, dt.datetime) else v.isoformat()
+        if isinstance(v, (int, float, Decimal)):
+            return float(v)
+        return str(v).replace("T", " ")
+    return [tuple(one(v) for v in row) for row in rows]
+
+
 def _p(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -113,8 +127,9 @@ def run(spark: SparkSession, settings: Settings, events: int, clients: int = 8, 
             cursor.execute(sql)
             answers[name] = [tuple(r) for r in cursor.fetchall()]
             expected = [tuple(r.values()) for r in duckdb_query(settings, sql).to_pylist()]
-            if [tuple(map(str, r)) for r in answers[name]] != [tuple(map(str, r)) for r in expected]:
-                raise AssertionError(f"{name}: the endpoint and lakehouse sql differ")
+            if _plain(answers[name]) != _plain(expected):
+                raise AssertionError(f"{name}: the endpoint and lakehouse sql differ: {answers[name][:2]} "
+                                     f"vs {expected[:2]}")
         latencies: dict[str, list[float]] = {name: [] for name in QUERIES}
         lock, errors = threading.Lock(), []
         until = time.monotonic() + seconds

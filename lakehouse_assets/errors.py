@@ -28,6 +28,11 @@ class SchemaMismatchError(LakehouseError, ValueError):
     """A write does not fit its table's declared schema."""
 
 
+class DeclarationDriftError(LakehouseError, RuntimeError):
+    """A table differs from its declaration in a way a run does not change by itself (a dropped column, another
+    type): the plan's text, and what to run."""
+
+
 class UpstreamMissingError(LakehouseError):
     """An asset reads a table that has not been materialised yet."""
 

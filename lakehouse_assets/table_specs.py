@@ -31,7 +31,4 @@ def table_specs(project: Project) -> dict[str, TableSpec]:
 
 def tables_taking_data_columns(project: Project) -> frozenset[str]:
     """Tables that add the columns their data brings (schema drift): bronze, and CDC's current state and history."""
-    names = {event_landing_source(s).bronze.name for s in project.events.values()}
-    for table in project.cdc.values():
-        names |= {cdc_landing_source(table).bronze.name, current_spec(table).name, history_spec(table).name}
-    return frozenset(names)
+    return frozenset(name for name, spec in table_specs(project).items() if spec.takes_data_columns)

@@ -38,6 +38,7 @@ def event_bronze_spec(source: EventSource) -> TableSpec:
         ]),
         partitioned_by=(f"days({source.timestamp})",),
         renamed=dict(source.renamed),
+        takes_data_columns=True,
     )
 
 
@@ -75,6 +76,7 @@ def cdc_bronze_spec(table: CdcTable) -> TableSpec:
         partitioned_by=("days(source_ts)",),
         renamed={f"{image}.{new}": f"{image}.{old}" for image in ("before", "after")
                  for new, old in table.renamed.items()},
+        takes_data_columns=True,
     )
 
 

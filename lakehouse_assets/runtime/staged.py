@@ -69,6 +69,7 @@ class CommitResult:
     summary: dict[str, str]
     replays: int = 0  # times the write was replayed on a main another writer had moved
     since: int | None = None  # the snapshot of main it was published on top of (its commits are those after it)
+    evolved: tuple[str, ...] = ()  # the declaration's changes made to the table before this write (plan text)
 
     def _int(self, key: str) -> int:
         return int(self.summary.get(key, 0) or 0)
@@ -100,6 +101,8 @@ class CommitResult:
             "bytes_added": MetadataValue.int(self._int("added-files-size")),
             "table_data_files": MetadataValue.int(self._int("total-data-files")),
             "commit_replays": MetadataValue.int(self.replays),
+            **({"declaration_applied": MetadataValue.md("\n".join(f"- {c}" for c in self.evolved))}
+               if self.evolved else {}),
         }
 
 
@@ -237,7 +240,8 @@ class StagedWrite:
             snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
         summary.update({k: str(v) for k, v in totals.items()})
         operation = head.summary.operation.value if head.summary.operation else ""
-        return CommitResult(self.table_id, head.snapshot_id, operation, summary, self.replays, self.on)
+        return CommitResult(self.table_id, head.snapshot_id, operation, summary, self.replays, self.on,
+                            tuple(self.table.evolved))
 
 
 def stage(

@@ -97,6 +97,7 @@ def current_spec(info: CdcTable) -> TableSpec:
         partitioned_by=info.partition,
         write_mode=info.write_mode,
         renamed=info.silver_renamed(),
+        takes_data_columns=True,
     )
 
 
@@ -120,6 +121,7 @@ def history_spec(info: CdcTable) -> TableSpec:
         partitioned_by=("is_current", "bucket(8, key)"),
         write_mode=info.write_mode,
         renamed=info.silver_renamed(),
+        takes_data_columns=True,
     )
 
 

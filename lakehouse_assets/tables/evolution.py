@@ -270,6 +270,33 @@ def _applicable(change: Change, allow_drop: bool) -> bool:
     return change.safe or (allow_drop and change.kind == "drop column")
 
 
+def bring_to_declaration(catalog: Any, identifier: tuple[str, str], spec: TableSpec) -> list[Change]:
+    """What a run does before its first write to a table: the table's safe differences from the declaration
+    made (returned, for the run's metadata), or, when any difference is one a run does not make by itself, a
+    DeclarationDriftError with the plan's text. A concurrent run making the same changes first is no failure."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from ..errors import DeclarationDriftError
+
+    for _ in range(5):
+        changes = plan_table(spec, catalog.load_table(identifier), spec.takes_data_columns)
+        held = [c for c in changes if not _applicable(c, allow_drop=False)]
+        if held:
+            lines = "\n".join(f"  {c.text()}" for c in held)
+            raise DeclarationDriftError(
+                f"table {'.'.join(identifier)} differs from its declaration in ways a run does not change by "
+                f"itself:\n{lines}\n`lakehouse plan` shows every difference; `lakehouse apply --allow-drop` makes "
+                "dropped columns, or declare the table as it is")
+        if not changes:
+            return []
+        try:
+            apply(catalog, identifier[0], Plan(changes, []))
+            return changes
+        except CommitFailedException:
+            continue  # another run changed the table meanwhile: plan again
+    raise DeclarationDriftError(f"table {'.'.join(identifier)}: its declared changes kept meeting other commits")
+
+
 def apply(catalog: Any, namespace: str, planned: Plan, allow_drop: bool = False) -> Applied:
     """Make the plan's applicable differences, one Iceberg transaction (one metadata commit) per table: schema
     changes by field id, partition fields, properties. No data file is written or rewritten."""

@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from ..errors import UpstreamMissingError
 from ..settings import Settings
 from .ddl import add_columns, ensure_table
+from .evolution import bring_to_declaration
 from .registry import TableSpec
 
 _EPOCH = dt.date(1970, 1, 1)  # Iceberg's day transform counts days from it
@@ -51,6 +52,7 @@ class TableHandle:
         self.id = engine.table_id(spec.name)
         self.identifier = (engine.settings.namespace, spec.name)
         self._created = False
+        self.evolved: list[str] = []  # the declaration's changes the first write made (plan text)
 
     def __repr__(self) -> str:
         return f"TableHandle({self.id})"
@@ -60,9 +62,12 @@ class TableHandle:
         return self.engine.spark
 
     def create(self) -> TableHandle:
-        """Create the table from its declaration if missing, and add declared columns it lacks (once)."""
+        """Create the table from its declaration if missing, rename and add the declared columns, then make its
+        other safe differences from the declaration, or fail with the plan's text on one a run does not make
+        (once per handle)."""
         if not self._created:
             ensure_table(self.spark, self.id, self.spec)
+            self.evolved = [c.text() for c in bring_to_declaration(self.engine.catalog, self.identifier, self.spec)]
             self._created = True
         return self
 

@@ -52,6 +52,9 @@ class TableSpec:
     properties: dict[str, str] = field(default_factory=dict)
     # Columns the declaration renamed: new path -> old path (`a` or `struct.a`), renamed in place by field id.
     renamed: dict[str, str] = field(default_factory=dict)
+    # The table also takes the columns its data brings (schema drift: bronze, CDC silver): a column it holds
+    # and the declaration does not name is not a dropped one.
+    takes_data_columns: bool = False
 
     def __post_init__(self) -> None:
         validate_identifier(self.name, "table name")

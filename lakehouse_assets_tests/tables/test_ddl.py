@@ -1,8 +1,10 @@
 """Declared tables are created idempotently, with their partitioning and properties, and evolve by declaration."""
 
+import datetime as dt
 import threading
 import time
 import uuid
+from decimal import Decimal
 
 import psycopg2
 import pytest
@@ -12,7 +14,7 @@ from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.spark import catalog_spark_conf
 from lakehouse_assets.settings import Settings
 from lakehouse_assets.tables.ddl import create_table_sql, ensure_table
-from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col, transform_column
+from lakehouse_assets.tables.registry import COPY_ON_WRITE, MERGE_ON_READ, TableSpec, col, transform_column
 from lakehouse_assets_tests.conftest import dsn_of
 
 SPEC = TableSpec(
@@ -75,6 +77,54 @@ def test_a_declared_rename_is_made_by_the_run_in_place_and_time_travel_keeps_the
     assert [(r.key, str(r.price)) for r in spark.table(table_id).collect()] == [("a", "1.50")]
     old = spark.sql(f"SELECT * FROM {table_id} VERSION AS OF {before}")
     assert old.columns == ["id", "ts", "amount", "tags"] and old.first().id == "a"
+
+
+def test_a_run_makes_the_declarations_safe_changes_first_and_fails_with_the_plan_on_the_others(lakehouse, spark):
+    from lakehouse_assets.errors import DeclarationDriftError
+    from lakehouse_assets.runtime.commit import Window, publish, stage
+
+    table_id = lakehouse.table(SPEC).create().id
+    spark.sql(f"INSERT INTO {table_id} VALUES ('a', TIMESTAMP'2025-01-01 10:00:00', 1.50, map('k', 'v'))")
+    [old_file] = list(lakehouse.iceberg_table(SPEC).scan().plan_files())
+    # The declaration changed: hours instead of days and no bucket, copy-on-write, another description.
+    changed = TableSpec(**{**SPEC.__dict__, "partitioned_by": ("hours(ts)",), "write_mode": COPY_ON_WRITE,
+                           "description": "it's a probe, by the hour"})
+    handle = lakehouse.table(changed).create()
+    assert sorted(line.split(" [")[0] for line in handle.evolved) == sorted([
+        "ddl_probe: add partition field hour(ts)", "ddl_probe: drop partition field day(ts)",
+        "ddl_probe: drop partition field bucket[8](id)",
+        "ddl_probe: set property write.delete.mode: merge-on-read -> copy-on-write",
+        "ddl_probe: set property write.merge.mode: merge-on-read -> copy-on-write",
+        "ddl_probe: set property write.update.mode: merge-on-read -> copy-on-write",
+        "ddl_probe: document table: it's a probe -> it's a probe, by the hour"])
+    rows = spark.createDataFrame([("b", dt.datetime(2025, 1, 2, 11, 30), Decimal("2.00"), {})], changed.schema)
+    result = publish(stage(handle, "run-1", changed.name, "t", scope="nothing").append(rows))
+    assert "add partition field hour(ts)" in result.metadata()["declaration_applied"].value
+    table = lakehouse.iceberg_table(SPEC)
+    assert [str(f.transform) for f in table.spec().fields] == ["hour"]
+    assert table.properties["write.merge.mode"] == "copy-on-write"
+    files = {task.file.file_path: task.file.spec_id for task in table.scan().plan_files()}
+    assert files[old_file.file.file_path] == old_file.file.spec_id  # the file written before keeps its spec
+    assert {spec_id for path, spec_id in files.items() if path != old_file.file.file_path} == {table.spec().spec_id}
+    assert sorted(r.id for r in spark.table(table_id).where("ts >= '2025-01-02'").collect()) == ["b"]
+    assert sorted(r.id for r in spark.table(table_id).collect()) == ["a", "b"]
+    # A run replacing the first day replaces the file written under the old spec.
+    day = Window.of_days("ts", dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
+                         dt.datetime(2025, 1, 2, tzinfo=dt.timezone.utc))
+    again = spark.createDataFrame([("c", dt.datetime(2025, 1, 1, 12, 0), Decimal("3.00"), {})], changed.schema)
+    publish(stage(handle, "run-2", changed.name, "t").overwrite(again, day))
+    assert sorted(r.id for r in spark.table(table_id).collect()) == ["b", "c"]
+    assert old_file.file.file_path not in {t.file.file_path for t in lakehouse.iceberg_table(SPEC).scan().plan_files()}
+    # Safe changes made once: a later handle finds nothing to do.
+    assert lakehouse.table(TableSpec(**{**changed.__dict__, "properties": {"x": "1"}})).create().evolved == [
+        "ddl_probe: set property x: (none) -> 1 [safe] (Transaction.set_properties(x=1))"]
+
+    dropped = TableSpec(**{**changed.__dict__, "properties": {"x": "1"},
+                           "schema": T.StructType([f for f in SPEC.schema.fields if f.name != "tags"])})
+    with pytest.raises(DeclarationDriftError, match=r"(?s)differs from its declaration.*drop column tags.*"
+                                                    r"lakehouse apply --allow-drop"):
+        lakehouse.table(dropped).create()
+    assert "tags" in [f.name for f in lakehouse.iceberg_table(SPEC).schema().fields]
 
 
 def test_sql_text_escapes_values_and_rejects_bad_names():
