@@ -2,6 +2,7 @@
 clients (PyHive, SQLAlchemy's hive://, beeline): the answers `lakehouse sql` gives, time travel, every write and
 every raw table refused with the lake's files and catalog unchanged, and a commit seen by the next query."""
 
+import contextlib
 import datetime as dt
 import os
 import re
@@ -16,8 +17,6 @@ import pyarrow as pa
 import pytest
 import sqlalchemy
 from pyhive import hive
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.transforms import DayTransform
 from thrift.transport.TTransport import TTransportException
 
 from lakehouse_assets.duckdb_sql import query
@@ -25,7 +24,7 @@ from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets_tests.conftest import dsn_of
 from lakehouse_services.process import free_port
 
-from .test_sql import DAYS, EVENTS, RAW_ROW, USERS, _create, _events_of, _hashes
+from .test_sql import DAYS, RAW_ROW, _create, _events_of, _hashes, fill_lake
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 BEELINE = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / \
@@ -41,35 +40,32 @@ def served(lake_settings, tmp_path_factory):
     namespace = f"t_serve_{uuid.uuid4().hex[:6]}"
     settings = lake_settings.with_(namespace=namespace, project=str(tmp / "no-declaration.yaml"))
     catalog = catalog_for(settings)
-    catalog.create_namespace(namespace)
-    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=DayTransform(), name="ts_day"))
-    events = catalog.create_table((namespace, "events"), schema=EVENTS, partition_spec=spec)
-    per_day = {}
-    for i, day in enumerate(DAYS):
-        per_day[day] = _events_of(day, start_id=100 * (i + 1), count=4 + i)
-        events.append(pa.Table.from_pylist(per_day[day], schema=events.schema().as_arrow()))
-        time.sleep(0.02)
-    users = catalog.create_table((namespace, "users"), schema=USERS)
-    users.append(pa.Table.from_pylist([{"user_id": 1, "name": "ann"}, {"user_id": 2, "name": "bob"},
-                                       {"user_id": 3, "name": "cy"}], schema=users.schema().as_arrow()))
+    per_day, snapshots = fill_lake(catalog, namespace)
     _create(catalog, namespace, "bronze_events", [RAW_ROW])
     _create(catalog, namespace, "bronze_events_quarantine", [{"reason": "not json", "line": "x@y.z"}])
     port = free_port()
     env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": namespace,
            "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SERVE_PORT": str(port),
            "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1"}
-    log = open(tmp / "serve.log", "w+")
-    server = subprocess.Popen([LAKEHOUSE, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 240
-    while "SQL endpoint (read-only) on" not in (tmp / "serve.log").read_text():
-        assert server.poll() is None and time.monotonic() < deadline, (tmp / "serve.log").read_text()[-3000:]
-        time.sleep(0.5)
-    snapshots = sorted(events.refresh().metadata.snapshots, key=lambda s: s.timestamp_ms)
-    yield {"settings": settings, "port": port, "env": env, "per_day": per_day, "snapshots": snapshots,
-           "catalog": catalog, "log": tmp / "serve.log"}
-    server.terminate()
-    server.wait(timeout=60)
-    log.close()
+    with _endpoint(env, tmp / "serve.log"):
+        yield {"settings": settings, "port": port, "env": env, "per_day": per_day, "snapshots": snapshots,
+               "catalog": catalog}
+
+
+@contextlib.contextmanager
+def _endpoint(env: dict, log: Path):
+    """`lakehouse serve` with these settings, from the moment it says it listens until it is stopped."""
+    with open(log, "w") as out:
+        server = subprocess.Popen([LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while "SQL endpoint (read-only) on" not in log.read_text():
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        yield log.read_text()
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
 
 
 def _cursor(served):
@@ -216,15 +212,8 @@ def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings
 
     port = free_port()
     env["LAKEHOUSE_SERVE_PORT"] = str(port)
-    log = tmp_path / "serve.log"
-    with open(log, "w") as out:
-        server = subprocess.Popen([LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while "SQL endpoint (read-only) on" not in log.read_text():
-            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
-        assert "sign-in with a password" in log.read_text()
+    with _endpoint(env, tmp_path / "serve.log") as said:
+        assert "sign-in with a password" in said
         signed = hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
                               username="ann", password="correct horse").cursor()
         signed.execute("SELECT 1 + 1")
@@ -242,9 +231,6 @@ def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings
         refused = subprocess.run([LAKEHOUSE, "serve", "--check"], env=env, capture_output=True, text=True,
                                  timeout=120)
         assert refused.returncode == 1 and "sign-in refused" in refused.stdout, refused.stdout
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
 
 
 def test_on_a_postgresql_catalog_the_endpoint_reads_as_a_role_that_may_only_read(lake_settings, tmp_path,
@@ -268,14 +254,7 @@ def test_on_a_postgresql_catalog_the_endpoint_reads_as_a_role_that_may_only_read
            "LAKEHOUSE_CATALOG_URI": admin_uri, "LAKEHOUSE_SERVE_CATALOG_URI": reader_uri,
            "LAKEHOUSE_PROJECT": str(tmp_path / "none.yaml"), "LAKEHOUSE_SERVE_PORT": str(port),
            "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g"}
-    log = tmp_path / "serve.log"
-    with open(log, "w") as out:
-        server = subprocess.Popen([LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while "SQL endpoint (read-only) on" not in log.read_text():
-            assert server.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
+    with _endpoint(env, tmp_path / "serve.log"):
         cursor = hive.connect(host="127.0.0.1", port=port, database=namespace).cursor()
         cursor.execute("SELECT sum(events) FROM gold_totals")
         assert cursor.fetchall() == [(16,)]
@@ -283,9 +262,6 @@ def test_on_a_postgresql_catalog_the_endpoint_reads_as_a_role_that_may_only_read
             cur.execute("SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = %s AND usename = %s",
                         (pg_catalog_uri.database, reader))
             assert cur.fetchall() == [(reader,)]
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
     parts = {**dict(kv.split("=", 1) for kv in dsn_of(pg_admin_dsn, pg_catalog_uri.database).split()), "user": reader}
     as_reader = psycopg2.connect(" ".join(f"{k}={v}" for k, v in parts.items() if k != "password"))
     with as_reader.cursor() as cur, pytest.raises(psycopg2.errors.InsufficientPrivilege):

@@ -69,10 +69,9 @@ def _events_of(day: dt.date, start_id: int, count: int) -> list[dict]:
     return rows
 
 
-@pytest.fixture
-def lake(lake_settings, namespace):
-    """Events partitioned by day(ts), one append (snapshot, data file) per day, and a users table."""
-    catalog = catalog_for(lake_settings)
+def fill_lake(catalog, namespace: str) -> tuple[dict, list]:
+    """Events partitioned by day(ts), one append (snapshot, data file) per day, and a users table: the rows of
+    each day and the events' snapshots, oldest first."""
     catalog.create_namespace(namespace)
     spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=DayTransform(), name="ts_day"))
     events = catalog.create_table((namespace, "events"), schema=EVENTS, partition_spec=spec)
@@ -87,7 +86,13 @@ def lake(lake_settings, namespace):
         [{"user_id": 1, "name": "ann"}, {"user_id": 2, "name": "bob"}, {"user_id": 3, "name": "cy"}],
         schema=users.schema().as_arrow(),
     ))
-    snapshots = sorted(events.refresh().metadata.snapshots, key=lambda s: s.timestamp_ms)
+    return per_day, sorted(events.refresh().metadata.snapshots, key=lambda s: s.timestamp_ms)
+
+
+@pytest.fixture
+def lake(lake_settings, namespace):
+    """`fill_lake`'s tables in this test's namespace."""
+    per_day, snapshots = fill_lake(catalog_for(lake_settings), namespace)
     return {"settings": lake_settings.with_(namespace=namespace), "per_day": per_day, "snapshots": snapshots,
             "names": {1: "ann", 2: "bob", 3: "cy"}}
 

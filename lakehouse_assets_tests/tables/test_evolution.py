@@ -3,12 +3,15 @@ destructive with the Iceberg operation that applies it; columns the data brought
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform
@@ -17,7 +20,7 @@ from pyspark.sql import types as T
 
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.settings import Settings
-from lakehouse_assets.tables.evolution import plan
+from lakehouse_assets.tables.evolution import apply, plan
 from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col
 
 from ..shop import SHOP_FILE
@@ -47,13 +50,18 @@ def spec(**changes) -> TableSpec:
                      partitioned_by=changes.pop("partitioned_by", ("days(ts)",)), **changes)
 
 
-def held_table(tmp_path):
+def held_table(tmp_path, with_a_row: bool = False):
     settings = Settings(home=tmp_path)
     catalog = catalog_for(settings)
     catalog.create_namespace("lake")
-    catalog.create_table(("lake", "orders"), schema=HELD,
-                         partition_spec=PartitionSpec(PartitionField(2, 1000, DayTransform(), "ts_day")),
-                         properties={**spec().table_properties, "comment": "Orders."})
+    table = catalog.create_table(("lake", "orders"), schema=HELD,
+                                 partition_spec=PartitionSpec(PartitionField(2, 1000, DayTransform(), "ts_day")),
+                                 properties={**spec().table_properties, "comment": "Orders."})
+    if with_a_row:
+        table.append(pa.Table.from_pylist(
+            [{"id": 1, "ts": dt.datetime(2025, 1, 1, 10, tzinfo=dt.timezone.utc), "amount": Decimal("9.50"),
+              "quantity": 3, "status": "paid", "image": {"a": "x", "from_data": "y"}}],
+            schema=table.schema().as_arrow()))
     return catalog
 
 
@@ -137,19 +145,8 @@ def test_plan_command_exits_0_when_the_tables_match_and_1_with_each_difference(t
 
 
 def test_apply_makes_the_safe_differences_in_one_metadata_commit_and_the_rows_written_before_read_under_them(tmp_path):
-    import datetime as dt
-    from decimal import Decimal
 
-    import pyarrow as pa
-
-    from lakehouse_assets.tables.evolution import apply
-
-    catalog = held_table(tmp_path)
-    table = catalog.load_table(("lake", "orders"))
-    table.append(pa.Table.from_pylist(
-        [{"id": 1, "ts": dt.datetime(2025, 1, 1, 10, tzinfo=dt.timezone.utc), "amount": Decimal("9.50"),
-          "quantity": 3, "status": "paid", "image": {"a": "x", "from_data": "y"}}],
-        schema=table.schema().as_arrow()))
+    catalog = held_table(tmp_path, with_a_row=True)
     table = catalog.load_table(("lake", "orders"))
     snapshot, files = table.current_snapshot().snapshot_id, {t.file.file_path for t in table.scan().plan_files()}
     changed = spec(fields={"amount": col("amount", T.DecimalType(12, 2)), "quantity": col("quantity", T.LongType()),
@@ -191,19 +188,8 @@ def test_apply_makes_the_safe_differences_in_one_metadata_commit_and_the_rows_wr
 
 
 def test_a_declared_rename_renames_by_field_id_and_old_snapshots_keep_the_old_name(tmp_path):
-    import datetime as dt
-    from decimal import Decimal
 
-    import pyarrow as pa
-
-    from lakehouse_assets.tables.evolution import apply
-
-    catalog = held_table(tmp_path)
-    table = catalog.load_table(("lake", "orders"))
-    table.append(pa.Table.from_pylist(
-        [{"id": 1, "ts": dt.datetime(2025, 1, 1, 10, tzinfo=dt.timezone.utc), "amount": Decimal("9.50"),
-          "quantity": 3, "status": "paid", "image": {"a": "x", "from_data": "y"}}],
-        schema=table.schema().as_arrow()))
+    catalog = held_table(tmp_path, with_a_row=True)
     before = catalog.load_table(("lake", "orders"))
     snapshot, files = before.current_snapshot().snapshot_id, {t.file.file_path for t in before.scan().plan_files()}
     ids = {f.name: f.field_id for f in before.schema().fields}
