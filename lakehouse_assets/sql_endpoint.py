@@ -31,8 +31,6 @@ from .runtime.endpoint_jar import build as build_extension
 from .runtime.spark import ICEBERG_EXTENSIONS, spark_conf
 from .settings import Settings
 
-DEFAULT_PORT = 10000
-
 
 @dataclass(frozen=True)
 class Endpoint:

@@ -34,10 +34,10 @@ _ENGINE_PROPERTIES = ("format-version",)
 @dataclass(frozen=True)
 class Change:
     table: str
-    kind: str  # "create table", "add column", "rename column", "drop column", "widen type", "change type",
-    # "document column",
+    # "add column", "rename column", "drop column", "widen type", "change type", "document column",
     # "make optional", "make required", "add partition field", "drop partition field", "set property",
     # "document table"
+    kind: str
     subject: str  # the column, partition field or property
     before: str
     after: str
