@@ -188,7 +188,7 @@ def _duckdb_path(location: str) -> str:
     return location
 
 
-def _read_only(settings: Settings) -> Settings:
+def read_only_settings(settings: Settings) -> Settings:
     """The settings with the read-only S3 credential for analysts' SQL in place of the lake's, when one is set:
     the catalog's metadata (pyiceberg) and the tables' files (DuckDB) are then read with it alone."""
     if not settings.sql_s3_access_key:
@@ -197,7 +197,7 @@ def _read_only(settings: Settings) -> Settings:
 
 
 def _s3_secret(settings: Settings) -> str:
-    settings = _read_only(settings)
+    settings = read_only_settings(settings)
     parts = [("TYPE", "s3"), ("REGION", f"'{_sql_string(settings.s3_region)}'")]
     if settings.s3_access_key:
         parts += [("KEY_ID", f"'{_sql_string(settings.s3_access_key)}'"),
@@ -314,7 +314,7 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
     queries, judged against those views."""
     if not isinstance(sql, str) or not sql.strip():
         raise ValueError("empty SQL statement")
-    settings = _read_only(settings)
+    settings = read_only_settings(settings)
     rows = _sqlite_rows(settings)
     names = _namespace_tables(settings, rows)
     raw = settings.sql_raw if raw is None else raw
@@ -444,7 +444,7 @@ def _sql_error(exc: duckdb.Error, unknown: Callable[[str], str]) -> ValueError:
 # ---------------------------------------------------------------------------------------
 
 
-def _looks_raw(name: str) -> bool:
+def looks_raw(name: str) -> bool:
     """The names the declaration gives raw tables: bronze_<source>, bronze_<source>_quarantine, bronze_ingest_log
     (project/model.py); a test checks that every bronze-layer table the build declares is named so."""
     return name.lower().startswith("bronze_") or name.lower().endswith("_quarantine")
@@ -453,14 +453,14 @@ def _looks_raw(name: str) -> bool:
 def _raw_tables(settings: Settings, names: Iterable[str]) -> set[str]:
     """Those of `names` that hold raw data. The declaration's layer decides for the tables it declares; a table
     it does not declare (another project's, a source since removed) is raw when its name looks raw."""
-    suspects = {name for name in names if _looks_raw(name)}
+    suspects = {name for name in names if looks_raw(name)}
     if not suspects:
         return set()  # the declaration is read only when it may decide something
-    declared = _declared_raw(settings)
+    declared = declared_raw(settings)
     return {name for name in suspects if declared.get(name, True)}
 
 
-def _declared_raw(settings: Settings) -> dict[str, bool]:
+def declared_raw(settings: Settings) -> dict[str, bool]:
     """Each declared table: whether the build gives it the bronze layer (build.table_specs: every landing
     source's bronze and quarantine tables and the ingest log). Empty when no declaration loads."""
     from .errors import DeclarationError

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .duckdb_sql import _declared_raw, _looks_raw, _read_only
+from .duckdb_sql import declared_raw, looks_raw, read_only_settings
 from .errors import LakehouseError
 from .runtime.endpoint_jar import EXTENSION_CLASS, PASSWORD_CLASS
 from .runtime.endpoint_jar import build as build_extension
@@ -49,13 +49,13 @@ class Endpoint:
 
 def exposed_raw_looking(settings: Settings) -> list[str]:
     """Declared tables of other layers whose names look raw (a gold `bronze_medals`): the endpoint reads them."""
-    return sorted(name for name, raw in _declared_raw(settings).items() if not raw and _looks_raw(name))
+    return sorted(name for name, raw in declared_raw(settings).items() if not raw and looks_raw(name))
 
 
 def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
     """The lakehouse's settings as the endpoint's Spark needs them: the read-only extension and identity, raw
     tables hidden, SQL on files off, the Thrift server's address, each query's own snapshot."""
-    settings = _read_only(settings)
+    settings = read_only_settings(settings)
     if settings.serve_catalog_uri:  # the catalog database read as a role that may only read
         settings = settings.with_(catalog_uri=settings.serve_catalog_uri)
     catalog = f"spark.sql.catalog.{settings.catalog_name}"

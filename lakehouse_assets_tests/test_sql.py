@@ -462,7 +462,7 @@ def test_the_docs_queries_are_queries_and_name_raw_tables_with_the_raw_flag():
         named = re.findall(r"\w+", statement)  # any word may be a table here: what matters is the statement's kind
         statements = sql._judged(duckdb.connect(), statement, "lake", named, set(), lambda name: f"unknown {name}")
         assert [s.type for s in statements] == [duckdb.StatementType.SELECT], statement
-        assert bool(flag) == any(sql._looks_raw(word) for word in named), statement
+        assert bool(flag) == any(sql.looks_raw(word) for word in named), statement
 
 
 def test_raw_tables_are_hidden_unless_an_engineer_asks(raw_lake):
@@ -529,9 +529,9 @@ def test_the_raw_tables_are_the_bronze_layer_the_build_declares(example):
 
     path = Path(__file__).resolve().parents[1] / "examples" / example / "lakehouse.yaml"
     specs = table_specs(load_project(path))
-    declared = sql._declared_raw(Settings(home=Path("/nonexistent"), project=str(path)))
+    declared = sql.declared_raw(Settings(home=Path("/nonexistent"), project=str(path)))
     assert declared == {name: spec.layer == "bronze" for name, spec in specs.items()}
-    assert {n for n, raw in declared.items() if raw} == {n for n in specs if sql._looks_raw(n)}
+    assert {n for n, raw in declared.items() if raw} == {n for n in specs if sql.looks_raw(n)}
     assert "bronze_ingest_log" in specs and declared["bronze_ingest_log"]
 
 
