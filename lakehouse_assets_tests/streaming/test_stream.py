@@ -27,7 +27,7 @@ from lakehouse_assets.runtime.freshness import freshness_rows
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
 from lakehouse_assets.sources.zones import landing_zone
-from lakehouse_assets.streaming import BATCH_ID, QUERY_ID, EventStream
+from lakehouse_assets.streaming import BATCH_ID, QUERY_ID, SWEEP_SECONDS, EventStream
 
 from ..shop import SHOP, SHOP_FILE, assets
 
@@ -76,6 +76,27 @@ def minute_oracle(lines: list[str]) -> Counter:
                    for ts in seen.values())
 
 
+def run_until_taken(stream: EventStream, records: int, *feeders: threading.Thread, max_seconds: float = 240,
+                    stop: threading.Event | None = None) -> list:
+    """Run the stream until the feeders are done, its batches have taken `records` records and no batch has run
+    for a sweep's interval and more (a file taken twice would show by then), or for `max_seconds`."""
+    stop = stop or threading.Event()
+
+    def watch():
+        while not stop.wait(0.5):
+            if any(f.is_alive() for f in feeders) or sum(r.records_in for r in stream.reports) < records:
+                continue
+            if time.monotonic() - stream.last_activity > SWEEP_SECONDS + 2:
+                stop.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        return stream.run(max_seconds=max_seconds, stop=stop)
+    finally:
+        stop.set()
+
+
 def gold_minutes(spark, table_id: str) -> Counter:
     return Counter({r.minute: r.events for r in spark.table(table_id).collect()})
 
@@ -101,7 +122,7 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
 
     feeder = threading.Thread(target=more)
     feeder.start()
-    reports = stream.run(until_idle=25, max_seconds=240)
+    reports = run_until_taken(stream, len(lines_a) + len(lines_b) + len(late), feeder)
     feeder.join()
 
     spark = lakehouse.spark
@@ -161,7 +182,7 @@ def test_lines_appended_to_a_file_the_stream_took_are_taken_once_by_its_sweep(la
 
     writer = threading.Thread(target=append)
     writer.start()
-    reports = stream.run(until_idle=25, max_seconds=150)
+    reports = run_until_taken(stream, len(first) + len(more), writer, max_seconds=150)
     writer.join()
 
     spark = lakehouse.spark
@@ -229,18 +250,20 @@ def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_
     stop = threading.Event()
     errors: list[BaseException] = []
 
-    def run_stream():
-        try:
-            stream.run(until_idle=20, max_seconds=300, stop=stop)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
     def feed():
         for n, lines in enumerate(live):
             land(landing, TODAY, f"live{n}.jsonl", lines)
             time.sleep(4)
 
-    threads = [threading.Thread(target=run_stream), threading.Thread(target=feed)]
+    feeder = threading.Thread(target=feed)
+
+    def run_stream():
+        try:
+            run_until_taken(stream, sum(len(lines) for lines in live), feeder, max_seconds=300, stop=stop)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run_stream), feeder]
     for t in threads:
         t.start()
     time.sleep(5)
@@ -299,8 +322,8 @@ def test_the_stream_reads_an_s3_landing_zone(spark, lake_settings, tmp_path):
 
     feeder = threading.Thread(target=later)
     feeder.start()
-    reports = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1).run(
-        until_idle=20, max_seconds=180)
+    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1)
+    reports = run_until_taken(stream, len(first) + len(second), feeder, max_seconds=180)
     feeder.join()
 
     assert sum(r.files for r in reports) == 2 and all(r.refused == 0 for r in reports)
