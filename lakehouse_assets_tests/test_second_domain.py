@@ -423,6 +423,11 @@ def test_forget_removes_a_person_from_every_table_and_every_kept_file(streaming,
     landed = {str(f) for f in landing.rglob("*.jsonl")}
     naming = {f for f in landed if "acct-003" in Path(f).read_text() or "acct\\u002d003" in Path(f).read_text()}
     assert naming
+    # What a write killed before its commit leaves: a data file of the subject's rows that no snapshot references.
+    live = next(iter(before["silver_plays"]))
+    orphan = Path(live.removeprefix("file:")).with_name("00000-0-crashed-write-00001.parquet")
+    orphan.write_bytes(Path(live.removeprefix("file:")).read_bytes())
+    monkeypatch.setattr(forget_module, "ORPHAN_MIN_AGE", dt.timedelta(0))  # it is older than the forget, not hours
 
     # A gold run that read silver before the forget and publishes after its deletes, held in between.
     dagster_home, pauses = tmp_path / "dagster", tmp_path / "pauses"
@@ -456,6 +461,9 @@ def test_forget_removes_a_person_from_every_table_and_every_kept_file(streaming,
     assert proof["runs_waited"] and not proof["runs_in_flight"]
 
     assert proof["purged"] and proof["rows_found_after"] == 0 and proof["live_files_scanned"] > 0
+    # Its own independent scan found the orphan, removed it, and nothing else but what the legal hold keeps.
+    assert proof["orphans_removed"] == [str(orphan)] and not orphan.exists() and proof["traces"] == {}
+    assert proof["independent_scan"]["files_scanned"]["warehouse"] > len(names)
     by_table = {t["table"]: t for t in proof["tables"]}
     assert holding <= set(by_table)
     assert all(by_table[n]["rows_deleted"] > 0 for n in holding - {"silver_plays_rejected"})

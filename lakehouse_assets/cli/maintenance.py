@@ -156,8 +156,12 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
             print(f"landing file pending: {uri}: {why}")
         for run in report.runs_in_flight:
             print(f"run still in flight: {run}: it may publish the subject; run forget again once it ends")
-        verdict = "purged: no live data file of any table holds the subject" if report.purged else \
-            "NOT purged: rows of the subject remain (see rows_found_after, pending files and runs above)"
+        for file in report.orphans_removed:
+            print(f"file no snapshot referenced, removed: {file}")
+        for file, why in sorted(report.traces.items()):
+            print(f"still holds the subject: {file}: {why}")
+        verdict = ("purged: no file of the tables, the landing zone or staging holds the subject" if report.purged
+                   else "NOT purged: the subject remains (see rows_found_after, pending files, runs and files above)")
         print(f"{'dry run, ' if args.dry_run else ''}{verdict}")
     return 0 if report.purged or args.dry_run else 1
 

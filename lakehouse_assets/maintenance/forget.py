@@ -37,9 +37,13 @@ data files under a delete file) still hold them. `forget` therefore:
    have read the subject's rows and publish them after. With a Dagster
    instance (DAGSTER_HOME), forget waits for those runs to end and deletes
    again; a run still going after `wait_s` leaves the subject not purged.
+7. the independent scan (maintenance/trace_scan.py, which shares no code with
+   the matchers) of the namespace's table folders, the landing zone and capture
+   staging: files no snapshot references that hold the subject are removed when
+   old enough to be a crashed write's; any other file holding them, but those
+   a legal hold keeps, leaves the subject not purged and is named.
 
-`lakehouse forget --verify-only` is the proof that shares no code with this
-module (maintenance/trace_scan.py).
+`lakehouse forget --verify-only` runs that scan alone.
 
 The subject's value never enters SQL text: it is written as a hex literal.
 """
@@ -57,6 +61,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -76,8 +81,12 @@ from ..settings import validate_identifier
 from ..sources.zones import landing_zone
 from .health import file_paths, files_of
 from .procedures import retry_on_conflict
+from .trace_scan import WAREHOUSE, trace_scan
 
 LEGAL_HOLD = "legal_hold"
+# A file no snapshot references is a crashed write's only when it is older than the longest write still going could
+# keep it unreferenced (runs in flight are waited for; a micro-batch of the stream commits within minutes).
+ORPHAN_MIN_AGE = dt.timedelta(hours=1)
 
 
 def sql_text(value: str) -> str:
@@ -242,12 +251,17 @@ class ForgetReport:
     landing_pending: dict[str, str] = field(default_factory=dict)  # landed file -> why it still names the subject
     runs_waited: list[str] = field(default_factory=list)  # runs in flight during the deletes, waited for
     runs_in_flight: list[str] = field(default_factory=list)  # such runs still going when forget stopped waiting
+    orphans_removed: list[str] = field(default_factory=list)  # files no snapshot referenced that held the subject
+    # The independent scan (trace_scan.py) of the namespace's tables' folders, the landing zone and capture staging,
+    # after everything else: its figures, and every file still holding the subject but those legal holds keep.
+    independent_scan: dict[str, Any] = field(default_factory=dict)
+    traces: dict[str, str] = field(default_factory=dict)  # file -> why it still holds the subject
     seconds: float = 0.0
 
     @property
     def purged(self) -> bool:
         return (all(t.rows_found_after == 0 for t in self.tables) and not self.landing_pending
-                and not self.runs_in_flight)
+                and not self.runs_in_flight and not self.traces and bool(self.independent_scan))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -262,6 +276,9 @@ class ForgetReport:
             "landing_pending": self.landing_pending,
             "runs_waited": self.runs_waited,
             "runs_in_flight": self.runs_in_flight,
+            "orphans_removed": self.orphans_removed,
+            "independent_scan": self.independent_scan,
+            "traces": self.traces,
             "seconds": round(self.seconds, 2),
         }
 
@@ -409,8 +426,50 @@ class Forget:
             if proof.legal_holds:
                 proof.rows_found_after -= self._held_rows(table, target, proof)
         self._landing(subject, landed, report, dry_run)
+        if not dry_run:
+            self._scan_independently(report, proofs, began_at=time.time() - (time.monotonic() - started))
         report.seconds = time.monotonic() - started
         return report
+
+    def _scan_independently(self, report: ForgetReport, proofs: dict[str, TableProof], began_at: float) -> None:
+        """The proof that does not trust the matchers: every file of the namespace's tables, the landing zone and
+        capture staging searched for the subject and their pseudonym (maintenance/trace_scan.py). A file no snapshot
+        references (a crashed write's, a failed commit's metadata) that holds them is removed when it last changed
+        at least ORPHAN_MIN_AGE before forget began; a younger one may belong to a write still going, and is
+        left and reported. Files a legal hold keeps are left and reported by their tables."""
+        catalog, namespace = self.lakehouse.catalog, self.lakehouse.settings.namespace
+        tables = [catalog.load_table(identifier) for identifier in catalog.list_tables(namespace)]
+        referenced = set().union(*(_referenced_files(t) for t in tables)) if tables else set()
+        held = set().union(*(_held_files(self.lakehouse.iceberg_table(name), proof.legal_holds)
+                             for name, proof in proofs.items() if proof.legal_holds)) if proofs else set()
+        roots = [_as_uri(t.location()) for t in tables]
+        scan = trace_scan(self.lakehouse.settings, {"subject": self._subject, "pseudonym": self._hashed},
+                          warehouse_roots=roots)
+        report.independent_scan = {"files_scanned": dict(scan.files_scanned), "seconds": round(scan.seconds, 2)}
+        newest_orphan = began_at - ORPHAN_MIN_AGE.total_seconds()
+        zone = landing_zone(self.lakehouse.settings.with_(landing=self.lakehouse.settings.warehouse))
+        for hit in scan.hits:
+            key = _normal(hit.file)
+            if hit.file in report.traces or hit.file in report.orphans_removed or key in held:
+                continue
+            if hit.area != WAREHOUSE or key in referenced:
+                why = (f"a landed file or staged capture ({hit.area}) holds the {hit.identifier} ({hit.form})"
+                       if hit.area != WAREHOUSE else
+                       f"a file a snapshot references holds the {hit.identifier} ({hit.form}, {hit.how})")
+                report.traces[hit.file] = why
+            elif hit.changed < newest_orphan:
+                zone.remove(_as_uri(hit.file))
+                report.orphans_removed.append(hit.file)
+            else:
+                report.traces[hit.file] = (f"no snapshot references it and it changed less than {ORPHAN_MIN_AGE} "
+                                           "before forget began (a write may still commit it): run forget again "
+                                           "later")
+        for file, why in scan.unreadable.items():
+            if file not in report.orphans_removed and _normal(file) not in held:
+                report.traces[file] = f"unreadable, so not proven: {why}"
+        if report.orphans_removed:
+            self.log(f"forget: removed {len(report.orphans_removed)} files no snapshot referenced that held the "
+                     "subject")
 
     def _delete(self, target: Target, proof: TableProof, landed: dict[str, set[str]], dry_run: bool) -> int:
         """Deletes the target's rows of the subject (and purges the files that keep them): how many there were."""
@@ -593,6 +652,46 @@ class Forget:
                 spark.sql(f"ALTER TABLE {table_id} SET TBLPROPERTIES ('{size}' = '{int(before)}')" if before else
                           f"ALTER TABLE {table_id} UNSET TBLPROPERTIES ('{size}')")
         return self.lakehouse.iceberg_table(name)
+
+
+def _normal(path: str) -> str:
+    """A file's path as the independent scan and Iceberg's metadata can both be compared by: a local file's path
+    without `file:`, an object's `s3://bucket/key` whatever the scheme's spelling."""
+    parts = urlsplit(path)
+    if parts.scheme in ("", "file"):
+        return os.path.normpath(parts.path)
+    return f"s3://{parts.netloc}{parts.path}"
+
+
+def _as_uri(path: str) -> str:
+    return path if urlsplit(path).scheme else f"file:{path}"
+
+
+def _referenced_files(table: Table) -> set[str]:
+    """Every file the table's metadata names: its metadata files, and each snapshot's manifest list, manifests and
+    their data and delete files (those a snapshot removed too: an older snapshot may still hold them)."""
+    paths = {table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)}
+    paths |= {s.statistics_path for s in table.metadata.statistics}
+    manifests: set[str] = set()
+    for snapshot in table.metadata.snapshots:
+        paths.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path not in manifests:
+                manifests.add(manifest.manifest_path)
+                paths |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False)}
+    return {_normal(p) for p in paths | manifests}
+
+
+def _held_files(table: Table, holds: dict[str, int]) -> set[str]:
+    """The files the legal-hold tags keep: their snapshots' manifest lists, manifests, data and delete files."""
+    paths: set[str] = set()
+    for tag in holds:
+        ref = table.metadata.refs.get(tag)
+        snapshot = table.snapshot_by_id(ref.snapshot_id) if ref is not None else None
+        if snapshot is not None:
+            paths |= {snapshot.manifest_list, *(m.manifest_path for m in snapshot.manifests(table.io))}
+            paths |= {f.file_path for f in files_of(table, snapshot.snapshot_id)}
+    return {_normal(p) for p in paths}
 
 
 def _bound_names(bound: bytes, value: bytes) -> bool:

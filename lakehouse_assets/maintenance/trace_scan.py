@@ -56,6 +56,7 @@ class Hit:
     identifier: str  # the caller's name for the value, never the value itself (the report may be kept)
     form: str  # the spelling or column that held it
     how: str  # raw, gunzip, avro, parquet or name
+    changed: float = 0.0  # when the file last changed (seconds since the epoch): a local inode's, an object's upload
 
 
 @dataclass
@@ -279,12 +280,13 @@ class StoredFile:
     name: str  # as the report names it: a local path or an object's URI
     inside: str  # its path inside its area (its own name for a value, not the area's)
     read: Callable[[], bytes]
+    changed: float = 0.0  # when it last changed: a local file's inode change time, an object's upload time
 
 
 def scan_file(file: StoredFile, area: str, data: bytes, needles: list[Needle], report: TraceReport) -> None:
     """Search one file (its path, its bytes, what its compression or container hides) and add its hits."""
     def add(found: list[tuple[Needle, str]], how: str) -> None:
-        report.hits += [Hit(file.name, area, n.name, form, how) for n, form in found]
+        report.hits += [Hit(file.name, area, n.name, form, how, file.changed) for n, form in found]
 
     path = unquote(file.inside).lower()
     add([(n, "file path") for n in needles if n.text in path], "name")
@@ -309,7 +311,7 @@ def _local_files(root: Path) -> Iterator[StoredFile]:
         for name in sorted(names):
             path = Path(folder) / name
             if path.is_file():
-                yield StoredFile(str(path), str(path.relative_to(root)), path.read_bytes)
+                yield StoredFile(str(path), str(path.relative_to(root)), path.read_bytes, path.stat().st_ctime)
 
 
 def _object_files(zone: S3Zone) -> Iterator[StoredFile]:
@@ -319,31 +321,35 @@ def _object_files(zone: S3Zone) -> Iterator[StoredFile]:
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=zone.bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
             uri = f"{zone.scheme}://{zone.bucket}/{obj['Key']}"
-            yield StoredFile(uri, obj["Key"][len(prefix):], partial(zone.read, uri))
+            yield StoredFile(uri, obj["Key"][len(prefix):], partial(zone.read, uri), obj["LastModified"].timestamp())
 
 
 def _zone_files(zone: LocalZone | S3Zone) -> Iterator[StoredFile]:
     return _local_files(zone.root) if isinstance(zone, LocalZone) else _object_files(zone)
 
 
-def areas(settings: Settings) -> dict[str, Iterator[StoredFile]]:
-    """The files of each area. The warehouse is a folder or an S3 prefix, read as the landing zone is."""
-    if urlsplit(settings.warehouse).scheme not in ("file", "s3", "s3a"):
-        raise ValueError(f"trace scan: warehouse {settings.warehouse!r} is neither a folder nor on S3")
+def areas(settings: Settings, warehouse_roots: list[str] | None = None) -> dict[str, Iterator[StoredFile]]:
+    """The files of each area. The warehouse is a folder or an S3 prefix, read as the landing zone is; with
+    `warehouse_roots`, only the files under those folders of it (the tables of one namespace)."""
+    roots = [settings.warehouse] if warehouse_roots is None else warehouse_roots
+    for root in roots:
+        if urlsplit(root).scheme not in ("file", "s3", "s3a"):
+            raise ValueError(f"trace scan: warehouse {root!r} is neither a folder nor on S3")
     return {
-        WAREHOUSE: _zone_files(landing_zone(settings.with_(landing=settings.warehouse))),
+        WAREHOUSE: (f for root in roots for f in _zone_files(landing_zone(settings.with_(landing=root)))),
         LANDING: _zone_files(landing_zone(settings)),
         STAGING: _local_files(settings.home / "capture"),
     }
 
 
-def trace_scan(settings: Settings, identifiers: Mapping[str, str]) -> TraceReport:
-    """Search every file of the warehouse, the landing zone and capture staging for the identifiers
-    ({name for the report: value}); read only. Zero hits and no unreadable file is the proof."""
+def trace_scan(settings: Settings, identifiers: Mapping[str, str],
+               warehouse_roots: list[str] | None = None) -> TraceReport:
+    """Search every file of the warehouse (or of `warehouse_roots` in it), the landing zone and capture staging for
+    the identifiers ({name for the report: value}); read only. Zero hits and no unreadable file is the proof."""
     started = time.monotonic()
     needles = [Needle.of(name, value) for name, value in identifiers.items()]
     report = TraceReport()
-    for area, files in areas(settings).items():
+    for area, files in areas(settings, warehouse_roots).items():
         for file in files:
             try:
                 data = file.read()
