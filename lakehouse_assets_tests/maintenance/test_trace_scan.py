@@ -257,8 +257,9 @@ def test_verify_only_prints_the_report_and_fails_while_any_trace_is_left(tmp_pat
     report = json.loads(capsys.readouterr().out)
     assert not report["proven"] and report["files_scanned"] == {"warehouse": 8, "landing": 4, "staging": 1}
     orphan = str(tmp_path / "warehouse/lake/silver_users/data/00009-orphan-of-a-crashed-write.parquet")
-    assert {"file": orphan, "area": "warehouse", "identifier": "also 1 keyed hash", "form": "column user_key",
-            "how": "parquet"} in report["hits"]
+    found = {"file": orphan, "area": "warehouse", "identifier": "also 1 keyed hash", "form": "column user_key",
+             "how": "parquet", "changed": os.stat(orphan).st_ctime}
+    assert found in report["hits"]
     assert {h["identifier"] for h in report["hits"]} == {"subject", "also 1", "also 2", "also 1 keyed hash"}
 
     for area in ("warehouse", "landing", "capture"):
