@@ -11,7 +11,9 @@
   `expire_tables` for a table past `max_snapshots` with snapshots to thin (a
   stream's tables commit every few seconds; once per `snapshot_detail`).
 - `lakehouse_nightly_maintenance` (schedule) runs `expire_tables` for every
-  table: stale write branches, snapshot expiry, orphan removal.
+  table: stale write branches, snapshot expiry, orphan removal; and, when the
+  declaration keeps landed files for a `landing.retention`, `landing_retention`
+  (the landed files taken longer ago than that, unchanged since, removed).
 
 Both jobs are partitioned by table name, so the UI shows each table's
 maintenance history, and run in-process (one JVM), one run at a time (dagster.yaml).
@@ -49,6 +51,7 @@ from dagster import (
 )
 
 from ..maintenance.health import TableHealth, table_health
+from ..maintenance.landing_retention import remove_taken_files
 from ..maintenance.procedures import MaintenanceReport, TableMaintenance
 from ..project import Project
 from ..project.model import Maintenance
@@ -57,6 +60,7 @@ from ..runtime.resource import LakehouseResource
 CHECK = "table_health"
 COMPACT_JOB = "compact_tables"
 EXPIRE_JOB = "expire_tables"
+LANDING_JOB = "landing_retention"
 
 
 def _exists(lakehouse: LakehouseResource, name: str) -> bool:
@@ -161,6 +165,28 @@ def _health_sensor(names: list[str], maintenance: Maintenance, asset_tables: set
     return health_sensor
 
 
+def _landing_retention(project: Project) -> tuple[JobDefinition, ScheduleDefinition]:
+    """The landing zone's retention, each night: no Spark, the ingest log and the zone only."""
+    @op(name="remove_taken_landing_files",
+        description=f"remove the landed files taken more than {project.landing.retention} ago, unchanged since")
+    def remove_taken_landing_files(context: OpExecutionContext, lakehouse: LakehouseResource) -> None:
+        report = remove_taken_files(lakehouse.settings, project, log=context.log.info)
+        context.log.info(json.dumps(report, default=str))
+
+    @job(name=LANDING_JOB, executor_def=in_process_executor, tags={"lakehouse/maintenance": "landing"},
+         description="Remove the landed files past the declared landing retention (bronze keeps their lines).")
+    def landing_retention():
+        remove_taken_landing_files()
+
+    def nightly(context: ScheduleEvaluationContext):
+        return RunRequest(run_key=f"landing:{context.scheduled_execution_time.strftime('%Y-%m-%dT%H:%M')}")
+
+    return landing_retention, ScheduleDefinition(
+        name="lakehouse_landing_retention", cron_schedule=project.maintenance.nightly, job=landing_retention,
+        execution_fn=nightly, execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING,
+        description=f"Landed files taken more than {project.landing.retention} ago removed from the zone.")
+
+
 def _nightly_schedule(names: list[str], maintenance: Maintenance, expire: JobDefinition) -> ScheduleDefinition:
     def nightly(context: ScheduleEvaluationContext):
         day = context.scheduled_execution_time.strftime("%Y-%m-%dT%H:%M")
@@ -200,6 +226,10 @@ def maintenance_definitions(project: Project, tables: Iterable[str], asset_table
     compact, expire = _maintenance_jobs(maintenance, StaticPartitionsDefinition(names), asset_tables)
     jobs: list[JobDefinition] = [compact, expire]
     sensors = [_health_sensor(names, maintenance, asset_tables, jobs)]
+    schedules = [_nightly_schedule(names, maintenance, expire)]
+    if project.landing.retention is not None and project.landing_sources:
+        landing_job, landing_schedule = _landing_retention(project)
+        jobs.append(landing_job)
+        schedules.append(landing_schedule)
     checked = sorted(asset_tables & set(names))
-    return jobs, sensors, [_nightly_schedule(names, maintenance, expire)], (
-        [_health_checks(checked, maintenance)] if checked else [])
+    return jobs, sensors, schedules, ([_health_checks(checked, maintenance)] if checked else [])

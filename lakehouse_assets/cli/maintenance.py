@@ -22,9 +22,11 @@ def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     from ..maintenance.landing_rollback import rollback_table
     from ..project import load_project
     from ..runtime.catalog import catalog_for
+    from ..sources.zones import landing_zone
 
     project = load_project(settings.project)
-    result = rollback_table(catalog_for(settings), settings.namespace, project, args.table, args.to)
+    result = rollback_table(catalog_for(settings), settings.namespace, project, args.table, args.to,
+                            present=landing_zone(settings).has)
     if "source" in result and result["changed"]:
         result["reported_to_dagster"] = _report_rolled_back(settings, project, result)
     if args.json:
@@ -106,24 +108,36 @@ def cmd_tag(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
-    """Compaction, expiry and orphan removal now, with Spark (what the maintenance jobs run)."""
+    """Compaction, expiry and orphan removal now, with Spark (what the maintenance jobs run); the landing zone's
+    retention without Spark."""
+    from ..maintenance.landing_retention import remove_taken_files
     from ..maintenance.procedures import TableMaintenance
+    from ..project import load_project
     from ..runtime.resource import LakehouseResource
 
+    actions = [a for a in ("compact", "expire", "orphans", "landing") if getattr(args, a)] or \
+        ["compact", "expire", "orphans", "landing"]
+    log = progress(args.json)
+    reports: list[dict] = []
+    if "landing" in actions:
+        reports.append({"landing_retention": remove_taken_files(settings, load_project(settings.project), log=log)})
+        actions.remove("landing")
+        if not actions:
+            if args.json:
+                print(json.dumps(reports, indent=2, default=str))
+            return 0
     maintenance = maintenance_policies(settings)
     names = args.table or table_names(settings)
     for name in names:
         open_table(settings, name)  # every name exists before any work starts
-    actions = [a for a in ("compact", "expire", "orphans") if getattr(args, a)] or ["compact", "expire", "orphans"]
     lakehouse = LakehouseResource()
-    log = progress(args.json)
-    reports = []
     for name in names:
         work = TableMaintenance(lakehouse, name, maintenance.policy(name), log)
         for action in actions:
-            reports.append({"compact": work.compact, "expire": work.expire, "orphans": work.remove_orphans}[action]())
+            reports.append({"compact": work.compact, "expire": work.expire,
+                            "orphans": work.remove_orphans}[action]().as_dict())
     if args.json:
-        print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
+        print(json.dumps(reports, indent=2, default=str))
     return 0
 
 
@@ -246,11 +260,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_tag)
 
-    p = sub.add_parser("maintain", help="compact, expire and remove orphans now (Spark); default: all three")
+    p = sub.add_parser("maintain", help="compact, expire, remove orphans (Spark) and apply the landing retention "
+                                        "now; default: all four")
     p.add_argument("table", nargs="*", help="tables (default: every table)")
     p.add_argument("--compact", action="store_true")
     p.add_argument("--expire", action="store_true")
     p.add_argument("--orphans", action="store_true")
+    p.add_argument("--landing", action="store_true",
+                   help="remove the landed files taken longer ago than the declared landing retention (no Spark)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_maintain)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +94,8 @@ class LandingRollback:
         }
 
 
-def rollback_table(catalog: SqlCatalog, namespace: str, project: Project, name: str, to: str) -> dict[str, Any]:
+def rollback_table(catalog: SqlCatalog, namespace: str, project: Project, name: str, to: str,
+                   present: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """`lakehouse rollback`: a landing source's bronze goes back with its quarantine and the ingest log
     (rollback_landing); those two alone are refused, since they would no longer agree with bronze; any other
     table goes back alone (maintenance/snapshots.py: rollback)."""
@@ -106,19 +108,28 @@ def rollback_table(catalog: SqlCatalog, namespace: str, project: Project, name: 
                                 f"--to ...`, so that bronze, its quarantine and {INGEST_LOG} keep agreeing on which "
                                 "files were taken")
         if name == source.bronze:
-            return rollback_landing(catalog, namespace, source, to).as_dict()
+            return rollback_landing(catalog, namespace, source, to, present).as_dict()
     return rollback(_load(catalog, namespace, name), name, to)
 
 
-def rollback_landing(catalog: SqlCatalog, namespace: str, source: EventSource | CdcTable, to: str) -> LandingRollback:
+def rollback_landing(catalog: SqlCatalog, namespace: str, source: EventSource | CdcTable, to: str,
+                     present: Callable[[str], bool] | None = None) -> LandingRollback:
     """Move `source`'s bronze, its quarantine and its rows of the ingest log back to `to` together, or refuse
-    (SnapshotError) and change nothing."""
+    (SnapshotError) and change nothing. `present(uri)` says whether a landed file is still in the zone: a rollback
+    whose files would be taken again is refused when one is gone (the landing retention removed it)."""
     lost = ""
     for attempt in range(ATTEMPTS):
         bronze, quarantine, log = (_load(catalog, namespace, n) for n in (source.bronze, source.quarantine, INGEST_LOG))
         plan = _Plan.decide(bronze, quarantine, log, source, to)
         if not plan.report.changed:
             return plan.report
+        missing = [f for f in plan.report.files if present is not None and not present(f)]
+        if missing:
+            raise SnapshotError(
+                f"{source.bronze}: going back to {to} undoes the takes of {len(plan.report.files)} landed files, and "
+                f"{len(missing)} of them are no longer in the landing zone (the landing retention or a person "
+                f"removed them), e.g. {missing[0]}: their lines would be lost from bronze. Nothing was changed; "
+                "go back less far, or put the files back first")
         pointers = [_stage(catalog, table, tx) for table, tx in plan.transactions()]
         try:
             lost = swap_pointers(catalog, namespace, pointers) or ""

@@ -179,6 +179,9 @@ class LandingDecl(_Decl):
     incomplete_grace: str = Field(
         "5m", description="a file ending mid-record (no final newline, a gzip stream without its end) waits this "
                           "long after its last change before it is taken as it is")
+    retention: Optional[str] = Field(
+        "30d", description="a landed file is removed from the zone this long after it was taken, unchanged since "
+                           "(bronze keeps every line as it landed); null keeps landed files for ever")
 
 
 class ProjectDecl(_Decl):

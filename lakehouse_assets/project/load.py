@@ -485,8 +485,12 @@ def _landing(c: _Checker, decl: LandingDecl) -> LandingPolicy:
     if marker is not None and (not marker or "/" in marker or marker.endswith((".jsonl", ".jsonl.gz"))):
         c.fail(("landing", "ready_marker"), f"ready_marker {marker!r} must be a plain file name that is not a "
                                             "landing file's (e.g. _SUCCESS)")
+    retention = None if decl.retention is None else c.duration(("landing", "retention"), decl.retention)
+    if retention is not None and retention <= dt.timedelta(0):
+        c.fail(("landing", "retention"), "retention must be longer than 0 (null keeps landed files for ever)")
     return LandingPolicy(settle=c.duration(("landing", "settle"), decl.settle), ready_marker=marker,
-                         incomplete_grace=c.duration(("landing", "incomplete_grace"), decl.incomplete_grace))
+                         incomplete_grace=c.duration(("landing", "incomplete_grace"), decl.incomplete_grace),
+                         retention=retention)
 
 
 def load_project(path: str | Path) -> Project:

@@ -275,11 +275,13 @@ class Maintenance:
 @dataclass(frozen=True)
 class LandingPolicy:
     """When a landed file is complete enough to be taken: unchanged for `settle`, its folder marked ready by
-    `ready_marker` when one is declared, and a file that ends mid-record unchanged for `incomplete_grace`."""
+    `ready_marker` when one is declared, and a file that ends mid-record unchanged for `incomplete_grace`; removed
+    from the zone `retention` after it was taken (None: kept)."""
 
     settle: dt.timedelta = dt.timedelta(seconds=5)
     ready_marker: str | None = None
     incomplete_grace: dt.timedelta = dt.timedelta(minutes=5)
+    retention: dt.timedelta | None = dt.timedelta(days=30)
 
 
 @dataclass(frozen=True)

@@ -284,6 +284,57 @@ def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_
     assert _silver(lakehouse) == silver_bad
 
 
+def test_the_landing_retention_removes_files_taken_long_ago_and_unchanged_and_bronze_keeps_their_lines(lakehouse):
+    """Past the declared retention (30 days by default), a landed file taken whole and unchanged since is removed
+    from the zone; a file that grew since its take, or was never taken, stays. Bronze keeps every line, reconcile
+    still balances, and a rollback that would have to take a removed file again is refused, changing nothing."""
+    import datetime as dt
+
+    import pytest
+
+    from lakehouse_assets.bronze.reconcile import reconcile
+    from lakehouse_assets.errors import SnapshotError
+    from lakehouse_assets.maintenance.landing_retention import remove_taken_files
+    from lakehouse_assets.maintenance.landing_rollback import rollback_landing
+    from lakehouse_assets.project import load_project
+    from lakehouse_assets.sources.zones import landing_zone
+
+    project, settings = load_project(SHOP_FILE), lakehouse.settings
+    assert project.landing.retention == dt.timedelta(days=30)
+    folder = settings.local_path(settings.landing) / "events" / f"date={DAY}"
+    land(lakehouse, "a.jsonl", [json.dumps(_event(n)) for n in range(5)])
+    land(lakehouse, "grown.jsonl", [json.dumps(_event(n)) for n in range(5, 8)])
+    ingest(lakehouse)
+    time.sleep(0.05)
+    before_b = dt.datetime.now(dt.timezone.utc).isoformat()
+    time.sleep(0.05)
+    land(lakehouse, "b.jsonl", [json.dumps(_event(n)) for n in range(8, 10)] + ["{cut"])
+    ingest(lakehouse)
+    with (folder / "grown.jsonl").open("a") as f:  # a producer appends after the take
+        f.write(json.dumps(_event(10)) + "\n")
+    land(lakehouse, "late.jsonl", [json.dumps(_event(11))])  # landed, not taken yet
+    bronze_before = _content(lakehouse, "bronze_events")
+
+    now = dt.datetime.now(dt.timezone.utc)
+    assert remove_taken_files(settings, project, now=now, log=lambda _: None)["removed"] == []  # taken today
+    report = remove_taken_files(settings, project, now=now + dt.timedelta(days=31), log=lambda _: None)
+    assert sorted(f.rsplit("/", 1)[1] for f in report["removed"]) == ["a.jsonl", "b.jsonl"]
+    assert [f.rsplit("/", 1)[1] for f in report["kept_changed"]] == ["grown.jsonl"]
+    assert sorted(p.name for p in folder.iterdir()) == ["grown.jsonl", "late.jsonl"]
+    assert _content(lakehouse, "bronze_events") == bronze_before  # bronze keeps every line as it landed
+
+    again = ingest(lakehouse)  # the appended line and the late file
+    assert again["records_in"].value == 2
+    [row] = reconcile(settings, project, "events")
+    assert (row["records_in"], row["kept"], row["quarantined"], row["balanced"]) == (13, 12, 1, True)
+
+    pointers = _pointers(lakehouse)
+    with pytest.raises(SnapshotError, match="1 of them are no longer in the landing zone"):
+        rollback_landing(lakehouse.catalog, settings.namespace, project.landing_source("events"), before_b,
+                         present=landing_zone(settings).has)
+    assert _pointers(lakehouse) == pointers
+
+
 def _silver(lakehouse):
     """silver_events decided again for the day (its run overwrites the day from bronze), as sorted rows; the
     time a row was taken into bronze aside."""

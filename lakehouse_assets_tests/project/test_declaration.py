@@ -164,7 +164,8 @@ def test_a_declared_capture_becomes_an_asset_upstream_of_bronze_with_a_slot_chec
     capture = graph.get(AssetKey("capture_app"))
     assert [c.name for c in capture.check_keys] == ["replication_slot_wal"]
     assert AssetKey("capture_app") in graph.get(AssetKey("bronze_cdc_accounts")).parent_keys
-    assert sorted(s.name for s in defs.schedules) == ["capture_app_schedule", "lakehouse_nightly_maintenance"]
+    assert sorted(s.name for s in defs.schedules) == ["capture_app_schedule", "lakehouse_landing_retention",
+                                                      "lakehouse_nightly_maintenance"]
     fails(tmp_path, BASE.replace("connector: postgresql", "connector: mysql").replace(
         "    schema: public\n", "    capture: {}\n"), 23, "capture runs Debezium's PostgreSQL connector")
 
@@ -195,3 +196,21 @@ def test_when_a_landed_file_is_complete_is_declared_and_checked(tmp_path):
     line = BASE.count("\n") + 2
     fails(tmp_path, BASE + "landing:\n  settle: soon\n", line, "is not a duration")
     fails(tmp_path, BASE + "landing:\n  ready_marker: done.jsonl\n", line, "must be a plain file name")
+
+
+def test_the_landing_retention_is_30_days_unless_declared_and_null_keeps_landed_files(tmp_path):
+    import datetime as dt
+
+    from lakehouse_assets.build import build_definitions
+    from lakehouse_assets.settings import Settings
+
+    project, _ = load_text(tmp_path, BASE)
+    assert project.landing.retention == dt.timedelta(days=30)
+    assert "lakehouse_landing_retention" in {s.name for s in build_definitions(project, Settings.from_env()).schedules}
+    project, _ = load_text(tmp_path, BASE + "landing:\n  retention: 7d\n")
+    assert project.landing.retention == dt.timedelta(days=7)
+    project, _ = load_text(tmp_path, BASE + "landing:\n  retention: null\n")
+    assert project.landing.retention is None
+    assert "lakehouse_landing_retention" not in {s.name for s in build_definitions(project, Settings.from_env()).schedules}
+    line = BASE.count("\n") + 2
+    fails(tmp_path, BASE + "landing:\n  retention: 0s\n", line, "retention must be longer than 0")
