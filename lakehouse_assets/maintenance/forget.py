@@ -81,7 +81,7 @@ from ..settings import validate_identifier
 from ..sources.zones import landing_zone
 from .health import file_paths, files_of
 from .procedures import retry_on_conflict
-from .trace_scan import WAREHOUSE, trace_scan
+from .trace_scan import LANDING, STAGING, WAREHOUSE, trace_scan
 
 LEGAL_HOLD = "legal_hold"
 # A file no snapshot references is a crashed write's only when it is older than the longest write still going could
@@ -453,10 +453,8 @@ class Forget:
             if hit.file in report.traces or hit.file in report.orphans_removed or key in held:
                 continue
             if hit.area != WAREHOUSE or key in referenced:
-                why = (f"a landed file or staged capture ({hit.area}) holds the {hit.identifier} ({hit.form})"
-                       if hit.area != WAREHOUSE else
-                       f"a file a snapshot references holds the {hit.identifier} ({hit.form}, {hit.how})")
-                report.traces[hit.file] = why
+                report.traces[hit.file] = f"{_STILL_THERE[hit.area if hit.area != WAREHOUSE else 'referenced']} " \
+                                          f"(the {hit.identifier}, {hit.form})"
             elif hit.changed < newest_orphan:
                 zone.remove(_as_uri(hit.file))
                 report.orphans_removed.append(hit.file)
@@ -652,6 +650,14 @@ class Forget:
                 spark.sql(f"ALTER TABLE {table_id} SET TBLPROPERTIES ('{size}' = '{int(before)}')" if before else
                           f"ALTER TABLE {table_id} UNSET TBLPROPERTIES ('{size}')")
         return self.lakehouse.iceberg_table(name)
+
+
+_STILL_THERE = {
+    "referenced": "a file a snapshot references holds the subject",
+    LANDING: "a landed file holds the subject and bronze does not have it yet: ingest it, then run forget again",
+    STAGING: "a capture's part file holds the subject and has not landed yet: once the capture lands it (as it rolls "
+             "the file, or at its next start) and bronze takes it, run forget again",
+}
 
 
 def _normal(path: str) -> str:

@@ -50,4 +50,14 @@ def test_an_unreferenced_file_of_the_person_is_removed_when_old_and_named_when_y
     missed = ForgetReport(subject)
     forget._scan_independently(missed, {}, began_at=time.time() + 2 * 3600)
     assert missed.orphans_removed == [] and not missed.purged
-    assert [why for why in missed.traces.values() if why.startswith("a file a snapshot references")]
+    assert [why for why in missed.traces.values() if why.startswith("a file a snapshot references holds the subject")]
+
+    # A capture's part file still being written names the person: it is not rewritten under a live capture, and
+    # the person is not purged until it lands, bronze takes it and forget runs again.
+    part = tmp_path / "capture" / "app" / "staging" / "20250101" / "changes-0001.jsonl.part"
+    part.parent.mkdir(parents=True)
+    part.write_text('{"after": {"id": 7, "account": "acct-77"}}\n')
+    staged = ForgetReport(subject)
+    forget._scan_independently(staged, {}, began_at=time.time() + 2 * 3600)
+    assert "has not landed yet" in staged.traces[str(part)]
+    assert part.exists() and not staged.purged
