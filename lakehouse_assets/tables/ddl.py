@@ -1,4 +1,4 @@
-"""Creating declared tables idempotently, and evolving them by declaration.
+"""Creating declared tables idempotently, and adding the columns found in the data.
 
 Names in the SQL text come from the validated registry; property values and
 comments are quoted and escaped.
@@ -43,13 +43,9 @@ def create_table_sql(table_id: str, spec: TableSpec) -> str:
     return sql + f"\nTBLPROPERTIES ({props})"
 
 
-def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> list[str]:
-    """Create the table if missing; rename the columns the declaration renamed, add declared columns it lacks.
-    Returns the added columns.
-
-    Both are metadata-only changes in Iceberg: a column is renamed by its field id, and old data files stay as
-    they are, reading an added column as null.
-    """
+def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> None:
+    """Create the table from its declaration if it is missing (the differences of one that exists are the plan's:
+    tables/evolution.py)."""
     try:
         spark.sql(create_table_sql(table_id, spec))
     except Py4JJavaError:
@@ -58,34 +54,6 @@ def ensure_table(spark: SparkSession, table_id: str, spec: TableSpec) -> list[st
         # "already exists" (SQLite's is). The table another run made is the declared one: go on with it.
         if not _exists(spark, table_id):
             raise
-    for old, new in pending_renames(spark.table(table_id).schema, spec):
-        quoted = ".".join(f"`{part}`" for part in old.split("."))
-        spark.sql(f"ALTER TABLE {table_id} RENAME COLUMN {quoted} TO `{new}`")
-    existing = {f.name for f in spark.table(table_id).schema.fields}
-    missing = [f for f in spec.schema.fields if f.name not in existing]
-    for f in missing:
-        if not f.nullable:
-            raise ValueError(
-                f"table {table_id}: declared column {f.name!r} is NOT NULL but the table lacks it; "
-                "a required column cannot be added to existing rows: declare it nullable"
-            )
-    if missing:
-        spark.sql(f"ALTER TABLE {table_id} ADD COLUMNS ({', '.join(_column_ddl(f) for f in missing)})")
-    return [f.name for f in missing]
-
-
-def pending_renames(schema: T.StructType, spec: TableSpec) -> list[tuple[str, str]]:
-    """The declared renames the table has not had yet: (the old path, the new name), where the table holds the
-    old path and not the new one."""
-    def holds(path: str) -> bool:
-        fields: T.DataType = schema
-        for part in path.split("."):
-            if not isinstance(fields, T.StructType) or part not in fields.fieldNames():
-                return False
-            fields = fields[part].dataType
-        return True
-
-    return [(old, new.rsplit(".", 1)[-1]) for new, old in spec.renamed.items() if holds(old) and not holds(new)]
 
 
 def _exists(spark: SparkSession, table_id: str) -> bool:

@@ -171,17 +171,24 @@ def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: li
 
 
 def _partition_changes(spec: TableSpec, table: Any) -> list[Change]:
+    """Partition fields compared by their source column's declared name: a column the plan renames keeps its
+    partition fields (they follow its field id); one added on it names the column as the table holds it, since
+    `apply` renames last."""
     schema = table.schema()
+    held_columns = {f.name for f in schema.fields}
+    pending = {new: old for new, old in spec.renamed.items() if old in held_columns and new not in held_columns}
+    declared_name = {old: new for new, old in pending.items()}
     names = {}
     for part in table.spec().fields:
-        names[(schema.find_field(part.source_id).name, str(part.transform))] = part.name
+        column = schema.find_field(part.source_id).name
+        names[(declared_name.get(column, column), str(part.transform))] = part.name
     held = set(names)
     declared = {_transform_text(t) for t in spec.partitioned_by}
     changes = []
     for column, transform in sorted(declared - held):
         changes.append(Change(spec.name, "add partition field", f"{transform}({column})", "", "", True,
                               "UpdateSpec.add_field: new writes use the new spec, files written before keep theirs",
-                              declared=(column, transform)))
+                              declared=(pending.get(column, column), transform)))
     for column, transform in sorted(held - declared):
         changes.append(Change(spec.name, "drop partition field", f"{transform}({column})", "", "", True,
                               "UpdateSpec.remove_field: new writes use the new spec, files written before keep "

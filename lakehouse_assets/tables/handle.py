@@ -62,9 +62,9 @@ class TableHandle:
         return self.engine.spark
 
     def create(self) -> TableHandle:
-        """Create the table from its declaration if missing, rename and add the declared columns, then make its
-        other safe differences from the declaration, or fail with the plan's text on one a run does not make
-        (once per handle)."""
+        """Create the table from its declaration if missing, then make its safe differences from the declaration
+        (renamed and added columns, partitioning, properties), or fail with the plan's text on one a run does not
+        make (once per handle)."""
         if not self._created:
             ensure_table(self.spark, self.id, self.spec)
             self.evolved = [c.text() for c in bring_to_declaration(self.engine.catalog, self.identifier, self.spec)]

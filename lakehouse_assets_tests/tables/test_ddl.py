@@ -14,6 +14,7 @@ from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.spark import catalog_spark_conf
 from lakehouse_assets.settings import Settings
 from lakehouse_assets.tables.ddl import create_table_sql, ensure_table
+from lakehouse_assets.tables.handle import TableHandle
 from lakehouse_assets.tables.registry import COPY_ON_WRITE, MERGE_ON_READ, TableSpec, col, transform_column
 from lakehouse_assets_tests.conftest import dsn_of
 
@@ -34,7 +35,10 @@ SPEC = TableSpec(
 
 def test_create_is_idempotent_and_sets_partitioning_and_properties(lakehouse, spark):
     table_id = lakehouse.table(SPEC).create().id
-    assert ensure_table(spark, table_id, SPEC) == [], "a second ensure changes nothing"
+    created = lakehouse.iceberg_table(SPEC).metadata_location
+    assert TableHandle(lakehouse, SPEC).create().evolved == [], "a second create changes nothing"
+    ensure_table(spark, table_id, SPEC)
+    assert lakehouse.iceberg_table(SPEC).metadata_location == created, "nor does a second CREATE IF NOT EXISTS"
 
     table = lakehouse.iceberg_table(SPEC)
     assert [(f.name, str(f.transform)) for f in table.spec().fields] == [("ts_day", "day"), ("id_bucket", "bucket[8]")]
@@ -51,14 +55,18 @@ def test_a_newly_declared_nullable_column_is_added_and_old_rows_read_null(lakeho
     table_id = lakehouse.table(SPEC).create().id
     spark.sql(f"INSERT INTO {table_id} VALUES ('a', TIMESTAMP'2025-01-01 00:00:00', 1.50, map('k', 'v'))")
 
+    from lakehouse_assets.errors import DeclarationDriftError
+
     evolved = TableSpec(**{**SPEC.__dict__, "schema": T.StructType([*SPEC.schema.fields, col("channel", T.StringType())])})
-    assert ensure_table(spark, table_id, evolved) == ["channel"]
+    assert [line.split(" [")[0] for line in lakehouse.table(evolved).create().evolved] == [
+        "ddl_probe: add column channel: (none) -> string"]
     rows = spark.table(table_id).collect()
     assert [(r.id, r.channel) for r in rows] == [("a", None)]
 
     required = TableSpec(**{**SPEC.__dict__, "schema": T.StructType([*SPEC.schema.fields, col("must", T.LongType(), False)])})
-    with pytest.raises(ValueError, match="'must' is NOT NULL"):
-        ensure_table(spark, table_id, required)
+    with pytest.raises(DeclarationDriftError, match="must"):
+        lakehouse.table(required).create()
+    assert "must" not in [f.name for f in lakehouse.iceberg_table(SPEC).schema().fields]
 
 
 def test_a_declared_rename_is_made_by_the_run_in_place_and_time_travel_keeps_the_old_name(lakehouse, spark):
@@ -69,8 +77,9 @@ def test_a_declared_rename_is_made_by_the_run_in_place_and_time_travel_keeps_the
               col("price", f.dataType) if f.name == "amount" else f for f in SPEC.schema.fields]
     renamed = TableSpec(**{**SPEC.__dict__, "schema": T.StructType(fields), "partitioned_by": ("days(ts)", "bucket(8, key)"),
                            "renamed": {"key": "id", "price": "amount"}})
-    assert ensure_table(spark, table_id, renamed) == []  # renamed, nothing added
-    assert ensure_table(spark, table_id, renamed) == []  # and only once
+    assert sorted(line.split(" [")[0] for line in lakehouse.table(renamed).create().evolved) == [
+        "ddl_probe: rename column amount: amount -> price", "ddl_probe: rename column id: id -> key"]  # nothing added
+    assert TableHandle(lakehouse, renamed).create().evolved == []  # and only once
     table = lakehouse.iceberg_table(SPEC)
     assert [f.name for f in table.schema().fields] == ["key", "ts", "price", "tags"]
     assert table.current_snapshot().snapshot_id == before  # metadata only
