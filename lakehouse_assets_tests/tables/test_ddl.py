@@ -90,6 +90,8 @@ def test_a_declared_rename_is_made_by_the_run_in_place_and_time_travel_keeps_the
 
 def test_a_run_makes_the_declarations_safe_changes_first_and_fails_with_the_plan_on_the_others(lakehouse, spark):
     from lakehouse_assets.errors import DeclarationDriftError
+    from lakehouse_assets.maintenance.procedures import TableMaintenance
+    from lakehouse_assets.project.model import TablePolicy
     from lakehouse_assets.runtime.commit import Window, publish, stage
 
     table_id = lakehouse.table(SPEC).create().id
@@ -117,6 +119,18 @@ def test_a_run_makes_the_declarations_safe_changes_first_and_fails_with_the_plan
     assert {spec_id for path, spec_id in files.items() if path != old_file.file.file_path} == {table.spec().spec_id}
     assert sorted(r.id for r in spark.table(table_id).where("ts >= '2025-01-02'").collect()) == ["b"]
     assert sorted(r.id for r in spark.table(table_id).collect()) == ["a", "b"]
+    # Compaction and a row-level delete over files of both specs: every row kept but the deleted one, and pyiceberg
+    # (as `lakehouse sql` and the ML pins read) agrees with Spark.
+    for n in (2, 3):  # two small files of one hour, under the new spec
+        spark.sql(f"INSERT INTO {table_id} VALUES ('a{n}', TIMESTAMP'2025-01-01 15:0{n}:00', 2.50, map())")
+    compacted = TableMaintenance(lakehouse, SPEC.name, TablePolicy(), log=lambda _: None).compact()
+    assert compacted.figures["rewritten_data_files"] == 2, compacted.figures
+    files = {task.file.file_path: task.file.spec_id for task in lakehouse.iceberg_table(SPEC).scan().plan_files()}
+    assert files[old_file.file.file_path] == old_file.file.spec_id  # compaction leaves the old spec's file be
+    spark.sql(f"DELETE FROM {table_id} WHERE id IN ('a2', 'a3')")
+    assert sorted(r.id for r in spark.table(table_id).collect()) == ["a", "b"]
+    assert sorted(lakehouse.iceberg_table(SPEC).scan().to_arrow()["id"].to_pylist()) == ["a", "b"]
+    assert sorted(r.id for r in spark.table(table_id).where("ts < '2025-01-02'").collect()) == ["a"]
     # A run replacing the first day replaces the file written under the old spec.
     day = Window.of_days("ts", dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc),
                          dt.datetime(2025, 1, 2, tzinfo=dt.timezone.utc))
