@@ -536,8 +536,15 @@ def _evolved(declaration: str) -> str:
 
 def test_a_changed_declaration_is_planned_applied_in_place_and_runs_go_on_under_the_new_names(streaming, tmp_path):
     """Runs last: it changes the module's tables."""
-    _, _, lakehouse, landing, _, _ = streaming
+    project, _, lakehouse, landing, _, _ = streaming
     catalog, ns = lakehouse.catalog, lakehouse.settings.namespace
+    # Gold's old days as the declaration before the change computes them from silver now (forget, above, leaves
+    # the aggregates as they were).
+    [gold] = [a for a in build_definitions(project, Settings.from_env()).assets
+              if AssetKey("gold_daily_activity") in a.keys]
+    assert materialize([gold], resources={"lakehouse": lakehouse}, instance=DagsterInstance.ephemeral(),
+                       tags={"dagster/asset_partition_range_start": "2025-03-01",
+                             "dagster/asset_partition_range_end": "2025-03-02"}).success
     (tmp_path / "lakehouse.yaml").write_text(_evolved(DECLARATION))
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")},
            "LAKEHOUSE_HOME": str(lakehouse.settings.home), "LAKEHOUSE_NAMESPACE": ns,
@@ -547,6 +554,7 @@ def test_a_changed_declaration_is_planned_applied_in_place_and_runs_go_on_under_
     before = {n: catalog.load_table((ns, n)) for n in names}
     plays = {r.id: r.country for r in table(lakehouse, "silver_plays").collect()}
     plans = {r.sub_id: (r.plan, r.price) for r in table(lakehouse, "silver_subscriptions").collect()}
+    activity = sorted(table(lakehouse, "gold_daily_activity").drop("computed_at").collect())
 
     planned = subprocess.run([command, "plan", "--json"], env=env, capture_output=True, text=True, timeout=300)
     assert planned.returncode == 1, planned.stderr
@@ -580,10 +588,12 @@ def test_a_changed_declaration_is_planned_applied_in_place_and_runs_go_on_under_
             assert {t.file.file_path for t in after.scan().plan_files()} == \
                 {t.file.file_path for t in before[n].scan().plan_files()}, n
 
-    # A new day lands as the sources now send it (the database's column renamed), then the old days are backfilled
-    # and the new one run, with the changed declaration.
-    day = dt.date(2025, 3, 4)  # (the 3rd holds a value another test lands to fail silver's check)
-    t = int(dt.datetime(2025, 3, 4, 9, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    # Today lands as the sources now send it (the database's column renamed), then the old days are backfilled and
+    # today's partition run, with the changed declaration.
+    now = dt.datetime.now(dt.timezone.utc)
+    day = now.date()
+    moment = max(now - dt.timedelta(minutes=5), dt.datetime.combine(day, dt.time(0, 0, 1), dt.timezone.utc))
+    t = int(moment.timestamp() * 1000)
     folder = landing / "app" / "plays" / f"date={day.isoformat()}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "plays-evolved.jsonl").write_text(json.dumps({
@@ -598,7 +608,9 @@ def test_a_changed_declaration_is_planned_applied_in_place_and_runs_go_on_under_
     assert run_all(defs, lakehouse, "2025-03-01", "2025-03-02").success  # the old days again
     assert run_all(defs, lakehouse, day.isoformat(), day.isoformat()).success  # and the new one
 
-    # Silver holds what it held, under the new names, and the new day beside it.
+    # Gold's old days are what they were; silver holds what it held, under the new names, and today beside it.
+    gold = table(lakehouse, "gold_daily_activity").drop("computed_at").collect()
+    assert sorted(r for r in gold if r.activity_date < day) == activity and [r for r in gold if r.activity_date == day]
     now = {r.id: r.region for r in table(lakehouse, "silver_plays").collect()}
     assert {k: v for k, v in now.items() if k in plays} == plays and now["new-1"] == "SE"
     assert "ip_hash" not in table(lakehouse, "silver_plays").columns
