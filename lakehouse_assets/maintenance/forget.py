@@ -66,20 +66,19 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import EqualTo, Reference
-from pyiceberg.expressions.literals import literal
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
 from ..errors import MaintenanceError
 from ..project import Project
-from ..project.model import FORGOTTEN, INGEST_LOG
+from ..project.model import FORGOTTEN
 from ..runtime.catalog import append_retrying
 from ..runtime.pii import keyed_hash_of, pii_key
 from ..runtime.resource import LakehouseResource
 from ..settings import validate_identifier
 from ..sources.zones import landing_zone
 from .health import file_paths, files_of
+from .landing_retention import newest_takes
 from .procedures import retry_on_conflict
 from .trace_scan import LANDING, STAGING, WAREHOUSE, trace_scan
 
@@ -533,18 +532,8 @@ class Forget:
 
     def _taken_sizes(self, source: str) -> dict[str, int]:
         """Each landed file the ingest log lists: its size at its newest take."""
-        identifier = (self.lakehouse.settings.namespace, INGEST_LOG)
-        if not self.lakehouse.catalog.table_exists(identifier):
-            return {}
-        rows = self.lakehouse.catalog.load_table(identifier).scan(
-            row_filter=EqualTo(term=Reference("source"), value=literal(source)),
-            selected_fields=("source_file", "size", "version")).to_arrow().to_pylist()
-        newest: dict[str, tuple[int, int]] = {}
-        for row in rows:
-            version = row["version"] or 0
-            if row["source_file"] not in newest or version >= newest[row["source_file"]][0]:
-                newest[row["source_file"]] = (version, row["size"])
-        return {uri: size for uri, (_, size) in newest.items()}
+        takes = newest_takes(self.lakehouse.catalog, self.lakehouse.settings.namespace, source)
+        return {uri: take["size"] for uri, take in takes.items()}
 
     def _held_rows(self, table: Table, target: Target, proof: TableProof) -> int:
         """Rows of the subject only in files a legal-hold tag keeps (reported, not counted as a failure)."""

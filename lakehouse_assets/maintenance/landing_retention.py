@@ -42,9 +42,9 @@ def newest_takes(catalog: Any, namespace: str, source: str) -> dict[str, dict[st
     return newest
 
 
-def remove_taken_files(settings: Settings, project: Project, now: dt.datetime | None = None, dry_run: bool = False,
+def remove_taken_files(settings: Settings, project: Project, now: dt.datetime | None = None,
                        log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Removes (or with `dry_run` lists) the landed files past the declared retention; returns what it did."""
+    """Removes the landed files past the declared retention; returns what it removed and kept."""
     retention = project.landing.retention
     report: dict[str, Any] = {"retention": str(retention) if retention else None, "removed": [], "kept_changed": []}
     if retention is None:
@@ -63,9 +63,8 @@ def remove_taken_files(settings: Settings, project: Project, now: dt.datetime | 
             if take["size"] != f.size or f.changed > taken_at.timestamp():
                 report["kept_changed"].append(f.uri)  # changed since its take: the next run takes it again
                 continue
-            if not dry_run:
-                zone.remove(f.uri)
+            zone.remove(f.uri)
             report["removed"].append(f.uri)
-    log(f"landing retention ({retention}): {'would remove' if dry_run else 'removed'} {len(report['removed'])} "
-        f"files taken before {cutoff.isoformat(timespec='seconds')}")
+    log(f"landing retention ({retention}): removed {len(report['removed'])} files taken before "
+        f"{cutoff.isoformat(timespec='seconds')}")
     return report
