@@ -150,7 +150,11 @@ def test_rollback_of_a_bronze_table_names_what_went_back_and_tells_dagster(lake_
     catalog.create_table((namespace, "bronze_ingest_log"), schema=Schema(
         NestedField(1, "source", StringType()), NestedField(2, "source_file", StringType()),
         NestedField(3, "landing_date", DateType()), NestedField(4, "run_id", StringType())))
-    landed = "file:/landing/events/date=2025-01-02/"
+    landing = tmp_path / "landing"
+    landed = f"file:{landing}/events/date=2025-01-02/"
+    (landing / "events" / "date=2025-01-02").mkdir(parents=True)
+    for name in ("a.jsonl", "b.jsonl"):  # still in the zone: the rollback's files can be taken again
+        (landing / "events" / "date=2025-01-02" / name).write_text("{}\n")
     _take(catalog, namespace, "run-a", [landed + "a.jsonl"], dt.datetime(2025, 1, 2, 5, tzinfo=dt.timezone.utc))
     time.sleep(0.01)
     good = dt.datetime.now(dt.timezone.utc).isoformat()
@@ -160,7 +164,8 @@ def test_rollback_of_a_bronze_table_names_what_went_back_and_tells_dagster(lake_
     dagster_home.mkdir()
 
     done = lakehouse_cli("rollback", "bronze_events", "--to", good, home=lake_settings.home, namespace=namespace,
-                         DAGSTER_HOME=str(dagster_home), LAKEHOUSE_START_DATE="2025-01-01")
+                         DAGSTER_HOME=str(dagster_home), LAKEHOUSE_START_DATE="2025-01-01",
+                         LAKEHOUSE_LANDING=str(landing))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("bronze_events: main moved from snapshot ")
@@ -183,7 +188,7 @@ def test_rollback_of_a_bronze_table_names_what_went_back_and_tells_dagster(lake_
             assert record.partition_key == "2025-01-02"
             assert record.asset_materialization.metadata["event_days"].value == ["2025-01-02"]
     again = json.loads(lakehouse_cli("rollback", "bronze_events", "--to", good, "--json", home=lake_settings.home,
-                                     namespace=namespace).stdout)
+                                     namespace=namespace, LAKEHOUSE_LANDING=str(landing)).stdout)
     assert again["changed"] is False and again["table"] == "bronze_events"
 
 
