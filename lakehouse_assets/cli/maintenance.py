@@ -117,25 +117,21 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
 
     actions = [a for a in ("compact", "expire", "orphans", "landing") if getattr(args, a)] or \
         ["compact", "expire", "orphans", "landing"]
+    table_actions = [a for a in actions if a != "landing"]
+    names = (args.table or table_names(settings)) if table_actions else []
+    for name in names:
+        open_table(settings, name)  # every name exists before any work starts
     log = progress(args.json)
     reports: list[dict] = []
     if "landing" in actions:
         reports.append({"landing_retention": remove_taken_files(settings, load_project(settings.project), log=log)})
-        actions.remove("landing")
-        if not actions:
-            if args.json:
-                print(json.dumps(reports, indent=2, default=str))
-            return 0
-    maintenance = maintenance_policies(settings)
-    names = args.table or table_names(settings)
-    for name in names:
-        open_table(settings, name)  # every name exists before any work starts
-    lakehouse = LakehouseResource()
-    for name in names:
-        work = TableMaintenance(lakehouse, name, maintenance.policy(name), log)
-        for action in actions:
-            reports.append({"compact": work.compact, "expire": work.expire,
-                            "orphans": work.remove_orphans}[action]().as_dict())
+    if names:
+        maintenance, lakehouse = maintenance_policies(settings), LakehouseResource()
+        for name in names:
+            work = TableMaintenance(lakehouse, name, maintenance.policy(name), log)
+            for action in table_actions:
+                reports.append({"compact": work.compact, "expire": work.expire,
+                                "orphans": work.remove_orphans}[action]().as_dict())
     if args.json:
         print(json.dumps(reports, indent=2, default=str))
     return 0
