@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from .spark import jvm_class
+
 
 def glob_files(spark: SparkSession, pattern: str) -> list[str]:
     """Files (not folders) matching a glob such as `file:/landing/events/date=2025-01-0[1-3]/*.jsonl`."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None  # set while the SparkContext is running
-    path = jvm.org.apache.hadoop.fs.Path(pattern)
+    path = jvm_class(spark, "org.apache.hadoop.fs.Path")(pattern)
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     statuses = fs.globStatus(path)
     if statuses is None:
@@ -20,22 +20,22 @@ def glob_files(spark: SparkSession, pattern: str) -> list[str]:
 def first_lines(spark: SparkSession, files: list[str], max_bytes: int) -> dict[str, str]:
     """Each file's first line (decompressed by its suffix, as Spark reads it), where it fits in `max_bytes`;
     a file that cannot be read or whose first line is longer is left out. A few reads per file, no job."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
     conf = spark.sparkContext._jsc.hadoopConfiguration()
-    codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(conf)
+    codecs = jvm_class(spark, "org.apache.hadoop.io.compress.CompressionCodecFactory")(conf)
+    path_of, text, line_reader = (jvm_class(spark, f"org.apache.hadoop.{c}") for c in ("fs.Path", "io.Text",
+                                                                                        "util.LineReader"))
     out = {}
     for f in files:
         stream = None
         try:
-            path = jvm.org.apache.hadoop.fs.Path(f)
+            path = path_of(f)
             stream = path.getFileSystem(conf).open(path)
             codec = codecs.getCodec(path)
             if codec is not None:
                 stream = codec.createInputStream(stream)
-            line = jvm.org.apache.hadoop.io.Text()
+            line = text()
             # Lines end at LF alone, as Spark's reader is told (a CR before it is dropped after, as there).
-            read = jvm.org.apache.hadoop.util.LineReader(stream, bytearray(b"\n")).readLine(line, max_bytes + 1)
+            read = line_reader(stream, bytearray(b"\n")).readLine(line, max_bytes + 1)
             if 0 < line.getLength() <= max_bytes and read <= line.getLength() + 1:
                 out[f] = line.toString().removeprefix("\ufeff").removesuffix("\r")
         except Exception:  # noqa: BLE001 - an unreadable file is found and quarantined by the read itself
@@ -49,12 +49,11 @@ def first_lines(spark: SparkSession, files: list[str], max_bytes: int) -> dict[s
 def file_statuses(spark: SparkSession, files: list[str]) -> dict[str, tuple[int, int, str | None]]:
     """Each file's (size in bytes, modification time in ms, ETag or None) as its file system reports it now;
     a file that is gone is left out."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
     conf = spark.sparkContext._jsc.hadoopConfiguration()
+    path_of = jvm_class(spark, "org.apache.hadoop.fs.Path")
     out = {}
     for f in files:
-        path = jvm.org.apache.hadoop.fs.Path(f)
+        path = path_of(f)
         try:
             status = path.getFileSystem(conf).getFileStatus(path)
         except Exception:  # noqa: BLE001, S112 - removed since it was listed: nothing to take
@@ -73,7 +72,5 @@ def _etag(status) -> str | None:
 
 
 def exists(spark: SparkSession, path: str) -> bool:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    hpath = jvm_class(spark, "org.apache.hadoop.fs.Path")(path)
     return bool(hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(hpath))

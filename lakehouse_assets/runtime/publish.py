@@ -33,6 +33,7 @@ from .catalog import swap_pointers
 from .conflicts import CATALOG_BUSY, CONFLICT, commit_failure, failure_message
 from .failpoints import failpoint
 from .freshness import NEWEST_EVENT, NEWEST_LANDED
+from .spark import jvm_class
 from .staged import EVERYTHING, NOTHING, CommitResult, StagedWrite
 
 SWAP_ATTEMPTS = 20
@@ -172,8 +173,8 @@ def stamp_branch(write: StagedWrite) -> None:
 
 
 def _load(write: StagedWrite) -> Any:
-    jvm = write.spark._jvm
-    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(write.spark._jsparkSession, write.table_id)
+    return jvm_class(write.spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(
+        write.spark._jsparkSession, write.table_id)
 
 
 def _main(jtable: Any) -> int | None:
@@ -183,11 +184,10 @@ def _main(jtable: Any) -> int | None:
 
 def _new_metadata(write: StagedWrite, jtable: Any) -> tuple[str, str, str]:
     """Write the metadata with `main` at the write's head and its branches gone: (table, old file, new file)."""
-    jvm = write.spark._jvm
     ops = jtable.operations()
     base = ops.current()
     head = base.ref(write.branch).snapshotId()
-    builder = jvm.org.apache.iceberg.TableMetadata.buildFrom(base).setBranchSnapshot(head, "main")
+    builder = jvm_class(write.spark, "org.apache.iceberg.TableMetadata").buildFrom(base).setBranchSnapshot(head, "main")
     for branch in [write.branch, *write.spent]:
         if base.ref(branch) is not None:
             builder = builder.removeRef(branch)
@@ -195,7 +195,7 @@ def _new_metadata(write: StagedWrite, jtable: Any) -> tuple[str, str, str]:
     found = _VERSION.search(old)
     version = int(found.group(1)) + 1 if found else 1
     new = ops.metadataFileLocation(f"{version:05d}-{uuid.uuid4()}.metadata.json")
-    jvm.org.apache.iceberg.TableMetadataParser.write(builder.build(), ops.io().newOutputFile(new))
+    jvm_class(write.spark, "org.apache.iceberg.TableMetadataParser").write(builder.build(), ops.io().newOutputFile(new))
     write.head = int(head)
     return write.table.name, old, new
 

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..runtime.files import glob_files
+from ..runtime.spark import jvm_class
 from .versions import Content, Stat
 from .zones import escapes
 
@@ -62,9 +63,8 @@ def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[
     )
     # Spark names a file by its URI (`a%20b.jsonl`), a listing by its path (`a b.jsonl`): a line keeps the
     # name it was listed under, which is the name every look-up of taken files asks for.
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None  # set while the SparkContext is running
-    listed = {str(jvm.org.apache.hadoop.fs.Path(f).toUri().toString()): f for f in files}
+    path_of = jvm_class(spark, "org.apache.hadoop.fs.Path")
+    listed = {str(path_of(f).toUri().toString()): f for f in files}
     splits = raw.groupBy("_path", "_split").agg(F.min("_id").alias("_first"), F.count(F.lit(1)).alias("_n"))
     before = dict.fromkeys(files, 0)
     starts = []
@@ -96,9 +96,8 @@ def read_contents(spark: SparkSession, files: list[str], prefixes: dict[str, int
     (were they kept, and lines only appended after them?). A file that is gone is left out."""
     if not files:
         return {}
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    listed = {str(jvm.org.apache.hadoop.fs.Path(f).toUri().toString()): f for f in files}
+    path_of = jvm_class(spark, "org.apache.hadoop.fs.Path")
+    listed = {str(path_of(f).toUri().toString()): f for f in files}
     sizes = spark.createDataFrame([(uri, prefixes.get(f)) for uri, f in listed.items()],
                                   "_path string, _prefix long")
     rows = (spark.read.format("binaryFile").load(files)
