@@ -63,6 +63,10 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
         "spark.sql.defaultCatalog": settings.catalog_name,
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # Compiled code per query shape, kept for the process (Spark's default keeps 100): the same assets'
+        # plans recur in every partition, micro-batch and run a process makes, and each compile costs more CPU
+        # than a small run's data.
+        "spark.sql.codegen.cache.maxEntries": "2000",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} "
                                          f"{jvm_archive.java_options(settings.jvm_archive)}".rstrip(),
     }
