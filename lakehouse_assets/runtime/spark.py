@@ -160,7 +160,7 @@ _HOT_CLASSES = (
 def _import_hot_classes(spark: SparkSession) -> None:
     """Name PySpark's hot classes in the gateway's view one by one. py4j resolves a short name by trying each
     package the view imports with `*` in turn (java.lang first), and a class a package lacks is looked for in
-    every jar on the class path (hundreds) each time: about half of the cost of building a column expression.
+    every jar on the class path (hundreds) each time: about 40% of the cost of building a column expression.
     A class imported by its own name is found at once."""
     for name in _HOT_CLASSES:
         java_import(spark.sparkContext._jvm, name)
