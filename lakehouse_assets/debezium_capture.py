@@ -47,7 +47,8 @@ from .sources.zones import LocalZone, S3Zone, landing_zone
 from .times import UTC
 
 PLUGIN = "pgoutput"
-STARTUP_SECONDS = 30.0  # the JVM, the connector and its snapshot's first rows
+STARTUP_SECONDS = 30.0  # the JVM, the connector and its snapshot's first rows, when no heartbeat says more
+HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's topic.heartbeat.prefix: its heartbeats' destination
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,10 @@ class CaptureSource:
             "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
             "offset.storage.file.filename": str(state / "offsets.dat"),
             "offset.flush.interval.ms": "0",
+            # Streaming with nothing to send, the connector says so every second: a capture with nothing to take
+            # knows it is caught up (`--until-idle` counts from there, not from a start-up allowance).
+            "heartbeat.interval.ms": "1000",
+            "topic.heartbeat.prefix": HEARTBEAT_PREFIX,
             "database.hostname": d.get("host", "127.0.0.1"),
             "database.port": d.get("port", "5432"),
             "database.user": d.get("user", "postgres"),
@@ -299,19 +304,29 @@ def _handler_class():
             self.writer, self.report, self.tables = writer, report, tables
             self.last_record = self.first_received = time.monotonic()
             self.seen_any = False
+            self.streaming_since: float | None = None  # the first heartbeat: the connector is streaming
             self.lock = threading.Lock()
 
         def handleJsonBatch(self, records) -> None:
             received = time.monotonic()
             by_table: dict[str, list[str]] = {}
+            heartbeats = 0
             for record in records:
-                table = str(record.destination()).rsplit(".", 1)[-1]
+                destination = str(record.destination())
+                if destination.startswith(HEARTBEAT_PREFIX + "."):
+                    heartbeats += 1
+                    continue
+                table = destination.rsplit(".", 1)[-1]
                 if table not in self.tables:
                     continue
                 value = record.value()
                 line = "null" if value is None else str(value)
                 self.report.tombstones += value is None
                 by_table.setdefault(table, []).append(line)
+            if heartbeats and heartbeats == len(records):
+                if self.streaming_since is None:
+                    self.streaming_since = received
+                return
             with self.lock:
                 for table, lines in by_table.items():
                     self.writer.write(table, lines)
@@ -378,8 +393,10 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
                 writer.roll_due()
                 totals.add(log)
             now = time.monotonic()
-            # Idle once records flowed and stopped; with none at all, after a start-up allowance.
-            idle = now - handler.last_record if handler.seen_any else now - started - STARTUP_SECONDS
+            # Idle once records flowed and stopped; with none at all, from the first heartbeat (streaming, nothing
+            # to send), or after a start-up allowance if no heartbeat came.
+            idle = (now - handler.last_record if handler.seen_any else now - handler.streaming_since
+                    if handler.streaming_since is not None else now - started - STARTUP_SECONDS)
             if until_idle is not None and idle >= until_idle:
                 break
             if max_seconds is not None and now - started >= max_seconds:
