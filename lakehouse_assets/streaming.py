@@ -13,7 +13,7 @@ same tables and with the same code as the daily assets:
 
 Spark's file source hands over each path once. What it cannot hand over again, a file
 the batch left because it was still being written, or lines appended to a file taken
-before, is found by a sweep every SWEEP_SECONDS while no batch runs: the files of the
+before, is found by a sweep every `sweep_seconds` (SWEEP_SECONDS unless told) while no batch runs: the files of the
 recent day folders whose identity the ingest log does not hold (sources/versions.py),
 processed as a batch of their own (`sweep-N`).
 
@@ -112,7 +112,7 @@ class EventStream:
 
     def __init__(self, project: Project, lakehouse: LakehouseResource, source: EventSource | None = None,
                  checkpoint: str | None = None, trigger_seconds: float = 5.0, max_files_per_batch: int | None = None,
-                 instance: DagsterInstance | None = None, log: Callable[[str], None] = print):
+                 sweep_seconds: float | None = None, instance: DagsterInstance | None = None, log: Callable[[str], None] = print):
         if source is None:
             if len(project.events) != 1:
                 raise ConfigurationError(f"the project declares {len(project.events)} event sources: name one of "
@@ -124,6 +124,7 @@ class EventStream:
         self.partitions: DailyPartitionsDefinition = daily_partitions(settings.start_date or project.start_date)
         self.checkpoint = checkpoint or str(Path(settings.home) / "streams" / source.name / "checkpoint")
         self.trigger_seconds = trigger_seconds
+        self.sweep_seconds = sweep_seconds or SWEEP_SECONDS  # a sweep lists the recent days: latency vs listing
         self.max_files_per_batch = max_files_per_batch
         self.instance = instance
         self.log = log
@@ -170,7 +171,7 @@ class EventStream:
                 beat.touch()
                 time.sleep(0.5)
                 now = time.monotonic()
-                if now - swept >= SWEEP_SECONDS and not query.status.get("isTriggerActive"):
+                if now - swept >= self.sweep_seconds and not query.status.get("isTriggerActive"):
                     self.sweep()
                     swept = now = time.monotonic()
                 if stop is not None and stop.is_set():
@@ -209,7 +210,7 @@ class EventStream:
         taken = self._taken.taken(settings, self.landing.name, {f.day for f in listed if f.day is not None})
         # A file never taken is the file source's, unless it has been there for a while (it was handed to a
         # batch of an earlier run of the stream that left it while it was being written).
-        overdue = time.time() - 3 * SWEEP_SECONDS
+        overdue = time.time() - 3 * self.sweep_seconds
         pending = {f.uri for f in listed if needs_a_look(f.stat, taken.get(f.uri))
                    and (f.uri in taken or f.changed < overdue)}
         paths = sorted((pending | self._waiting) - set(refusals(pending, source_root(settings, self.landing.name),

@@ -48,6 +48,7 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     stream = EventStream(
         project, LakehouseResource(), project.events[args.source] if args.source else None,
         checkpoint=args.checkpoint, trigger_seconds=args.trigger_seconds, max_files_per_batch=args.max_files,
+        sweep_seconds=args.sweep_seconds,
         instance=None if args.no_dagster else dagster_instance(log), log=log,
     )
     try:
@@ -77,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", help="the `events:` entry of the declaration (default: the only one)")
     p.add_argument("--trigger-seconds", type=float, default=5.0, help="how often a micro-batch starts")
     p.add_argument("--max-files", type=int, help="at most this many files per micro-batch")
+    p.add_argument("--sweep-seconds", type=float, help="how often, between batches, the recent day folders are "
+                   "looked at again for files changed after they were taken (default 10)")
     p.add_argument("--checkpoint", help="Spark checkpoint location (default: <home>/streams/<source>/checkpoint)")
     p.add_argument("--until-idle", type=float, metavar="SECONDS", help="stop after this long without a new file")
     p.add_argument("--max-seconds", type=float, help="stop after this long in any case")

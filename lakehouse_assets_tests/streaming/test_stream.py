@@ -27,7 +27,7 @@ from lakehouse_assets.runtime.freshness import freshness_rows
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
 from lakehouse_assets.sources.zones import landing_zone
-from lakehouse_assets.streaming import BATCH_ID, QUERY_ID, SWEEP_SECONDS, EventStream
+from lakehouse_assets.streaming import BATCH_ID, QUERY_ID, EventStream
 
 from ..shop import SHOP, SHOP_FILE, assets
 
@@ -40,6 +40,7 @@ def now() -> dt.datetime:
     """The clock when a test runs (not when the module was collected: freshness is measured against it)."""
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 OLD_DAY = TODAY - dt.timedelta(days=4)
+SWEEP = 3.0  # the streams' sweep interval here: a file taken twice shows within seconds, not the default 10
 
 
 def _event(key: str, ts: dt.datetime, user: int, kind: str = "page_view") -> str:
@@ -86,7 +87,7 @@ def run_until_taken(stream: EventStream, records: int, *feeders: threading.Threa
         while not stop.wait(0.5):
             if any(f.is_alive() for f in feeders) or sum(r.records_in for r in stream.reports) < records:
                 continue
-            if time.monotonic() - stream.last_activity > SWEEP_SECONDS + 2:
+            if time.monotonic() - stream.last_activity > stream.sweep_seconds + 2:
                 stop.set()
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -105,7 +106,7 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
     landing = lakehouse.settings.local_path(lakehouse.settings.landing)
     instance = DagsterInstance.ephemeral()
     stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1,
-                         instance=instance)
+                         sweep_seconds=SWEEP, instance=instance)
     lines_a = batch_of("a", 30, now() - dt.timedelta(minutes=20))
     # The newest event a few seconds old: the freshness asserted below (warn after 2 min) is measured minutes later.
     lines_b = batch_of("b", 20, now() - dt.timedelta(seconds=150)) + [lines_a[3], "{not json"]  # a re-delivery, a bad line
@@ -169,7 +170,8 @@ def test_lines_appended_to_a_file_the_stream_took_are_taken_once_by_its_sweep(la
     """Spark's file source hands a path over once; the stream's sweep finds the file changed (its identity is not
     the ingest log's) and takes the appended lines, each once, through silver to gold."""
     landing = lakehouse.settings.local_path(lakehouse.settings.landing)
-    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1)
+    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1,
+                         sweep_seconds=SWEEP)
     first = batch_of("a", 6, now() - dt.timedelta(minutes=10))
     more = batch_of("m", 4, now() - dt.timedelta(minutes=3))
     land(landing, TODAY, "a.jsonl", first)
@@ -196,7 +198,8 @@ def test_lines_appended_to_a_file_the_stream_took_are_taken_once_by_its_sweep(la
 
 def _stream_cli(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lakehouse_assets.cli", "stream", "--no-dagster",
-                           "--trigger-seconds", "1", *args], env=env, capture_output=True, text=True, timeout=timeout)
+                           "--trigger-seconds", "1", "--sweep-seconds", str(SWEEP), *args],
+                          env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_stream_killed_in_a_micro_batch_restarts_and_holds_each_record_once(tmp_path):
@@ -246,7 +249,8 @@ def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_
     old = batch_of("old", 40, dt.datetime.combine(OLD_DAY, dt.time(9, 0), dt.timezone.utc))
     land(landing, OLD_DAY, "old.jsonl", old)
     live = [batch_of(f"live{n}", 15, now() - dt.timedelta(minutes=10 - n)) for n in range(4)]
-    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1)
+    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1,
+                         sweep_seconds=SWEEP)
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -322,7 +326,8 @@ def test_the_stream_reads_an_s3_landing_zone(spark, lake_settings, tmp_path):
 
     feeder = threading.Thread(target=later)
     feeder.start()
-    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1)
+    stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1,
+                         sweep_seconds=SWEEP)
     reports = run_until_taken(stream, len(first) + len(second), feeder, max_seconds=180)
     feeder.join()
 

@@ -45,7 +45,7 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
 
     // Session settings a client may change: how results look and are computed, never where data is.
     static final String[] SETTABLE = {"spark.sql.session.timezone", "spark.sql.shuffle.partitions",
-        "spark.sql.ansi.", "spark.sql.adaptive.", "spark.scheduler.pool", "spark.sql.thriftserver.",
+        "spark.sql.ansi.", "spark.sql.adaptive.", "spark.scheduler.pool", "spark.sql.thriftserver.scheduler.pool",
         "spark.sql.legacy.timeparserpolicy", "spark.sql.datetime.java8api.enabled"};
 
     @Override
