@@ -105,12 +105,6 @@ def _port(name: str, value: str) -> int:
     return int(value)
 
 
-def _seconds(name: str, value: str) -> int:
-    if not value.strip().isdigit():
-        raise ValueError(f"{name} must be a whole number of seconds (0: no limit), not {value!r}")
-    return int(value)
-
-
 def _env(name: str, default: str) -> str:
     value = os.environ.get(name, "").strip()
     return value or default
@@ -144,7 +138,6 @@ ENV_SETTINGS = {
     "serve_host": ("LAKEHOUSE_SERVE_HOST", "127.0.0.1"),
     "serve_port": ("LAKEHOUSE_SERVE_PORT", "10000"),
     "serve_catalog_uri": ("LAKEHOUSE_SERVE_CATALOG_URI", ""),
-    "serve_query_timeout": ("LAKEHOUSE_SERVE_QUERY_TIMEOUT", "300"),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -286,8 +279,6 @@ class Settings:
     serve_port: int = 10000
     # The catalog database as the endpoint reads it: a role that may only read (PostgreSQL). Empty: the catalog's.
     serve_catalog_uri: str = field(default="", repr=False)  # may hold a password
-    # Seconds a query on the endpoint may run before it is cancelled (its tasks interrupted); 0: no limit.
-    serve_query_timeout: int = 300
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -334,7 +325,6 @@ class Settings:
             "sql_raw": parse_flag("LAKEHOUSE_SQL_RAW", raw["sql_raw"]),
             "jvm_archive": parse_flag("LAKEHOUSE_JVM_ARCHIVE", raw["jvm_archive"]),
             "serve_port": _port("LAKEHOUSE_SERVE_PORT", raw["serve_port"]),
-            "serve_query_timeout": _seconds("LAKEHOUSE_SERVE_QUERY_TIMEOUT", raw["serve_query_timeout"]),
         }
         values.update(overrides)
         return cls(profile=profile_name, **values)
@@ -361,7 +351,6 @@ class Settings:
             "alert_webhook": hidden if self.alert_webhook else "",
             "jvm_archive": "yes" if self.jvm_archive else "no",
             "serve": f"{self.serve_host}:{self.serve_port}",
-            "serve_query_timeout": f"{self.serve_query_timeout}s" if self.serve_query_timeout else "none",
             "serve_catalog": CatalogUri.parse(self.serve_catalog_uri).display if self.serve_catalog_uri else "",
         }
 

@@ -69,9 +69,6 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
         "spark.hadoop.hive.server2.thrift.port": str(endpoint.port),
         "spark.scheduler.mode": "FAIR",
         "spark.sql.thriftServer.incrementalCollect": "true",
-        # A query past its time is cancelled and its running tasks interrupted, the client told why.
-        "spark.sql.thriftServer.queryTimeout": str(settings.serve_query_timeout),
-        "spark.sql.thriftServer.interruptOnCancel": "true",
         "spark.ui.enabled": "false",
     }
     if users_file(settings).exists():  # sign-in with a password from the endpoint's users file
