@@ -55,6 +55,7 @@ from dagster import (
 from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from .bronze.ingest import IngestReport, ingest
 from .bronze.sources import event_landing_source
@@ -137,6 +138,7 @@ class EventStream:
         self._waiting: set[str] = set()  # files a batch left because they were still being written
         self._sweeps = 0
         self._taken = TakenIndex()
+        self._query: StreamingQuery | None = None
 
     # -- the query ---------------------------------------------------------------------------------
 
@@ -160,7 +162,7 @@ class EventStream:
     def run(self, until_idle: float | None = None, max_seconds: float | None = None,
             stop: threading.Event | None = None) -> list[BatchReport]:
         """Run until stopped, until no file arrived for `until_idle` seconds, or for `max_seconds`."""
-        query = self.start()
+        query = self._query = self.start()
         started = self.last_activity = time.monotonic()
         self.log(f"streaming {self.landing.name}/ (query {query.id}, checkpoint {self.checkpoint})")
         beat = heartbeat_file(self.lakehouse.settings.home, self.landing.name)
@@ -187,6 +189,13 @@ class EventStream:
             query.stop()
             beat.unlink(missing_ok=True)
         return self.reports
+
+    @property
+    def busy(self) -> bool:
+        """Whether a micro-batch (from its trigger on) or a sweep is running now."""
+        query = self._query
+        return self._batch.locked() or bool(query is not None and query.isActive
+                                            and query.status.get("isTriggerActive"))
 
     def _query_id(self) -> str:
         metadata = Path(self.checkpoint.removeprefix("file:")) / "metadata"

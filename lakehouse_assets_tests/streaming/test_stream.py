@@ -80,14 +80,15 @@ def minute_oracle(lines: list[str]) -> Counter:
 def run_until_taken(stream: EventStream, records: int, *feeders: threading.Thread, max_seconds: float = 240,
                     stop: threading.Event | None = None) -> list:
     """Run the stream until the feeders are done, its batches have taken `records` records and no batch has run
-    for a sweep's interval and more (a file taken twice would show by then), or for `max_seconds`."""
+    (none running) for a sweep's interval and more (a file taken twice would show by then), or for `max_seconds`."""
     stop = stop or threading.Event()
 
     def watch():
         while not stop.wait(0.5):
             if any(f.is_alive() for f in feeders) or sum(r.records_in for r in stream.reports) < records:
                 continue
-            if time.monotonic() - stream.last_activity > stream.sweep_seconds + 2:
+            # Never in a batch: its start counts as activity, and a batch may take longer than the wait.
+            if not stream.busy and time.monotonic() - stream.last_activity > stream.sweep_seconds + 2:
                 stop.set()
 
     watcher = threading.Thread(target=watch, daemon=True)
