@@ -395,8 +395,13 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
             now = time.monotonic()
             # Idle once records flowed and stopped; with none at all, from the first heartbeat (streaming, nothing
             # to send), or after a start-up allowance if no heartbeat came.
-            idle = (now - handler.last_record if handler.seen_any else now - handler.streaming_since
-                    if handler.streaming_since is not None else now - started - STARTUP_SECONDS)
+            if handler.seen_any:
+                since = handler.last_record
+            elif handler.streaming_since is not None:
+                since = handler.streaming_since
+            else:
+                since = started + STARTUP_SECONDS
+            idle = now - since
             if until_idle is not None and idle >= until_idle:
                 break
             if max_seconds is not None and now - started >= max_seconds:

@@ -13,9 +13,9 @@ same tables and with the same code as the daily assets:
 
 Spark's file source hands over each path once. What it cannot hand over again, a file
 the batch left because it was still being written, or lines appended to a file taken
-before, is found by a sweep every `sweep_seconds` (SWEEP_SECONDS unless told) while no batch runs: the files of the
-recent day folders whose identity the ingest log does not hold (sources/versions.py),
-processed as a batch of their own (`sweep-N`).
+before, is found by a sweep every `sweep_seconds` (SWEEP_SECONDS unless told) while no
+batch runs: the files of the recent day folders whose identity the ingest log does not
+hold (sources/versions.py), processed as a batch of their own (`sweep-N`).
 
 Exactly once across crashes: Spark's checkpoint records which files make batch N
 before it runs, so a restarted query re-runs batch N with the same files; every
