@@ -80,8 +80,11 @@ stream: setup
 	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
 	$(BIN)/lakehouse stream
 
+# Two pytest workers (TEST_WORKERS), each with its own Spark session, S3 server and PostgreSQL server; a test
+# module's tests stay together on one worker (its module-wide pipeline run is made once).
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Whole deployments: the cluster profile (Spark master and workers, S3, PostgreSQL) against the local one.
 e2e: setup

@@ -105,6 +105,12 @@ def _port(name: str, value: str) -> int:
     return int(value)
 
 
+def _seconds(name: str, value: str) -> int:
+    if not value.strip().isdigit():
+        raise ValueError(f"{name} must be a whole number of seconds (0: no limit), not {value!r}")
+    return int(value)
+
+
 def _env(name: str, default: str) -> str:
     value = os.environ.get(name, "").strip()
     return value or default
@@ -138,6 +144,7 @@ ENV_SETTINGS = {
     "serve_host": ("LAKEHOUSE_SERVE_HOST", "127.0.0.1"),
     "serve_port": ("LAKEHOUSE_SERVE_PORT", "10000"),
     "serve_catalog_uri": ("LAKEHOUSE_SERVE_CATALOG_URI", ""),
+    "serve_query_timeout": ("LAKEHOUSE_SERVE_QUERY_TIMEOUT", "600"),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -279,6 +286,8 @@ class Settings:
     serve_port: int = 10000
     # The catalog database as the endpoint reads it: a role that may only read (PostgreSQL). Empty: the catalog's.
     serve_catalog_uri: str = field(default="", repr=False)  # may hold a password
+    # The endpoint's limit on a query's time, from its first Spark job until its last row is fetched (s; 0: none).
+    serve_query_timeout: int = 600
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -325,6 +334,7 @@ class Settings:
             "sql_raw": parse_flag("LAKEHOUSE_SQL_RAW", raw["sql_raw"]),
             "jvm_archive": parse_flag("LAKEHOUSE_JVM_ARCHIVE", raw["jvm_archive"]),
             "serve_port": _port("LAKEHOUSE_SERVE_PORT", raw["serve_port"]),
+            "serve_query_timeout": _seconds("LAKEHOUSE_SERVE_QUERY_TIMEOUT", raw["serve_query_timeout"]),
         }
         values.update(overrides)
         return cls(profile=profile_name, **values)
@@ -352,6 +362,7 @@ class Settings:
             "jvm_archive": "yes" if self.jvm_archive else "no",
             "serve": f"{self.serve_host}:{self.serve_port}",
             "serve_catalog": CatalogUri.parse(self.serve_catalog_uri).display if self.serve_catalog_uri else "",
+            "serve_query_timeout": f"{self.serve_query_timeout} s" if self.serve_query_timeout else "none",
         }
 
     @property

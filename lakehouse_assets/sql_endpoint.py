@@ -103,6 +103,8 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
         system.setProperty("hive.server2.authentication", "CUSTOM")
         system.setProperty("hive.server2.custom.authentication.class", PASSWORD_CLASS)
         system.setProperty("lakehouse.serve.password.file", str(users))
+    if settings.serve_query_timeout:
+        jvm.lakehouse.QueryTimeout.install(spark.sparkContext._jsc.sc(), settings.serve_query_timeout)
     jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(spark._jsparkSession.sqlContext())
     deadline = time.monotonic() + 120
     while not answers(endpoint, timeout_s=1):

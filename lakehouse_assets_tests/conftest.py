@@ -149,6 +149,10 @@ def spark(lake_settings, pg_catalog, pg_catalog_uri, s3_catalog):
         PG_CATALOG: (pg_catalog_uri, lake_settings.warehouse),
         S3_CATALOG: (lake_settings.catalog, S3_WAREHOUSE),
     })
+    # The Spark JVMs the tests start in processes of their own (a run, a crashed writer, the endpoint) live for
+    # seconds on small data: they compile with the JIT's first tier only, which costs them less CPU than the
+    # optimising tier would pay back. This session's JVM lives for the whole run and keeps both tiers.
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
     yield session
     session.stop()
 

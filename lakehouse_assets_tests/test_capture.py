@@ -281,8 +281,10 @@ def apply(spark, lake_settings, root, mode, namespace):
     defs = build_definitions(project, Settings.from_env())
     lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
                                   namespace=namespace, landing=str(root / mode / "landing"))
+    today = dt.datetime.now(dt.timezone.utc).date()  # past midnight, the captures' files are in two days' folders
     result = materialize(list(defs.assets), resources={"lakehouse": lakehouse}, instance=DagsterInstance.ephemeral(),
-                         partition_key=TODAY.isoformat())
+                         tags={"dagster/asset_partition_range_start": TODAY.isoformat(),
+                               "dagster/asset_partition_range_end": today.isoformat()})
     assert result.success
     return lakehouse
 

@@ -1,6 +1,7 @@
 """`lakehouse serve`: the SQL endpoint BI tools and SQL clients connect to (Spark's Thrift server), with real
 clients (PyHive, SQLAlchemy's hive://, beeline): the answers `lakehouse sql` gives, time travel, every write and
-every raw table refused with the lake's files and catalog unchanged, and a commit seen by the next query."""
+every raw table refused with the lake's files and catalog unchanged, a commit seen by the next query, and a query
+longer than the endpoint's limit cancelled."""
 
 import contextlib
 import datetime as dt
@@ -32,6 +33,8 @@ BEELINE = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]
 
 pytestmark = pytest.mark.slow  # an endpoint in a JVM of its own
 
+QUERY_TIMEOUT = 10  # the module's endpoint's limit on a query (s)
+
 
 @pytest.fixture(scope="module")
 def served(lake_settings, tmp_path_factory):
@@ -46,7 +49,8 @@ def served(lake_settings, tmp_path_factory):
     port = free_port()
     env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": namespace,
            "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SERVE_PORT": str(port),
-           "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1"}
+           "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1",
+           "LAKEHOUSE_SERVE_QUERY_TIMEOUT": str(QUERY_TIMEOUT)}
     with _endpoint(env, tmp / "serve.log"):
         yield {"settings": settings, "port": port, "env": env, "per_day": per_day, "snapshots": snapshots,
                "catalog": catalog}
@@ -191,6 +195,17 @@ def test_a_commit_shows_in_the_next_query_and_check_says_it_answers(served):
     nobody = subprocess.run([LAKEHOUSE, "serve", "--check", "--port", str(free_port())], env=served["env"],
                             capture_output=True, text=True, timeout=120)
     assert nobody.returncode == 1 and "no SQL endpoint answers" in nobody.stdout
+
+
+def test_a_query_longer_than_the_limit_is_cancelled_with_the_reason_and_the_endpoint_goes_on(served):
+    """Its result streams (incremental collect): the job that computes it runs while the client fetches."""
+    cursor = _cursor(served)
+    started = time.monotonic()
+    with pytest.raises(Exception, match=f"longer than the SQL endpoint's limit of {QUERY_TIMEOUT} s") as cut:
+        cursor.execute("SELECT max(hash(id)) FROM range(0, 1000000000000)")  # hours on one core
+        cursor.fetchall()
+    assert QUERY_TIMEOUT <= time.monotonic() - started < QUERY_TIMEOUT + 30, cut.value
+    assert _rows(served, "SELECT count(*) FROM events WHERE kind IS NOT NULL")[0][0] > 0  # the endpoint goes on
 
 
 def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings, tmp_path):

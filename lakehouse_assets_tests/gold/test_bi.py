@@ -16,10 +16,13 @@ from dagster import DagsterInstance, materialize
 
 from examples.shop.cdc_generator import generate_cdc
 from examples.shop.events_generator import generate
+from lakehouse_assets.build import build_definitions
 from lakehouse_assets.duckdb_sql import query
+from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.settings import Settings
 
-from ..shop import BRONZE_CDC, SHOP_FILE, SILVER_CDC, assets
+from ..shop import ALL_ASSETS, BRONZE_CDC, SHOP_FILE, SILVER_CDC, assets
 
 pytestmark = pytest.mark.slow  # a module-wide pipeline run
 
@@ -28,6 +31,9 @@ BI = assets("gold_minute_activity", "gold_sessions", "gold_daily_funnel", "gold_
             "gold_daily_product_revenue")
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
+# The module's graph: events and CDC through bronze and silver to the BI gold tables.
+SELECTED = {k.to_user_string() for a in [*assets("bronze_events", "silver_events"), *BRONZE_CDC, *SILVER_CDC, *BI]
+            for k in a.keys}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +44,7 @@ def gold(spark, lake_settings, tmp_path_factory):
     lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
                                   namespace=f"t_gold_{uuid.uuid4().hex[:6]}", landing=str(landing))
     result = materialize(
-        [*assets("bronze_events", "silver_events"), *BRONZE_CDC, *SILVER_CDC, *BI],
+        [a for a in ALL_ASSETS if any(k.to_user_string() in SELECTED for k in a.keys)],
         resources={"lakehouse": lakehouse}, instance=DagsterInstance.ephemeral(),
         tags={"dagster/asset_partition_range_start": "2025-01-01", "dagster/asset_partition_range_end": "2025-01-02"},
     )
@@ -221,3 +227,120 @@ def _sql_like_spark_on_every_table(lakehouse):
         older_read.append(name)
     assert "silver_orders" in with_deletes, with_deletes
     assert len(older_read) >= len(names) // 2, older_read
+
+
+def _evolved_shop() -> str:
+    """The shop's declaration changed the ways a shop's does over time: an event field and an order column renamed
+    (the gold query that reads the column follows), an event field dropped and one added, the price widened, the
+    orders' partitioning and write mode switched."""
+    changes = [
+        ("      ip: string\n", "      client_ip: {type: string, renamed_from: ip}\n"),
+        ("      email: string\n", ""), ("    pii: [ip, email]\n", "    pii: [client_ip]\n"),
+        ("      price: decimal(12,2)\n", "      price: decimal(14,2)\n      referrer: string\n"),
+        ("          status: string\n", "          order_status: string\n"),
+        ("          status: {in: [pending, paid, shipped, delivered, cancelled]}\n",
+         "          order_status: {in: [pending, paid, shipped, delivered, cancelled]}\n"
+         "        renamed_from: {order_status: status}\n"
+         "        partition: [\"bucket(8, order_id)\", \"days(order_ts)\"]\n"
+         "        write_mode: copy-on-write\n"),
+        ("        WHERE o.status IN", "        WHERE o.order_status IN"),
+    ]
+    declaration = SHOP_FILE.read_text()
+    for old, new in changes:
+        assert declaration.count(old) == 1, old
+        declaration = declaration.replace(old, new)
+    return declaration
+
+
+def test_the_shop_declaration_changed_is_planned_applied_in_place_and_its_runs_go_on_under_the_new_names(
+        gold, tmp_path):
+    """Runs last: it changes the module's tables (issue 40's acceptance on the shop)."""
+    lakehouse, cdc = gold
+    catalog, ns = lakehouse.catalog, lakehouse.settings.namespace
+    evolved = tmp_path / "lakehouse.yaml"
+    evolved.write_text(_evolved_shop())
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")},
+           "LAKEHOUSE_HOME": str(lakehouse.settings.home), "LAKEHOUSE_NAMESPACE": ns,
+           "LAKEHOUSE_PROJECT": str(evolved)}
+    command = str(Path(sys.executable).with_name("lakehouse"))
+    names = sorted(i[-1] for i in catalog.list_tables(ns))
+    before = {n: catalog.load_table((ns, n)) for n in names}
+    ips = {r.event_id: r.ip_hash for r in table(lakehouse, "silver_events").collect()}
+    orders = {r.order_id: (r.status, r.total) for r in table(lakehouse, "silver_orders").collect()}
+    gold_before = {n: sorted(table(lakehouse, n).drop("computed_at").collect())
+                   for n in ("gold_daily_activity", "gold_daily_product_revenue", "gold_daily_funnel")}
+
+    planned = subprocess.run([command, "plan", "--json"], env=env, capture_output=True, text=True, timeout=300)
+    assert planned.returncode == 1, planned.stderr
+    got = {(c["table"], c["kind"], c["subject"], c["safe"]) for c in json.loads(planned.stdout)["changes"]}
+    print(sorted(got))
+    assert got == set(), got
+    # A destructive change is refused without --allow-drop, and nothing changes.
+    refused = subprocess.run([command, "apply"], env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "drop column email_hash" in refused.stdout, refused.stdout
+    assert {n: catalog.load_table((ns, n)).metadata for n in names} == {n: t.metadata for n, t in before.items()}
+    applied = subprocess.run([command, "apply", "--allow-drop"], env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert applied.returncode == 0, (applied.stdout, applied.stderr)
+    for n in names:  # metadata only: every table at the same snapshot, with the same data files
+        after = catalog.load_table((ns, n))
+        assert after.metadata.current_snapshot_id == before[n].metadata.current_snapshot_id, n
+        if before[n].current_snapshot() is not None:
+            assert {t.file.file_path for t in after.scan().plan_files()} == \
+                {t.file.file_path for t in before[n].scan().plan_files()}, n
+
+    # Today lands as the sources now send it (the field and the column renamed, the new field set), then the old
+    # days are backfilled and today's partition run, with the changed declaration.
+    landing = Path(lakehouse.landing)
+    now = dt.datetime.now(dt.timezone.utc)
+    day = now.date()
+    moment = max(now - dt.timedelta(minutes=5), dt.datetime.combine(day, dt.time(0, 0, 1), dt.timezone.utc))
+    folder = landing / "events" / f"date={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "events-evolved.jsonl").write_text(json.dumps({
+        "event_id": "evolved-1", "user_id": "u-1", "session_id": "s-evolved", "event_type": "page_view",
+        "event_ts": moment.isoformat().replace("+00:00", "Z"), "client_ip": "198.51.100.7",
+        "referrer": "https://example.org/", "properties": {"user_agent": "Mozilla/5.0"}}) + "\n")
+    last = max((c for c in cdc.history if c.table == "orders"), key=lambda c: c.position)
+    source = {**last.source, "snapshot": "false", "lsn": last.source["lsn"] + 4096, "txId": last.source["txId"] + 1,
+              "ts_ms": int(moment.timestamp() * 1000)}
+    source["sequence"] = json.dumps([None, str(source["lsn"])])
+    order = {"order_id": 990_001, "customer_id": 1, "order_status": "pending", "total": "12345678901.50",
+             "order_ts": moment.isoformat().replace("+00:00", "Z"), "updated_at": moment.isoformat().replace("+00:00", "Z")}
+    folder = landing / "cdc" / "orders" / f"date={day.isoformat()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "changes-evolved.jsonl").write_text(json.dumps({
+        "before": None, "after": order, "source": source, "op": "c", "ts_ms": source["ts_ms"] + 200}) + "\n")
+    defs = build_definitions(load_project(evolved), Settings.from_env())
+    graph = [a for a in defs.assets if any(k.to_user_string() in SELECTED for k in a.keys)]
+    for first, last_day in (("2025-01-01", "2025-01-02"), (day.isoformat(), day.isoformat())):  # old days, today
+        assert materialize(graph, resources={"lakehouse": lakehouse}, instance=DagsterInstance.ephemeral(),
+                           tags={"dagster/asset_partition_range_start": first,
+                                 "dagster/asset_partition_range_end": last_day}).success, first
+
+    # Gold's old days are what they were; silver holds what it held, under the new names, and today beside it.
+    for name, rows in gold_before.items():
+        key = next(f.name for f in catalog.load_table((ns, name)).schema().fields)
+        now_rows = sorted(table(lakehouse, name).drop("computed_at").collect())
+        assert [r for r in now_rows if r[key] < day] == [r for r in rows if r[key] < day], name
+    silver = table(lakehouse, "silver_events")
+    assert {"client_ip_hash", "referrer"} <= set(silver.columns) and not {"ip_hash", "email_hash"} & set(silver.columns)
+    now_ips = {r.event_id: r.client_ip_hash for r in silver.collect()}
+    assert {k: v for k, v in now_ips.items() if k in ips} == ips and now_ips["evolved-1"]
+    assert silver.where("event_id = 'evolved-1'").first().referrer == "https://example.org/"
+    now_orders = {r.order_id: (r.order_status, r.total) for r in table(lakehouse, "silver_orders").collect()}
+    assert {k: v for k, v in now_orders.items() if k in orders} == orders
+    assert now_orders[990_001] == ("pending", Decimal("12345678901.50"))  # wider than decimal(12,2) held
+    current = catalog.load_table((ns, "silver_orders"))
+    assert [str(f.transform) for f in current.spec().fields] == ["bucket[8]", "day"]
+    assert current.properties["write.merge.mode"] == "copy-on-write"
+
+    # As of a snapshot before the change, the old names answer: in Spark, and in `lakehouse sql`.
+    old = before["silver_orders"].metadata.current_snapshot_id
+    spark_old = lakehouse.spark.sql(f"SELECT order_id, status FROM {lakehouse.table_id('silver_orders')} "
+                                    f"VERSION AS OF {old}")
+    assert {r.order_id: r.status for r in spark_old.collect()} == {k: v[0] for k, v in orders.items()}
+    sql = subprocess.run([command, "sql", "SELECT count(status) AS n FROM silver_orders", "--as-of", str(old),
+                          "--format", "json"], env=env, capture_output=True, text=True, timeout=300)
+    assert sql.returncode == 0, sql.stderr
+    assert json.loads(sql.stdout) == [{"n": len(orders)}]
