@@ -36,6 +36,8 @@ from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
 
+from .evolving import apply_refused_then_in_place
+
 pytestmark = pytest.mark.slow  # a module-wide pipeline run
 
 DECLARATION = """\
@@ -550,8 +552,7 @@ def test_a_changed_declaration_is_planned_applied_in_place_and_runs_go_on_under_
            "LAKEHOUSE_HOME": str(lakehouse.settings.home), "LAKEHOUSE_NAMESPACE": ns,
            "LAKEHOUSE_PROJECT": str(tmp_path / "lakehouse.yaml")}
     command = str(Path(sys.executable).with_name("lakehouse"))
-    names = sorted(i[-1] for i in catalog.list_tables(ns))
-    before = {n: catalog.load_table((ns, n)) for n in names}
+    before = {i[-1]: catalog.load_table(i) for i in catalog.list_tables(ns)}
     plays = {r.id: r.country for r in table(lakehouse, "silver_plays").collect()}
     plans = {r.sub_id: (r.plan, r.price) for r in table(lakehouse, "silver_subscriptions").collect()}
     activity = sorted(table(lakehouse, "gold_daily_activity").drop("computed_at").collect())
@@ -573,20 +574,8 @@ def test_a_changed_declaration_is_planned_applied_in_place_and_runs_go_on_under_
         *{(t, mode, f"write.{op}.mode", True) for t in ("silver_subscriptions", "silver_subscriptions_history")
           for op in ("delete", "update", "merge")},
     }, got
-    # A destructive change is refused without --allow-drop, and nothing changes.
-    refused = subprocess.run([command, "apply"], env=env, capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 1 and "drop column ip_hash" in refused.stdout, refused.stdout
-    left_alone = catalog.load_table((ns, "silver_plays"))
-    assert "ip_hash" in {f.name for f in left_alone.schema().fields}
-    applied = subprocess.run([command, "apply", "--allow-drop"], env=env, capture_output=True, text=True,
-                             timeout=300)
-    assert applied.returncode == 0, (applied.stdout, applied.stderr)
-    for n in names:  # metadata only: every table at the same snapshot, with the same data files
-        after = catalog.load_table((ns, n))
-        assert after.metadata.current_snapshot_id == before[n].metadata.current_snapshot_id, n
-        if before[n].current_snapshot() is not None:
-            assert {t.file.file_path for t in after.scan().plan_files()} == \
-                {t.file.file_path for t in before[n].scan().plan_files()}, n
+    # A destructive change is refused without --allow-drop, and nothing changes; with it, metadata only.
+    apply_refused_then_in_place(command, env, catalog, ns, before, "silver_plays: drop column ip_hash")
 
     # Today lands as the sources now send it (the database's column renamed), then the old days are backfilled and
     # today's partition run, with the changed declaration.

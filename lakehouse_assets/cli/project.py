@@ -69,22 +69,27 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_apply(args: argparse.Namespace, settings: Settings) -> int:
-    """Make the plan's safe differences (and the dropped columns with --allow-drop), one metadata commit per
-    table; exit 1 when differences are left."""
+    """Make the plan's differences (dropped columns only with --allow-drop), one metadata commit per table; all
+    or nothing: while any difference is held, none is made and the exit code is 1."""
     from ..tables.evolution import apply
 
     catalog, planned = _declared_plan(settings)
     done = apply(catalog, settings.namespace, planned, allow_drop=args.allow_drop)
     if args.json:
-        print(json.dumps({"applied": [c.as_dict() for c in done.applied], "left": [c.as_dict() for c in done.left]},
+        print(json.dumps({key: [c.as_dict() for c in getattr(done, key)] for key in ("applied", "left", "held")},
                          indent=2))
+    elif done.held:
+        print(f"nothing applied: {len(done.held)} of the {len(done.left)} differences cannot be made as asked")
+        for change in done.held:
+            why = "needs --allow-drop" if change.kind == "drop column" else "not possible in place"
+            print(f"  held ({why}): {change.text()}")
+        print("the plan:")
+        for change in done.left:
+            print(f"  {change.text()}")
     else:
         for change in done.applied:
             print(f"applied: {change.text()}")
-        for change in done.left:
-            why = "needs --allow-drop" if change.kind == "drop column" else "not applied"
-            print(f"left ({why}): {change.text()}")
-        print(f"{len(done.applied)} applied, {len(done.left)} left")
+        print(f"{len(done.applied)} applied")
     return 1 if done.left else 0
 
 
@@ -97,8 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("apply", help="make the plan's safe differences in the tables (metadata only); "
-                                     "exit 1 when some are left")
+    p = sub.add_parser("apply", help="make the plan's differences in the tables (metadata only), all or none: "
+                                     "exit 1 when any is held")
     p.add_argument("--allow-drop", action="store_true", help="also drop the columns the declaration dropped")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_apply)

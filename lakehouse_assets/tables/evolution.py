@@ -266,7 +266,8 @@ REFUSED = {"change type", "make required"}
 @dataclass(frozen=True)
 class Applied:
     applied: list[Change]
-    left: list[Change]  # refused, destructive without allow_drop, or a format-version change
+    left: list[Change]  # every change not made: all of them while any is held
+    held: list[Change] = dataclasses.field(default_factory=list)  # what kept the plan from being applied
 
 
 def _applicable(change: Change, allow_drop: bool) -> bool:
@@ -305,13 +306,16 @@ def bring_to_declaration(catalog: Any, identifier: tuple[str, str], spec: TableS
 
 
 def apply(catalog: Any, namespace: str, planned: Plan, allow_drop: bool = False) -> Applied:
-    """Make the plan's applicable differences, one Iceberg transaction (one metadata commit) per table: schema
-    changes by field id, partition fields, properties. No data file is written or rewritten."""
+    """Make the plan's differences, one Iceberg transaction (one metadata commit) per table: schema changes by
+    field id, partition fields, properties. No data file is written or rewritten. All or nothing: while any
+    difference is held (destructive without allow_drop, or not possible in place), none is made."""
+    held = [c for c in planned.changes if not _applicable(c, allow_drop)]
+    if held:
+        return Applied([], list(planned.changes), held)
     applied: list[Change] = []
-    left: list[Change] = []
     by_table: dict[str, list[Change]] = {}
     for change in planned.changes:
-        (by_table.setdefault(change.table, []) if _applicable(change, allow_drop) else left).append(change)
+        by_table.setdefault(change.table, []).append(change)
     for name, changes in sorted(by_table.items()):
         table = catalog.load_table((namespace, name))
         with table.transaction() as tx:
@@ -351,4 +355,4 @@ def apply(catalog: Any, namespace: str, planned: Plan, allow_drop: bool = False)
                     for c in renames:
                         update.rename_column(tuple(c.subject.split(".")), c.after)
         applied += changes
-    return Applied(applied, left)
+    return Applied(applied, [])
