@@ -104,6 +104,10 @@ def test_pyhive_sqlalchemy_and_beeline_get_the_answers_lakehouse_sql_gives(serve
         assert done.returncode == 0, done.stderr[-2000:]
         lines = [re.sub(r"^\d+: jdbc:hive2://\S+> ", "", line) for line in done.stdout.splitlines() if line.strip()]
         assert lines == [",".join(str(v) for v in row) for row in expected], (sql, done.stdout)
+    # A client's table list (Superset's, SQLAlchemy's inspector) is SHOW TABLES, answered as HiveServer2 does (the
+    # names alone): the tables a reader may read, no raw one.
+    assert sorted(sqlalchemy.inspect(engine).get_table_names()) == ["events", "users"]
+    assert sorted(_rows(served, "SHOW TABLES")) == [("events",), ("users",)]
 
 
 def test_time_travel_by_snapshot_id_and_by_time(served):

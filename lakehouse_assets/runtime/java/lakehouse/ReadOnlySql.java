@@ -7,9 +7,23 @@ import java.util.Set;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.expressions.And;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.EndsWith;
+import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.Literal$;
+import org.apache.spark.sql.catalyst.expressions.Lower;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.catalyst.expressions.Not;
+import org.apache.spark.sql.catalyst.expressions.Or;
+import org.apache.spark.sql.catalyst.expressions.StartsWith;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
+import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Project;
+import org.apache.spark.sql.catalyst.plans.logical.ShowTables;
+import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.execution.command.SetCommand;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
@@ -17,6 +31,7 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import scala.Option;
 import scala.Tuple2;
 import scala.collection.Iterator;
+import scala.collection.JavaConverters;
 import scala.runtime.AbstractFunction1;
 import scala.runtime.BoxedUnit;
 
@@ -28,6 +43,10 @@ import scala.runtime.BoxedUnit;
  * tables (named bronze_* or *_quarantine, as the declaration names them) are refused to every reader, but for
  * those named in spark.lakehouse.serve.exposed (declared tables of other layers named so) and unless
  * spark.lakehouse.serve.raw is true (the engineer's setting).
+ *
+ * <p>SHOW TABLES answers as HiveServer2 does, one column of table names, and without the raw tables a reader
+ * may not read: clients of the protocol (PyHive's SQLAlchemy dialect, and through it Superset) take a table's
+ * name from the first column, which in Spark's own answer is the namespace.
  */
 public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
     public static final String RAW = "spark.lakehouse.serve.raw";
@@ -56,7 +75,56 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
                 return new Check(session);
             }
         });
+        extensions.injectPostHocResolutionRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+            @Override
+            public Rule<LogicalPlan> apply(SparkSession session) {
+                return new TableNames(session);
+            }
+        });
         return BoxedUnit.UNIT;
+    }
+
+    static boolean rawVisible(SparkSession session) {
+        return Boolean.parseBoolean(session.conf().get(RAW, "false"));
+    }
+
+    static Set<String> exposed(SparkSession session) {
+        Set<String> names = new HashSet<>();
+        for (String name : session.conf().get(EXPOSED, "").split(",")) {
+            if (!name.trim().isEmpty()) {
+                names.add(name.trim().toLowerCase(Locale.ROOT));
+            }
+        }
+        return names;
+    }
+
+    /** SHOW TABLES as the table names alone, the raw ones a reader may not read left out. */
+    static final class TableNames extends Rule<LogicalPlan> {
+        private final SparkSession session;
+
+        TableNames(SparkSession session) {
+            this.session = session;
+        }
+
+        @Override
+        public LogicalPlan apply(LogicalPlan plan) {
+            if (!(plan instanceof ShowTables)) {
+                return plan;  // only a statement that is SHOW TABLES itself (and so only once)
+            }
+            Attribute name = ((ShowTables) plan).output().apply(1);
+            LogicalPlan listed = plan;
+            if (!rawVisible(session)) {
+                Expression lower = new Lower(name);
+                Expression raw = new Or(new StartsWith(lower, Literal$.MODULE$.apply("bronze_")),
+                    new EndsWith(lower, Literal$.MODULE$.apply("_quarantine")));
+                for (String exposed : exposed(session)) {
+                    raw = new And(raw, new Not(new EqualTo(lower, Literal$.MODULE$.apply(exposed))));
+                }
+                listed = new Filter(new Not(raw), plan);
+            }
+            java.util.List<NamedExpression> columns = Arrays.asList(name);
+            return new Project(JavaConverters.asScalaBuffer(columns).toSeq(), listed);
+        }
     }
 
     static final class Check extends AbstractFunction1<LogicalPlan, BoxedUnit> {
@@ -110,13 +178,10 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
         }
 
         private void checkTable(Identifier id) {
-            if (Boolean.parseBoolean(session.conf().get(RAW, "false"))) {
+            if (rawVisible(session)) {
                 return;
             }
-            Set<String> exposed = new HashSet<>();
-            for (String name : session.conf().get(EXPOSED, "").split(",")) {
-                exposed.add(name.trim().toLowerCase(Locale.ROOT));
-            }
+            Set<String> exposed = exposed(session);
             String[] namespace = id.namespace();
             java.util.List<String> names = new java.util.ArrayList<>();
             names.add(id.name());
