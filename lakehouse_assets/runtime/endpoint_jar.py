@@ -1,6 +1,6 @@
-"""The SQL endpoint's Java parts (java/lakehouse/: the read-only session extension, the password sign-in),
-compiled against pyspark's own jars into a jar once per installation: `make setup` builds it, `lakehouse serve`
-builds it when it is missing.
+"""The SQL endpoint's Java parts (java/lakehouse/: the read-only session extension, the password sign-in, the
+query time limit), compiled against pyspark's own jars into a jar once per installation: `make setup` builds it,
+`lakehouse serve` builds it when it is missing.
 
     python -m lakehouse_assets.runtime.endpoint_jar build
 """
