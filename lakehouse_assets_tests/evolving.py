@@ -5,6 +5,14 @@ from __future__ import annotations
 import subprocess
 
 
+def edited(declaration: str, changes: list[tuple[str, str]]) -> str:
+    """The declaration with each text replaced, each found exactly once."""
+    for old, new in changes:
+        assert declaration.count(old) == 1, old
+        declaration = declaration.replace(old, new)
+    return declaration
+
+
 def apply_refused_then_in_place(command: str, env: dict, catalog, namespace: str, before: dict, dropped: str):
     """`lakehouse apply` without --allow-drop refuses (the dropped column held) and changes nothing; with it, every
     table keeps its snapshot and its data files: metadata only."""

@@ -36,7 +36,7 @@ from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
 
-from .evolving import apply_refused_then_in_place
+from .evolving import apply_refused_then_in_place, edited
 
 pytestmark = pytest.mark.slow  # a module-wide pipeline run
 
@@ -530,10 +530,7 @@ def _evolved(declaration: str) -> str:
          "        write_mode: copy-on-write\n"),
         ("      sql: SELECT plan, account_hash AS account", "      sql: SELECT tier AS plan, account_hash AS account"),
     ]
-    for old, new in changes:
-        assert declaration.count(old) == 1, old
-        declaration = declaration.replace(old, new)
-    return declaration
+    return edited(declaration, changes)
 
 
 def test_a_changed_declaration_is_planned_applied_in_place_and_runs_go_on_under_the_new_names(streaming, tmp_path):

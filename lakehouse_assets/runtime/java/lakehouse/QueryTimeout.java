@@ -69,8 +69,7 @@ public final class QueryTimeout extends SparkListener {
         long now = System.currentTimeMillis();
         for (Map.Entry<Integer, String> job : running.entrySet()) {
             long[] times = groups.get(job.getValue());
-            if (times != null && now - times[0] > limitMs) {
-                running.remove(job.getKey());
+            if (times != null && now - times[0] > limitMs && running.remove(job.getKey()) != null) {
                 context.cancelJob(job.getKey(), "because the query ran longer than the SQL endpoint's limit of "
                     + (limitMs / 1000) + " s (LAKEHOUSE_SERVE_QUERY_TIMEOUT)");
             }
