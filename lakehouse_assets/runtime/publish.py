@@ -72,7 +72,7 @@ def conflict_filter(jvm: Any, scope: Any) -> Any:
 
 
 class _Changes:
-    """The net data and delete files a branch added and removed since its base."""
+    """The net data and delete files a branch added and removed since the snapshot of main it was cut at."""
 
     def __init__(self, jtable: Any, head: int, base: int | None):
         io = jtable.io()
@@ -105,7 +105,7 @@ def _replay(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
     """Replay the write's changes on a fresh branch cut at `main_now`, validated from its decision snapshot."""
     jvm = write.spark._jvm
     if write.changes is None:
-        write.changes = _Changes(jtable, jtable.refs().get(write.branch).snapshotId(), write.base_snapshot_id)
+        write.changes = _Changes(jtable, jtable.refs().get(write.branch).snapshotId(), write.on)
     changes: _Changes = write.changes
     prefix = write.branch.split("_", 1)[0]
     branch = f"{prefix}_{int(time.time())}_{uuid.uuid4().hex[:12]}"
@@ -149,6 +149,7 @@ def _replay(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
                 f"({failure_message(exc)}); nothing was published") from exc
         raise
     write.replays += 1
+    write.cut_late = False
 
 
 def _stamp(write: StagedWrite, main_head: Any) -> dict[str, str]:
@@ -232,7 +233,7 @@ def publish_together(writes: list[StagedWrite]) -> None:
                     f"{write.table_id}: its write branch {write.branch} is gone (`lakehouse forget` drops the "
                     "branches that hold a forgotten person's rows; or it was dropped by hand); nothing was published")
             main_now = _main(jtable)
-            if main_now != write.on:
+            if main_now != write.on or write.cut_late:
                 _replay(write, jtable, main_now)
         tables = [_load(w) for w in writes]
         if any(_main(t) != w.on for w, t in zip(writes, tables)):

@@ -126,6 +126,7 @@ class StagedWrite:
     properties: dict[str, str] = field(default_factory=dict)  # more snapshot summary properties
     scope: Any = EVERYTHING  # what the write was decided against (runtime/publish.py): EVERYTHING, NOTHING, a Window
     on: int | None = None  # the snapshot of main the branch builds on (the base, until replayed on a newer main)
+    cut_late: bool = False  # the branch was cut at a newer main than the base: published by a replay, validated
     spent: list[str] = field(default_factory=list)  # branches replaced by a replay, dropped when published
     changes: Any = None  # the branch's net file changes, once a replay needed them
     replays: int = 0  # times the write was replayed on a main that another writer moved
@@ -263,7 +264,25 @@ def stage(
     branch = f"{prefix}_{int(time.time())}_{write_id[:12]}"
     as_of = f" AS OF VERSION {int(base_snapshot_id)}" if base_snapshot_id is not None else ""
     table.spark.sql(f"ALTER TABLE {table.id} CREATE BRANCH `{branch}`{as_of}")
-    return StagedWrite(table, branch, base_snapshot_id, run_id, asset, label, write_id, evolve, scope=scope)
+    write = StagedWrite(table, branch, base_snapshot_id, run_id, asset, label, write_id, evolve, scope=scope)
+    if base_snapshot_id is None:
+        # Without a snapshot to cut at, the branch is cut at main as it is now: when another writer committed
+        # since the write saw the table empty, those commits are in the branch but not the write's own.
+        write.on = _cut_on_main(table, branch)
+        write.cut_late = write.on is not None
+    return write
+
+
+def _cut_on_main(table: TableHandle, branch: str) -> int | None:
+    """The snapshot of main's history a new branch was cut at; None when it was cut at the empty table."""
+    iceberg = table.iceberg()
+    cut = iceberg.snapshot_by_name(branch)
+    snapshot = iceberg.current_snapshot()
+    while cut is not None and snapshot is not None:
+        if snapshot.snapshot_id == cut.snapshot_id:
+            return cut.snapshot_id
+        snapshot = iceberg.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return None
 
 
 def current_state(table: TableHandle) -> CommitResult:

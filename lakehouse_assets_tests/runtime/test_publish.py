@@ -69,6 +69,34 @@ def test_writes_of_different_partitions_are_replayed_on_the_moved_main_and_both_
     assert _branches(table) == []
 
 
+@pytest.mark.parametrize("scope", ["window", "nothing"])
+def test_a_write_decided_against_the_empty_table_never_takes_a_commit_made_before_its_branch_for_its_own(
+        lakehouse, scope):
+    """Deciding against the empty table and cutting the branch are two steps: a commit of another writer between
+    them is in the branch, and is published once, as the other writer's (a first run racing another writer)."""
+    table = lakehouse.table(SPEC).create()
+    publish(_overwrite(table, "other", D[2], ("c", 3)))  # after `mine` saw the table empty, before its branch
+    mine = stage(table, "mine", SPEC.name, D[1].isoformat(), base_snapshot_id=None,
+                 scope=_day(D[1]) if scope == "window" else NOTHING).append(_rows(table, D[1], ("b", 2)))
+
+    result = publish(mine)
+
+    assert _contents(table) == [(D[1], "b", 2), (D[2], "c", 3)]
+    assert _linear(table) == ["mine", "other"]
+    assert result.added_records == 1 and result.replays == 1  # validated from the empty table it was decided on
+
+
+def test_a_write_decided_against_the_empty_table_conflicts_with_a_commit_in_its_window_before_its_branch(lakehouse):
+    table = lakehouse.table(SPEC).create()
+    publish(_overwrite(table, "other", D[1], ("c", 3)))
+    mine = stage(table, "mine", SPEC.name, D[1].isoformat(), base_snapshot_id=None, scope=_day(D[1]))
+    mine.overwrite(_rows(table, D[1], ("b", 2)), _day(D[1]))
+
+    with pytest.raises(ConcurrentCommitError, match="changed what this write was decided against"):
+        publish(mine)
+    assert _contents(table) == [(D[1], "c", 3)] and _branches(table) == []
+
+
 def test_a_write_whose_window_another_writer_changed_is_refused_with_nothing_published(lakehouse):
     table = lakehouse.table(SPEC).create()
     publish(_overwrite(table, "seed", D[0], ("a", 1)))
