@@ -3,6 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+SUPERSET_VENV ?= .venv-superset
 export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 # The project's declaration: its sources and tables (the shop demo by default).
 export LAKEHOUSE_PROJECT ?= $(CURDIR)/examples/shop/lakehouse.yaml
@@ -87,9 +88,15 @@ test: setup
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Whole deployments: the cluster profile (Spark master and workers, S3, PostgreSQL) against the local one.
-e2e: setup
+e2e: setup $(SUPERSET_VENV)/.installed
 	@command -v chromium >/dev/null 2>&1 || scripts/system-deps.sh chromium
 	$(BIN)/pytest -m e2e
+
+# Apache Superset, the BI tool the SQL endpoint's e2e test connects, in a venv of its own (its pins are not ours).
+$(SUPERSET_VENV)/.installed: constraints-superset.txt
+	$(PYTHON) -m venv $(SUPERSET_VENV)
+	$(SUPERSET_VENV)/bin/pip install -q -c constraints-superset.txt apache-superset pyhive thrift thrift-sasl pure-sasl rich cachetools
+	touch $@
 
 # The reliability suite at a larger size (SOAK_SCALE, default 20); its figures go to benchmarks/RELIABILITY.md.
 soak: setup

@@ -51,13 +51,13 @@ def served(lake_settings, tmp_path_factory):
            "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SERVE_PORT": str(port),
            "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1",
            "LAKEHOUSE_SERVE_QUERY_TIMEOUT": str(QUERY_TIMEOUT)}
-    with _endpoint(env, tmp / "serve.log"):
+    with endpoint(env, tmp / "serve.log"):
         yield {"settings": settings, "port": port, "env": env, "per_day": per_day, "snapshots": snapshots,
                "catalog": catalog}
 
 
 @contextlib.contextmanager
-def _endpoint(env: dict, log: Path):
+def endpoint(env: dict, log: Path):
     """`lakehouse serve` with these settings, from the moment it says it listens until it is stopped."""
     with open(log, "w") as out:
         server = subprocess.Popen([LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -106,8 +106,16 @@ def test_pyhive_sqlalchemy_and_beeline_get_the_answers_lakehouse_sql_gives(serve
         assert lines == [",".join(str(v) for v in row) for row in expected], (sql, done.stdout)
     # A client's table list (Superset's, SQLAlchemy's inspector) is SHOW TABLES, answered as HiveServer2 does (the
     # names alone): the tables a reader may read, no raw one.
-    assert sorted(sqlalchemy.inspect(engine).get_table_names()) == ["events", "users"]
+    inspector = sqlalchemy.inspect(engine)
+    assert sorted(inspector.get_table_names()) == ["events", "users"]
     assert sorted(_rows(served, "SHOW TABLES")) == [("events",), ("users",)]
+    # A table's columns (a BI tool's dataset) are DESCRIBE, answered as HiveServer2 does: events is partitioned by
+    # days(ts), which HiveServer2's clients read as the partition column ts (Spark's own rows stop PyHive).
+    assert [(c["name"], str(c["type"])) for c in inspector.get_columns("events")] == [
+        ("event_id", "BIGINT"), ("ts", "TIMESTAMP"), ("user_id", "BIGINT"), ("kind", "VARCHAR"), ("amount", "DECIMAL")]
+    assert inspector.get_indexes("events") == [{"name": "partition", "column_names": ["ts"], "unique": False}]
+    assert _rows(served, "DESCRIBE events")[-3:] == [
+        ("# Partition Information", "", ""), ("# col_name", "data_type", "comment"), ("ts", "timestamp", "days(ts)")]
 
 
 def test_time_travel_by_snapshot_id_and_by_time(served):
@@ -233,7 +241,7 @@ def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings
 
     port = free_port()
     env["LAKEHOUSE_SERVE_PORT"] = str(port)
-    with _endpoint(env, tmp_path / "serve.log") as said:
+    with endpoint(env, tmp_path / "serve.log") as said:
         assert "sign-in with a password" in said
         signed = hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
                               username="ann", password="correct horse").cursor()
@@ -275,7 +283,7 @@ def test_on_a_postgresql_catalog_the_endpoint_reads_as_a_role_that_may_only_read
            "LAKEHOUSE_CATALOG_URI": admin_uri, "LAKEHOUSE_SERVE_CATALOG_URI": reader_uri,
            "LAKEHOUSE_PROJECT": str(tmp_path / "none.yaml"), "LAKEHOUSE_SERVE_PORT": str(port),
            "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g"}
-    with _endpoint(env, tmp_path / "serve.log"):
+    with endpoint(env, tmp_path / "serve.log"):
         cursor = hive.connect(host="127.0.0.1", port=port, database=namespace).cursor()
         cursor.execute("SELECT sum(events) FROM gold_totals")
         assert cursor.fetchall() == [(16,)]

@@ -1,5 +1,6 @@
 package lakehouse;
 
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
 import java.util.Locale;
@@ -7,11 +8,14 @@ import java.util.Set;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.analysis.ResolvedTable;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
 import org.apache.spark.sql.catalyst.expressions.EndsWith;
 import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.Literal$;
 import org.apache.spark.sql.catalyst.expressions.Lower;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
@@ -19,14 +23,24 @@ import org.apache.spark.sql.catalyst.expressions.Not;
 import org.apache.spark.sql.catalyst.expressions.Or;
 import org.apache.spark.sql.catalyst.expressions.StartsWith;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
+import org.apache.spark.sql.catalyst.plans.logical.DescribeRelation;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.plans.logical.ShowTables;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.connector.catalog.Identifier;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.expressions.IdentityTransform;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.execution.command.SetCommand;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
 
 import scala.Option;
 import scala.Tuple2;
@@ -46,7 +60,10 @@ import scala.runtime.BoxedUnit;
  *
  * <p>SHOW TABLES answers as HiveServer2 does, one column of table names, and without the raw tables a reader
  * may not read: clients of the protocol (PyHive's SQLAlchemy dialect, and through it Superset) take a table's
- * name from the first column, which in Spark's own answer is the namespace.
+ * name from the first column, which in Spark's own answer is the namespace. DESCRIBE of a table partitioned by
+ * transforms (days(ts), bucket(8, id)) answers as HiveServer2 does too: its partition section is headed
+ * "# Partition Information" and names each transform's source column and type (the transform in the comment);
+ * Spark's own "# Partitioning" rows, with no type, stop those clients' column reflection.
  */
 public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
     public static final String RAW = "spark.lakehouse.serve.raw";
@@ -79,6 +96,12 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
             @Override
             public Rule<LogicalPlan> apply(SparkSession session) {
                 return new TableNames(session);
+            }
+        });
+        extensions.injectPostHocResolutionRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+            @Override
+            public Rule<LogicalPlan> apply(SparkSession session) {
+                return new HiveDescribe();
             }
         });
         return BoxedUnit.UNIT;
@@ -124,6 +147,67 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
             }
             java.util.List<NamedExpression> columns = Arrays.asList(name);
             return new Project(JavaConverters.asScalaBuffer(columns).toSeq(), listed);
+        }
+    }
+
+    /** DESCRIBE of a table partitioned by transforms, with its partition section in HiveServer2's shape. */
+    static final class HiveDescribe extends Rule<LogicalPlan> {
+        @Override
+        public LogicalPlan apply(LogicalPlan plan) {
+            if (!(plan instanceof DescribeRelation)) {
+                return plan;
+            }
+            DescribeRelation describe = (DescribeRelation) plan;
+            if (describe.isExtended() || !describe.partitionSpec().isEmpty()
+                    || !(describe.relation() instanceof ResolvedTable)) {
+                return plan;
+            }
+            Table table = ((ResolvedTable) describe.relation()).table();
+            Transform[] partitioning = table.partitioning();
+            boolean identityOnly = true;
+            for (Transform transform : partitioning) {
+                identityOnly &= transform instanceof IdentityTransform;
+            }
+            if (identityOnly) {
+                return plan;  // Spark's answer is already HiveServer2's
+            }
+            StructType schema = table.schema();
+            java.util.List<InternalRow> rows = new ArrayList<>();
+            for (StructField field : schema.fields()) {
+                Option<String> comment = field.getComment();
+                rows.add(row(field.name(), field.dataType().simpleString(), comment.isDefined() ? comment.get() : ""));
+            }
+            rows.add(row("", "", ""));
+            rows.add(row("# Partition Information", "", ""));
+            rows.add(row("# col_name", "data_type", "comment"));
+            for (Transform transform : partitioning) {
+                for (NamedReference source : transform.references()) {
+                    DataType type = typeOf(schema, source.fieldNames());
+                    rows.add(row(String.join(".", source.fieldNames()), type == null ? "" : type.simpleString(),
+                        transform.describe()));
+                }
+            }
+            return new LocalRelation(plan.output(), JavaConverters.asScalaBuffer(rows).toSeq(), false);
+        }
+
+        private static DataType typeOf(StructType schema, String[] path) {
+            DataType type = schema;
+            for (String name : path) {
+                if (!(type instanceof StructType)) {
+                    return null;
+                }
+                Option<Object> index = ((StructType) type).getFieldIndex(name);
+                if (index.isEmpty()) {
+                    return null;
+                }
+                type = ((StructType) type).fields()[(Integer) index.get()].dataType();
+            }
+            return type;
+        }
+
+        private static InternalRow row(String name, String type, String comment) {
+            return new GenericInternalRow(new Object[] {
+                UTF8String.fromString(name), UTF8String.fromString(type), UTF8String.fromString(comment)});
         }
     }
 
