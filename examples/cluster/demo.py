@@ -9,7 +9,9 @@ Every piece is a real process on this machine, on 127.0.0.1:
 The demo days are generated into the S3 landing zone and the whole pipeline is materialised
 there by `dagster asset materialize`. Then the same days (same seed) run through the local
 profile (local Spark, SQLite catalog, local warehouse) and the row counts of every table are
-compared side by side. Everything started is stopped at the end.
+compared side by side. On the cluster, `lakehouse serve` (the SQL endpoint) then answers a
+dashboard's query with the cluster's executors, reading the catalog as a PostgreSQL role that
+may only read. Everything started is stopped at the end.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from lakehouse_services.postgres import ThrowawayPostgres
+from lakehouse_services.process import free_port
 from lakehouse_services.s3server import DEFAULT_SECRET_KEY, SeaweedS3
 from lakehouse_services.spark_cluster import SparkCluster, master_json
 
@@ -66,12 +70,12 @@ def base_env(home: Path) -> dict[str, str]:
             "LAKEHOUSE_DAGSTER_LOGS": str(dagster / "logs")}
 
 
-def tasks_by_worker(event_logs: Path, master: dict) -> dict[str, int]:
+def tasks_by_worker(event_logs: list[Path], master: dict) -> dict[str, int]:
     """Tasks finished per worker, from the applications' Spark event logs: each executor's log URL is served by
     the worker that launched it. A task run by the driver would count under "driver"."""
     workers = {w["webuiaddress"].rstrip("/"): w["id"] for w in master.get("workers", [])}
     tasks: dict[str, int] = {}
-    for log in sorted(event_logs.iterdir()):
+    for log in sorted(event_logs):
         executor_worker = {"driver": "driver"}
         for line in log.read_text().splitlines():
             try:
@@ -88,8 +92,49 @@ def tasks_by_worker(event_logs: Path, master: dict) -> dict[str, int]:
     return tasks
 
 
-def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int, workers: int) -> tuple[dict, dict, dict]:
-    """The pipeline on the cluster profile: its row counts, its settings, and the tasks each worker ran."""
+DASHBOARD_QUERY = "SELECT event_type, count(*) AS events FROM silver_events GROUP BY event_type ORDER BY event_type"
+
+
+def endpoint_run(env: dict[str, str], pg: ThrowawayPostgres, event_logs: Path, master_ui: str) -> dict:
+    """`lakehouse serve` on the cluster profile, reading the catalog as a role that may only read: a dashboard
+    query's answer through PyHive, and the tasks the endpoint's application ran on each worker."""
+    import psycopg2
+    from pyhive import hive
+
+    with psycopg2.connect(pg.dsn) as db, db.cursor() as cur:
+        cur.execute("CREATE ROLE lakehouse_reader LOGIN")  # the role docs/sql-endpoint.md gives the endpoint
+        cur.execute("GRANT SELECT ON iceberg_tables, iceberg_namespace_properties TO lakehouse_reader")
+    port = free_port()
+    before = set(event_logs.iterdir())
+    log = event_logs.parent / "serve.log"
+    serve_env = {**env, "LAKEHOUSE_SERVE_PORT": str(port),
+                 "LAKEHOUSE_SERVE_CATALOG_URI": f"postgresql://lakehouse_reader@127.0.0.1:{pg.port}/lakehouse"}
+    print(f"$ lakehouse serve (port {port})", flush=True)
+    with open(log, "w") as out:
+        server = subprocess.Popen([str(BIN / "lakehouse"), "serve"], env=serve_env, stdout=out,
+                                  stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while "SQL endpoint (read-only) on" not in log.read_text():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the SQL endpoint did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        cursor = hive.connect(host="127.0.0.1", port=port, database="lake").cursor()
+        cursor.execute(DASHBOARD_QUERY)
+        answer = {kind: n for kind, n in cursor.fetchall()}
+        cursor.close()
+        # Its tasks are in its event log once their stage completed (Spark flushes the log then).
+        tasks = tasks_by_worker([p for p in event_logs.iterdir() if p not in before], master_json(master_ui))
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+    return {"query": DASHBOARD_QUERY, "answer": answer, "tasks_by_worker": tasks}
+
+
+def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int,
+                workers: int) -> tuple[dict, dict, dict, dict]:
+    """The pipeline on the cluster profile: its row counts, its settings, the tasks each worker ran, and the
+    SQL endpoint's answer on the cluster."""
     with SeaweedS3.with_free_ports(home / "s3", buckets=("raw", "lake")) as s3, \
             ThrowawayPostgres(home / "pg", database="lakehouse") as pg, \
             SparkCluster(home / "spark", workers=workers, cores=1, memory="2g") as cluster:
@@ -110,7 +155,8 @@ def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int, work
         print(f"Spark {cluster.master_url} ({workers} workers), S3 {s3.endpoint_url}, PostgreSQL port {pg.port}",
               flush=True)
         rows, settings = pipeline(env, start, days, events_per_day)
-        return rows, settings, tasks_by_worker(event_logs, master_json(cluster.master_ui))
+        tasks = tasks_by_worker(list(event_logs.iterdir()), master_json(cluster.master_ui))
+        return rows, settings, tasks, endpoint_run(env, pg, event_logs, cluster.master_ui)
 
 
 def local_run(home: Path, start: dt.date, days: int, events_per_day: int) -> tuple[dict, dict]:
@@ -133,20 +179,23 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(args.home).resolve()
     shutil.rmtree(home, ignore_errors=True)  # a demo of its own: fresh servers, catalog and lake each time
     start = dt.date.fromisoformat(args.start)
-    on_cluster, cluster_settings, tasks = cluster_run(home / "cluster", start, args.days, args.events_per_day,
-                                                      args.workers)
+    on_cluster, cluster_settings, tasks, served = cluster_run(home / "cluster", start, args.days,
+                                                              args.events_per_day, args.workers)
     local, local_settings = local_run(home / "local", start, args.days, args.events_per_day)
     tables = sorted(set(on_cluster) | set(local))
     same = all(on_cluster.get(t) == local.get(t) for t in tables)
     if args.json:
         print(json.dumps({"cluster": on_cluster, "local": local, "same": same, "tasks_by_worker": tasks,
-                          "settings": {"cluster": cluster_settings, "local": local_settings}}))
+                          "endpoint": served, "settings": {"cluster": cluster_settings, "local": local_settings}}))
     else:
         print(f"\n{'table':40s} {'cluster':>10s} {'local':>10s}")
         for t in tables:
             mark = "" if on_cluster.get(t) == local.get(t) else "  <- differs"
             print(f"{t:40s} {on_cluster.get(t, '-')!s:>10s} {local.get(t, '-')!s:>10s}{mark}")
         print("\ntasks run on the cluster: " + ", ".join(f"{w}: {n}" for w, n in sorted(tasks.items())))
+        print(f"the SQL endpoint on the cluster: {served['query']}\n  " + ", ".join(
+            f"{k}: {v}" for k, v in served["answer"].items()) + "\n  its tasks: " + ", ".join(
+            f"{w}: {n}" for w, n in sorted(served["tasks_by_worker"].items())))
         print("same rows in every table" if same else "THE PROFILES DIFFER")
     return 0 if same else 1
 

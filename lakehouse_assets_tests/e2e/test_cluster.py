@@ -39,3 +39,9 @@ def test_the_cluster_profile_gives_the_local_rows_and_runs_on_both_workers(tmp_p
     workers = {w: n for w, n in tasks.items() if w.startswith("worker-")}
     assert len(workers) == 2 and all(n > 0 for n in workers.values()), tasks
     assert set(tasks) == set(workers), f"tasks ran outside the workers: {tasks}"
+
+    # The SQL endpoint on the cluster profile answers a dashboard's query with the cluster's executors.
+    served = outcome["endpoint"]
+    assert sum(served["answer"].values()) == cluster["lake.silver_events"] and len(served["answer"]) > 1, served
+    endpoint_tasks = served["tasks_by_worker"]
+    assert endpoint_tasks and all(w.startswith("worker-") for w in endpoint_tasks), endpoint_tasks
