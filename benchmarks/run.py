@@ -42,6 +42,7 @@ from . import (
     serve,
     sql_reader,
     stream_capacity,
+    stream_cold,
     stream_history,
     time_travel,
 )
@@ -116,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             # Its own stream process: events land at 1,000 to 50,000/s (times the scale), a minute at each rate.
             ("stream_capacity", stream_capacity,
              lambda: stream_capacity.run(rates=tuple(int(r * max(1.0, scale)) for r in stream_capacity.RATES))),
+            # Its own stream process, started on a fresh lakehouse as files begin to land.
+            ("stream_cold", stream_cold, lambda: stream_cold.run(rate=int(stream_cold.RATE * max(1.0, scale)))),
         ]
         unknown = only - {name for name, _, _ in benchmarks}
         if unknown:
