@@ -105,7 +105,9 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
         system.setProperty("lakehouse.serve.password.file", str(users))
     if settings.serve_query_timeout:
         jvm.lakehouse.QueryTimeout.install(spark.sparkContext._jsc.sc(), settings.serve_query_timeout)
-    jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(spark._jsparkSession.sqlContext())
+    server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
+        spark._jsparkSession.sqlContext())
+    jvm.lakehouse.CatalogMetadata.install(server)  # JDBC's table tree from the lakehouse's catalog
     deadline = time.monotonic() + 120
     while not answers(endpoint, timeout_s=1):
         if time.monotonic() > deadline:

@@ -90,7 +90,7 @@ QUERIES = [
 ]
 
 
-def test_pyhive_sqlalchemy_and_beeline_get_the_answers_lakehouse_sql_gives(served):
+def test_pyhive_sqlalchemy_and_beeline_get_the_answers_lakehouse_sql_gives(served, tmp_path):
     settings = served["settings"]
     engine = sqlalchemy.create_engine(f"hive://127.0.0.1:{served['port']}/{settings.namespace}")
     for sql in QUERIES:
@@ -116,6 +116,21 @@ def test_pyhive_sqlalchemy_and_beeline_get_the_answers_lakehouse_sql_gives(serve
     assert inspector.get_indexes("events") == [{"name": "partition", "column_names": ["ts"], "unique": False}]
     assert _rows(served, "DESCRIBE events")[-3:] == [
         ("# Partition Information", "", ""), ("# col_name", "data_type", "comment"), ("ts", "timestamp", "days(ts)")]
+    # A JDBC driver's own metadata calls (DBeaver's and Tableau's table tree, beeline's !tables and !columns) list
+    # the lakehouse's catalog too, without the raw tables (Spark's Thrift server lists only its session catalog).
+    script = tmp_path / "metadata.beeline"
+    script.write_text("!tables\n!columns events\n")
+    done = subprocess.run([str(BEELINE), "-u", f"jdbc:hive2://127.0.0.1:{served['port']}/{settings.namespace}",
+                           "--silent=true", "--showHeader=false", "--outputformat=tsv2", "-f", str(script)],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # (In silent mode beeline writes "null" for each command, without a line break.)
+    rows = [re.sub(r"^(null)+", "", line).split("\t") for line in done.stdout.splitlines()]
+    assert sorted((r[1], r[2], r[3]) for r in rows if len(r) == 10) == [
+        (settings.namespace, "events", "TABLE"), (settings.namespace, "users", "TABLE")], done.stdout
+    assert [(r[3], r[5], r[16]) for r in rows if len(r) == 23] == [
+        ("event_id", "BIGINT", "1"), ("ts", "TIMESTAMP", "2"), ("user_id", "BIGINT", "3"), ("kind", "STRING", "4"),
+        ("amount", "DECIMAL(10,2)", "5")], done.stdout
 
 
 def test_time_travel_by_snapshot_id_and_by_time(served):

@@ -1,0 +1,329 @@
+package lakehouse;
+
+import java.lang.reflect.Field;
+import java.sql.Types;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.regex.Pattern;
+
+import org.apache.hive.service.Service;
+import org.apache.hive.service.cli.CLIService;
+import org.apache.hive.service.cli.HiveSQLException;
+import org.apache.hive.service.cli.OperationState;
+import org.apache.hive.service.cli.operation.GetColumnsOperation;
+import org.apache.hive.service.cli.operation.GetSchemasOperation;
+import org.apache.hive.service.cli.operation.GetTablesOperation;
+import org.apache.hive.service.cli.operation.MetadataOperation;
+import org.apache.hive.service.cli.operation.Operation;
+import org.apache.hive.service.cli.operation.OperationManager;
+import org.apache.hive.service.cli.session.HiveSession;
+import org.apache.hive.service.cli.session.SessionManager;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SQLContext;
+import org.apache.spark.sql.hive.thriftserver.HiveThriftServer2;
+import org.apache.spark.sql.hive.thriftserver.SparkSQLSessionManager;
+import org.apache.spark.sql.hive.thriftserver.server.SparkSQLOperationManager;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.StructField;
+
+/**
+ * The SQL endpoint's answers to a JDBC or ODBC driver's metadata calls (getSchemas, getTables, getColumns: the
+ * table tree of DBeaver, Tableau or beeline's !tables), from the lakehouse's catalog. Spark's Thrift server answers
+ * them from Spark's built-in session catalog only, which holds none of the lakehouse's tables. The namespaces and
+ * tables come from SHOW NAMESPACES and SHOW TABLES in the client's own session, so the read-only extension's rules
+ * apply: raw tables a reader may not read are not listed. Everything else is Spark's operation manager's.
+ */
+public final class CatalogMetadata extends SparkSQLOperationManager {
+
+    /** Put this in place of the started Thrift server's operation manager (before any client has connected). */
+    public static void install(HiveThriftServer2 server) throws ReflectiveOperationException {
+        CLIService cli = null;
+        for (Service service : server.getServices()) {
+            if (service instanceof CLIService) {
+                cli = (CLIService) service;
+            }
+        }
+        if (cli == null) {
+            throw new IllegalStateException("the Thrift server has no CLI service");
+        }
+        SessionManager sessions = cli.getSessionManager();
+        CatalogMetadata manager = new CatalogMetadata();
+        // Spark's manager reads Hive's map of operations from its superclass's field when it is made, which for a
+        // subclass is its own (still empty) field: hand it Hive's map.
+        Field operations = OperationManager.class.getDeclaredField("handleToOperation");
+        operations.setAccessible(true);
+        replace(SparkSQLOperationManager.class, manager, "handleToOperation", operations.get(manager));
+        manager.init(sessions.getHiveConf());
+        manager.start();
+        replace(SessionManager.class, sessions, "operationManager", manager);
+        replace(SparkSQLSessionManager.class, sessions, "sparkSqlOperationManager", manager);
+    }
+
+    private static void replace(Class<?> owner, Object target, String name, Object value)
+            throws ReflectiveOperationException {
+        Field field = owner.getDeclaredField(name);
+        field.setAccessible(true);
+        field.set(target, value);
+    }
+
+    private SQLContext context(HiveSession session) {
+        SQLContext context = sessionToContexts().get(session.getSessionHandle());
+        if (context == null) {
+            throw new IllegalStateException("no Spark session for " + session.getSessionHandle());
+        }
+        return context;
+    }
+
+    private <T extends Operation> T register(T operation) {
+        handleToOperation().put(operation.getHandle(), operation);
+        return operation;
+    }
+
+    @Override
+    public synchronized GetSchemasOperation newGetSchemasOperation(HiveSession session, String catalog,
+                                                                   String schema) {
+        return register(new Schemas(session, context(session), schema));
+    }
+
+    @Override
+    public synchronized MetadataOperation newGetTablesOperation(HiveSession session, String catalog, String schema,
+                                                                String table, List<String> types) {
+        return register(new Tables(session, context(session), schema, table, types));
+    }
+
+    @Override
+    public synchronized GetColumnsOperation newGetColumnsOperation(HiveSession session, String catalog,
+                                                                   String schema, String table, String column) {
+        return register(new Columns(session, context(session), schema, table, column));
+    }
+
+    /** A JDBC search pattern (% any run, _ any one character, \ escapes) as a regular expression; null: all. */
+    static Pattern pattern(String jdbc) {
+        if (jdbc == null || jdbc.isEmpty() || jdbc.equals("*")) {
+            return Pattern.compile(".*");
+        }
+        StringBuilder regex = new StringBuilder();
+        for (int i = 0; i < jdbc.length(); i++) {
+            char c = jdbc.charAt(i);
+            if (c == '\\' && i + 1 < jdbc.length()) {
+                regex.append(Pattern.quote(String.valueOf(jdbc.charAt(++i))));
+            } else if (c == '%' || c == '*') {
+                regex.append(".*");
+            } else if (c == '_') {
+                regex.append('.');
+            } else {
+                regex.append(Pattern.quote(String.valueOf(c)));
+            }
+        }
+        return Pattern.compile(regex.toString(), Pattern.CASE_INSENSITIVE);
+    }
+
+    static String quoted(String name) {
+        return "`" + name.replace("`", "``") + "`";
+    }
+
+    static List<String> namespaces(SQLContext context, String schemaPattern) {
+        Pattern wanted = pattern(schemaPattern);
+        List<String> out = new ArrayList<>();
+        for (Row row : context.sql("SHOW NAMESPACES").collectAsList()) {
+            String name = row.getString(0);
+            if (wanted.matcher(name).matches()) {
+                out.add(name);
+            }
+        }
+        return out;
+    }
+
+    static List<String> tables(SQLContext context, String namespace, String tablePattern) {
+        Pattern wanted = pattern(tablePattern);
+        List<String> out = new ArrayList<>();
+        // The endpoint's SHOW TABLES: the names alone, without the raw tables this reader may not read.
+        for (Row row : context.sql("SHOW TABLES IN " + quoted(namespace)).collectAsList()) {
+            String name = row.getString(0);
+            if (wanted.matcher(name).matches()) {
+                out.add(name);
+            }
+        }
+        return out;
+    }
+
+    static HiveSQLException failure(Exception e) {
+        return new HiveSQLException("listing the lakehouse's catalog failed: " + e.getMessage(), e);
+    }
+
+    static final class Schemas extends GetSchemasOperation {
+        private final SQLContext context;
+        private final String schema;
+
+        Schemas(HiveSession session, SQLContext context, String schema) {
+            super(session, null, schema);
+            this.context = context;
+            this.schema = schema;
+        }
+
+        @Override
+        public void runInternal() throws HiveSQLException {
+            setState(OperationState.RUNNING);
+            try {
+                for (String namespace : namespaces(context, schema)) {
+                    rowSet.addRow(new Object[] {namespace, ""});
+                }
+                setState(OperationState.FINISHED);
+            } catch (Exception e) {
+                setState(OperationState.ERROR);
+                throw failure(e);
+            }
+        }
+    }
+
+    static final class Tables extends GetTablesOperation {
+        private final SQLContext context;
+        private final String schema;
+        private final String table;
+        private final List<String> types;
+
+        Tables(HiveSession session, SQLContext context, String schema, String table, List<String> types) {
+            super(session, null, schema, table, types);
+            this.context = context;
+            this.schema = schema;
+            this.table = table;
+            this.types = types;
+        }
+
+        @Override
+        public void runInternal() throws HiveSQLException {
+            setState(OperationState.RUNNING);
+            try {
+                boolean tablesWanted = types == null || types.isEmpty();
+                for (String type : types == null ? List.<String>of() : types) {
+                    tablesWanted |= type.toUpperCase(Locale.ROOT).equals("TABLE");
+                }
+                if (tablesWanted) {
+                    for (String namespace : namespaces(context, schema)) {
+                        for (String name : tables(context, namespace, table)) {
+                            rowSet.addRow(new Object[] {"", namespace, name, "TABLE", "", null, null, null, null,
+                                null});
+                        }
+                    }
+                }
+                setState(OperationState.FINISHED);
+            } catch (Exception e) {
+                setState(OperationState.ERROR);
+                throw failure(e);
+            }
+        }
+    }
+
+    static final class Columns extends GetColumnsOperation {
+        private final SQLContext context;
+        private final String schema;
+        private final String table;
+        private final String column;
+
+        Columns(HiveSession session, SQLContext context, String schema, String table, String column) {
+            super(session, null, schema, table, column);
+            this.context = context;
+            this.schema = schema;
+            this.table = table;
+            this.column = column;
+        }
+
+        @Override
+        public void runInternal() throws HiveSQLException {
+            setState(OperationState.RUNNING);
+            try {
+                Pattern wanted = pattern(column);
+                for (String namespace : namespaces(context, schema)) {
+                    for (String name : tables(context, namespace, table)) {
+                        StructField[] fields = context.table(quoted(namespace) + "." + quoted(name)).schema().fields();
+                        for (int i = 0; i < fields.length; i++) {
+                            if (wanted.matcher(fields[i].name()).matches()) {
+                                rowSet.addRow(row(namespace, name, fields[i], i + 1));
+                            }
+                        }
+                    }
+                }
+                setState(OperationState.FINISHED);
+            } catch (Exception e) {
+                setState(OperationState.ERROR);
+                throw failure(e);
+            }
+        }
+
+        private static Object[] row(String namespace, String table, StructField field, int position) {
+            DataType type = field.dataType();
+            String comment = field.getComment().isDefined() ? field.getComment().get() : "";
+            return new Object[] {null, namespace, table, field.name(), sqlType(type), type.sql(), size(type), null,
+                digits(type), radix(type), field.nullable() ? 1 : 0, comment, null, null, null, null, position,
+                field.nullable() ? "YES" : "NO", null, null, null, null, "NO"};
+        }
+
+        static int sqlType(DataType type) {
+            switch (type.typeName()) {
+                case "boolean": return Types.BOOLEAN;
+                case "byte": return Types.TINYINT;
+                case "short": return Types.SMALLINT;
+                case "integer": return Types.INTEGER;
+                case "long": return Types.BIGINT;
+                case "float": return Types.FLOAT;
+                case "double": return Types.DOUBLE;
+                case "string": return Types.VARCHAR;
+                case "binary": return Types.BINARY;
+                case "date": return Types.DATE;
+                case "timestamp":
+                case "timestamp_ntz": return Types.TIMESTAMP;
+                case "array": return Types.ARRAY;
+                case "map": return Types.JAVA_OBJECT;
+                case "struct": return Types.STRUCT;
+                default: return type instanceof DecimalType ? Types.DECIMAL : Types.OTHER;
+            }
+        }
+
+        static Integer size(DataType type) {
+            if (type instanceof DecimalType) {
+                return ((DecimalType) type).precision();
+            }
+            switch (type.typeName()) {
+                case "byte": return 3;
+                case "short": return 5;
+                case "integer": return 10;
+                case "long": return 19;
+                case "float": return 7;
+                case "double": return 15;
+                case "date": return 10;
+                case "timestamp":
+                case "timestamp_ntz": return 29;
+                default: return null;
+            }
+        }
+
+        static Integer digits(DataType type) {
+            if (type instanceof DecimalType) {
+                return ((DecimalType) type).scale();
+            }
+            switch (type.typeName()) {
+                case "byte":
+                case "short":
+                case "integer":
+                case "long": return 0;
+                case "timestamp":
+                case "timestamp_ntz": return 6;
+                default: return null;
+            }
+        }
+
+        static Integer radix(DataType type) {
+            switch (type.typeName()) {
+                case "byte":
+                case "short":
+                case "integer":
+                case "long":
+                case "float":
+                case "double": return 10;
+                default: return type instanceof DecimalType ? 10 : null;
+            }
+        }
+    }
+}
