@@ -55,6 +55,22 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def stream_batches(stream: subprocess.Popen, home: Path, landed: int, timeout: float) -> list[dict]:
+    """The batches `lakehouse stream --json` reported once it ended, after checking that every one of the `landed`
+    events is in bronze and counted in gold_minute_activity (a run that lost any does not count)."""
+    out, _ = stream.communicate(timeout=timeout)
+    if stream.returncode != 0:
+        raise RuntimeError(f"lakehouse stream exited {stream.returncode}: see {home / 'stream.log'}")
+    settings = Settings.from_env(home=home, project=str(SHOP), namespace="lake")
+    catalog = catalog_for(settings)
+    bronze = catalog.load_table((settings.namespace, "bronze_events")).scan().count()
+    gold_events = sum(catalog.load_table((settings.namespace, "gold_minute_activity")).scan(
+        selected_fields=("events",)).to_arrow().column("events").to_pylist())
+    if bronze != landed or gold_events != landed:
+        raise AssertionError(f"landed {landed} events; bronze holds {bronze}, gold counts {gold_events}")
+    return json.loads(out)
+
+
 def run(rates: tuple[int, ...] = RATES, step: float = 60, interval: float = 2.0, trigger: float = 1.0,
         warmup: float = 30) -> dict:
     with tempfile.TemporaryDirectory(prefix="lakehouse-capacity-") as tmp:
@@ -94,18 +110,7 @@ def run(rates: tuple[int, ...] = RATES, step: float = 60, interval: float = 2.0,
             producer_late[rate] = round(late, 1)
             if rate == WARMUP and seconds:
                 time.sleep(interval * 5)  # the warm-up's last batches end before the first step begins
-        out, _ = stream.communicate(timeout=3600)
-        if stream.returncode != 0:
-            raise RuntimeError(f"lakehouse stream exited {stream.returncode}: see {home / 'stream.log'}")
-        batches = json.loads(out)
-
-        settings = Settings.from_env(home=home, project=str(SHOP), namespace="lake")
-        catalog = catalog_for(settings)
-        bronze = catalog.load_table((settings.namespace, "bronze_events")).scan().count()
-        gold_events = sum(catalog.load_table((settings.namespace, "gold_minute_activity")).scan(
-            selected_fields=("events",)).to_arrow().column("events").to_pylist())
-        if bronze != landed or gold_events != landed:
-            raise AssertionError(f"landed {landed} events; bronze holds {bronze}, gold counts {gold_events}")
+        batches = stream_batches(stream, home, landed, timeout=3600)
 
     by_rate: dict[int, list[tuple[float, float]]] = {r: [] for r in (WARMUP, *rates)}  # (landed, lag) per file
     for b in batches:

@@ -25,10 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lakehouse_assets.runtime.catalog import catalog_for
-from lakehouse_assets.settings import Settings
-
-from .stream_capacity import SHOP, _lines, _pct
+from .stream_capacity import SHOP, _lines, _pct, stream_batches
 
 RATE, INTERVAL, SECONDS = 5_000, 2.0, 150
 WINDOW = 10  # seconds of landing time per window of the lag's course
@@ -62,17 +59,7 @@ def run(rate: int = RATE, seconds: float = SECONDS, interval: float = INTERVAL, 
             part.write_text(_lines(per_file, landed, dt.datetime.now(dt.timezone.utc), rng))
             part.rename(folder / name)
             landed, n = landed + per_file, n + 1
-        out, _ = stream.communicate(timeout=1800)
-        if stream.returncode != 0:
-            raise RuntimeError(f"lakehouse stream exited {stream.returncode}: see {home / 'stream.log'}")
-        batches = json.loads(out)
-        settings = Settings.from_env(home=home, project=str(SHOP), namespace="lake")
-        catalog = catalog_for(settings)
-        bronze = catalog.load_table((settings.namespace, "bronze_events")).scan().count()
-        gold_events = sum(catalog.load_table((settings.namespace, "gold_minute_activity")).scan(
-            selected_fields=("events",)).to_arrow().column("events").to_pylist())
-        if bronze != landed or gold_events != landed:
-            raise AssertionError(f"landed {landed} events; bronze holds {bronze}, gold counts {gold_events}")
+        batches = stream_batches(stream, home, landed, timeout=1800)
 
     files = sorted((t, dt.datetime.fromisoformat(b["visible_at"]).timestamp() - t)
                    for b in batches for t in b["landed_at"])
