@@ -31,7 +31,7 @@ from lakehouse_assets.duckdb_sql import query as duckdb_query
 from lakehouse_assets.settings import Settings
 from lakehouse_services.process import free_port
 
-from .stream_capacity import SHOP, _lines
+from .stream_capacity import SHOP, land_file
 
 MINUTES = "bench_minute_activity"
 EVENTS = "bench_serve_events"
@@ -148,9 +148,7 @@ def _stream_beside(home: Path, rate: int = STREAM_RATE, interval: float = 2.0, w
     def produce() -> None:
         rng, n, landed = random.Random(17), 0, 0
         while not stop.wait(interval):
-            part = folder / f".f{n:05d}.jsonl.part"
-            part.write_text(_lines(int(rate * interval), landed, dt.datetime.now(dt.timezone.utc), rng))
-            part.rename(folder / f"f{n:05d}.jsonl")
+            land_file(folder, n, int(rate * interval), landed, rng)
             n, landed = n + 1, landed + int(rate * interval)
 
     with open(home / "stream.log", "w") as log:

@@ -50,6 +50,14 @@ def _lines(n: int, first: int, now: dt.datetime, rng: random.Random) -> str:
     return "\n".join(out) + "\n"
 
 
+def land_file(folder: Path, n: int, events: int, first: int, rng: random.Random) -> None:
+    """Land file number `n` today: `events` events numbered from `first`, written whole, then renamed, as an
+    uploader would."""
+    part = folder / f".f{n:05d}.jsonl.part"
+    part.write_text(_lines(events, first, dt.datetime.now(dt.timezone.utc), rng))
+    part.rename(folder / f"f{n:05d}.jsonl")
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -101,10 +109,7 @@ def run(rates: tuple[int, ...] = RATES, step: float = 60, interval: float = 2.0,
                 due = started + k * interval
                 late = max(late, time.monotonic() - due)
                 time.sleep(max(0.0, due - time.monotonic()))
-                name = f"f{n:05d}.jsonl"
-                part = folder / f".{name}.part"
-                part.write_text(_lines(per_file, landed, dt.datetime.now(dt.timezone.utc), rng))
-                part.rename(folder / name)
+                land_file(folder, n, per_file, landed, rng)
                 landed += per_file
                 n, k = n + 1, k + 1
             producer_late[rate] = round(late, 1)

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .stream_capacity import SHOP, _lines, _pct, stream_batches
+from .stream_capacity import SHOP, _pct, land_file, stream_batches
 
 RATE, INTERVAL, SECONDS = 5_000, 2.0, 150
 WINDOW = 10  # seconds of landing time per window of the lag's course
@@ -54,10 +54,7 @@ def run(rate: int = RATE, seconds: float = SECONDS, interval: float = INTERVAL, 
             due = clock + n * interval
             late = max(late, time.monotonic() - due)
             time.sleep(max(0.0, due - time.monotonic()))
-            name = f"f{n:05d}.jsonl"
-            part = folder / f".{name}.part"
-            part.write_text(_lines(per_file, landed, dt.datetime.now(dt.timezone.utc), rng))
-            part.rename(folder / name)
+            land_file(folder, n, per_file, landed, rng)
             landed, n = landed + per_file, n + 1
         batches = stream_batches(stream, home, landed, timeout=1800)
 
