@@ -3,8 +3,10 @@
 A minute-activity table as gold keeps it (30 days x 1,440 minutes x 3 event types, partitioned by day) and a
 large events table. `lakehouse serve` runs in a process of its own on the bench lakehouse (local[*], as
 deployed on one machine). Eight PyHive clients, each its own connection, run the dashboard's queries in turn
-for the duration, once with the endpoint alone and once while `lakehouse stream` takes events landing today
-on the same two cores; every query's latency is kept, p50 and p95 per query. Beside them, the same queries through
+for the duration: with the endpoint's result cache off; with it on, alone; and with it on while `lakehouse
+stream` takes events landing today on the same two cores and the dashboards' table takes a commit every few
+seconds (each leaves every cached answer stale); every query's latency is kept, p50 and p95 per query, and the
+endpoint's log says which answers came from the cache. Beside them, the same queries through
 `lakehouse sql` (DuckDB's reader, one process, one after the other), and a full scan of the events table
 through the endpoint against the benchmark's own Spark session (plain Spark on the same table).
 """
@@ -15,6 +17,7 @@ import contextlib
 import datetime as dt
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -24,10 +27,12 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse_assets.duckdb_sql import query as duckdb_query
+from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.settings import Settings
 from lakehouse_services.process import free_port
 
@@ -45,6 +50,8 @@ QUERIES = {
                       "GROUP BY CAST(minute AS DATE) ORDER BY day",
 }
 STREAM_RATE = 1_000  # events/s the stream takes while the dashboards run
+COMMIT_EVERY = 5.0  # s between two commits to the dashboards' table while the stream runs
+CACHE_ROWS = 10_000  # the endpoint's result cache (its default)
 SCAN = f"SELECT count(*) AS n, sum(value) AS total, count(DISTINCT user_id) AS users FROM {EVENTS}"
 
 
@@ -67,10 +74,10 @@ def _prepare(spark: SparkSession, catalog: str, namespace: str, events: int) -> 
      .writeTo(table).using("iceberg").create())
 
 
-def _start(settings: Settings, port: int, log: Path) -> subprocess.Popen:
+def _start(settings: Settings, port: int, log: Path, cache_rows: int) -> subprocess.Popen:
     env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": settings.namespace,
            "LAKEHOUSE_SERVE_PORT": str(port), "LAKEHOUSE_SPARK_MASTER": settings.spark_master,
-           "LAKEHOUSE_DRIVER_MEMORY": "2g"}
+           "LAKEHOUSE_DRIVER_MEMORY": "2g", "LAKEHOUSE_SERVE_RESULT_CACHE_ROWS": str(cache_rows)}
     out = open(log, "w")
     server = subprocess.Popen([str(Path(sys.executable).with_name("lakehouse")), "serve"], env=env, stdout=out,
                               stderr=subprocess.STDOUT)
@@ -80,6 +87,43 @@ def _start(settings: Settings, port: int, log: Path) -> subprocess.Popen:
             raise RuntimeError(f"the endpoint did not start:\n{log.read_text()[-3000:]}")
         time.sleep(0.5)
     return server
+
+
+def _cache_said(log: Path) -> dict[str, list[int]]:
+    """The endpoint's time on each statement its result cache answered (hit, shared: waited for another client's
+    computation) and computed (miss) so far, in ms, as its log says."""
+    said = re.findall(r"result cache (\w+) \((\d+) ms\): ", log.read_text())
+    return {how: [int(ms) for kind, ms in said if kind == how] for how in ("hit", "shared", "miss")}
+
+
+def _since(before: dict[str, list[int]], now: dict[str, list[int]]) -> dict[str, list[int]]:
+    return {how: now[how][len(before[how]):] for how in now}
+
+
+@contextlib.contextmanager
+def _commits(settings: Settings, every: float = COMMIT_EVERY):
+    """Gold's commits as the stream makes them: the minute after the table's last one appended every `every` s
+    (a snapshot of its own each time), while the block runs; yields the list of commit times."""
+    table = catalog_for(settings).load_table((settings.namespace, MINUTES))
+    last = max(table.scan(selected_fields=("minute",)).to_arrow()["minute"].to_pylist())
+    stop, done = threading.Event(), []
+
+    def commit() -> None:
+        minute = last
+        while not stop.wait(every):
+            minute += dt.timedelta(minutes=1)
+            rows = [{"minute": minute, "event_type": kind, "events": 7, "users": 3}
+                    for kind in ("page_view", "add_to_cart", "purchase")]
+            table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
+            done.append(time.monotonic())
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _client_loop(port: int, namespace: str, until: float, latencies: dict[str, list[float]],
@@ -168,39 +212,70 @@ def _stream_beside(home: Path, rate: int = STREAM_RATE, interval: float = 2.0, w
         stream.wait(timeout=120)
 
 
-def run(spark: SparkSession, settings: Settings, events: int, clients: int = 8, seconds: int = 90) -> dict:
-    _prepare(spark, settings.catalog_name, settings.namespace, events)
-    port = free_port()
-    log = settings.home / "bench-serve.log"
-    server = _start(settings, port, log)
-    try:
-        from pyhive import hive
+def _phase(latencies: dict[str, list[float]], seconds: float, said: dict[str, list[int]]) -> dict:
+    return {"queries": {name: {"n": len(v), "p50": _p(v, 0.5), "p95": _p(v, 0.95)} for name, v in latencies.items()},
+            "per_s": sum(len(v) for v in latencies.values()) / seconds,
+            "cache": {how: {"n": len(ms), "p50_ms": _p(ms, 0.5), "p95_ms": _p(ms, 0.95)} for how, ms in said.items()}}
 
+
+def _compare(cursor, settings: Settings) -> None:
+    """Each query once, its answer compared with lakehouse sql's (the endpoint's warm-up)."""
+    for name, sql in QUERIES.items():
+        cursor.execute(sql)
+        answer = [tuple(r) for r in cursor.fetchall()]
+        expected = [tuple(r.values()) for r in duckdb_query(settings, sql).to_pylist()]
+        if _plain(answer) != _plain(expected):
+            raise AssertionError(f"{name}: the endpoint and lakehouse sql differ: {answer[:2]} vs {expected[:2]}")
+
+
+def run(spark: SparkSession, settings: Settings, events: int, clients: int = 8, seconds: int = 90) -> dict:
+    from pyhive import hive
+
+    _prepare(spark, settings.catalog_name, settings.namespace, events)
+    phases, errors = {}, []
+    # The endpoint without its result cache: every query computed, the dashboards alone.
+    port, log = free_port(), settings.home / "bench-serve-uncached.log"
+    server = _start(settings, port, log, cache_rows=0)
+    try:
         cursor = hive.connect(host="127.0.0.1", port=port, database=settings.namespace).cursor()
-        answers = {}
-        for name, sql in QUERIES.items():  # warm: each query once, its answer compared with lakehouse sql's
-            cursor.execute(sql)
-            answers[name] = [tuple(r) for r in cursor.fetchall()]
-            expected = [tuple(r.values()) for r in duckdb_query(settings, sql).to_pylist()]
-            if _plain(answers[name]) != _plain(expected):
-                raise AssertionError(f"{name}: the endpoint and lakehouse sql differ: {answers[name][:2]} "
-                                     f"vs {expected[:2]}")
-        latencies, errors = _dashboards(port, settings.namespace, clients, seconds)
+        _compare(cursor, settings)
+        latencies, failed = _dashboards(port, settings.namespace, clients, seconds)
+        phases["uncached"], errors = _phase(latencies, seconds, _cache_said(log)), errors + failed
+        scan_endpoint = []  # the full scan computed each time, as an analyst's ad-hoc query is
+        for _ in range(3):
+            started = time.perf_counter()
+            cursor.execute(SCAN)
+            cursor.fetchall()
+            scan_endpoint.append(time.perf_counter() - started)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    # As deployed: the cache on; the dashboards alone, then while the stream runs and the table takes commits.
+    port, log = free_port(), settings.home / "bench-serve.log"
+    server = _start(settings, port, log, cache_rows=CACHE_ROWS)
+    try:
+        cursor = hive.connect(host="127.0.0.1", port=port, database=settings.namespace).cursor()
+        _compare(cursor, settings)
+        before = _cache_said(log)
+        latencies, failed = _dashboards(port, settings.namespace, clients, seconds)
+        said = _cache_said(log)
+        phases["alone"] = _phase(latencies, seconds, _since(before, said))
+        errors += failed
         with tempfile.TemporaryDirectory(prefix="lakehouse-serve-stream-") as stream_home, \
-                _stream_beside(Path(stream_home)):
-            streaming, streaming_errors = _dashboards(port, settings.namespace, clients, seconds)
+                _stream_beside(Path(stream_home)), _commits(settings) as commits:
+            before = _cache_said(log)
+            latencies, failed = _dashboards(port, settings.namespace, clients, seconds)
+            said = _cache_said(log)
+        phases["with_stream"] = _phase(latencies, seconds, _since(before, said))
+        phases["with_stream"]["commits"] = len(commits)
+        errors += failed
+        _compare(cursor, settings)  # after the commits: still the answers lakehouse sql gives
         duck: dict[str, list[float]] = {name: [] for name in QUERIES}
         for _ in range(5):
             for name, sql in QUERIES.items():
                 started = time.perf_counter()
                 duckdb_query(settings, sql)
                 duck[name].append(time.perf_counter() - started)
-        scan_endpoint = []
-        for _ in range(3):
-            started = time.perf_counter()
-            cursor.execute(SCAN)
-            cursor.fetchall()
-            scan_endpoint.append(time.perf_counter() - started)
         scan_spark = []
         for _ in range(3):
             started = time.perf_counter()
@@ -210,14 +285,12 @@ def run(spark: SparkSession, settings: Settings, events: int, clients: int = 8, 
         server.terminate()
         server.wait(timeout=60)
     return {
-        "params": {"clients": clients, "seconds": seconds, "events": events, "minute_rows": 30 * 1440 * 3},
-        "endpoint": {name: {"n": len(v), "p50": _p(v, 0.5), "p95": _p(v, 0.95)} for name, v in latencies.items()},
-        "with_stream": {name: {"n": len(v), "p50": _p(v, 0.5), "p95": _p(v, 0.95)} for name, v in streaming.items()},
+        "params": {"clients": clients, "seconds": seconds, "events": events, "minute_rows": 30 * 1440 * 3,
+                   "commit_every": COMMIT_EVERY, "cache_rows": CACHE_ROWS},
+        **phases,
         "stream_rate": STREAM_RATE,
         "lakehouse_sql": {name: {"p50": _p(v, 0.5), "p95": _p(v, 0.95)} for name, v in duck.items()},
-        "queries_per_s": sum(len(v) for v in latencies.values()) / seconds,
-        "queries_per_s_with_stream": sum(len(v) for v in streaming.values()) / seconds,
-        "errors": (errors + streaming_errors)[:5], "error_count": len(errors) + len(streaming_errors),
+        "errors": errors[:5], "error_count": len(errors),
         "scan": {"endpoint_s": statistics.median(scan_endpoint), "spark_s": statistics.median(scan_spark),
                  "rows_per_s_endpoint": events / statistics.median(scan_endpoint),
                  "rows_per_s_spark": events / statistics.median(scan_spark)},
@@ -225,43 +298,65 @@ def run(spark: SparkSession, settings: Settings, events: int, clients: int = 8, 
 
 
 def markdown(results: dict) -> str:
-    p, e, d, s = results["params"], results["endpoint"], results["lakehouse_sql"], results["scan"]
-    w = results["with_stream"]
-    rows = [f"| {name} | {e[name]['n']:,} | {e[name]['p50'] * 1000:.0f} | {e[name]['p95'] * 1000:.0f} "
-            f"| {w[name]['n']:,} | {w[name]['p50'] * 1000:.0f} | {w[name]['p95'] * 1000:.0f} "
-            f"| {d[name]['p50'] * 1000:.0f} | {d[name]['p95'] * 1000:.0f} |" for name in e]
+    p, d, s = results["params"], results["lakehouse_sql"], results["scan"]
+    u, a, w = results["uncached"]["queries"], results["alone"]["queries"], results["with_stream"]["queries"]
+
+    def cells(phase: dict, name: str) -> str:
+        return f"{phase[name]['n']:,} | {phase[name]['p50'] * 1000:.0f} | {phase[name]['p95'] * 1000:.0f}"
+
+    def cached(phase: dict) -> str:
+        c = phase["cache"]
+        hit, shared, miss = c["hit"], c["shared"], c["miss"]
+        text = (f"{hit['n'] + shared['n']:,} of {hit['n'] + shared['n'] + miss['n']:,} answered from the cache, "
+                f"{miss['n']:,} computed")
+        if miss["n"]:
+            text += (f"; in the endpoint, a computed answer took p50 {miss['p50_ms']:.0f} ms, p95 "
+                     f"{miss['p95_ms']:.0f} ms, one from the cache p50 {hit['p50_ms']:.0f} ms, p95 "
+                     f"{hit['p95_ms']:.0f} ms")
+        if shared["n"]:
+            text += (f", and {shared['n']:,} clients asking while another computed the same answer waited for it "
+                     f"(p50 {shared['p50_ms']:.0f} ms, p95 {shared['p95_ms']:.0f} ms)")
+        return text
+
+    rows = [f"| {name} | {cells(results['uncached']['queries'], name)} | {cells(a, name)} | {cells(w, name)} "
+            f"| {d[name]['p50'] * 1000:.0f} | {d[name]['p95'] * 1000:.0f} |" for name in u]
+    ws = results["with_stream"]
     return "\n".join([
         f"### SQL endpoint: {p['clients']} dashboard clients at once for {p['seconds']} s (`lakehouse serve`), "
-        "alone and with the stream running",
+        "without and with its result cache, alone and with the stream running",
         "",
         f"A minute-activity table of {p['minute_rows']:,} rows (30 days, partitioned by day); each client its own "
-        f"connection, the dashboard's queries in turn: {p['seconds']} s with the endpoint alone, then {p['seconds']} s "
-        f"while `lakehouse stream` (its own process, on a lake of its own) takes {results['stream_rate']:,} events/s "
-        "landing today, warm for 30 s first. Beside them the same queries through `lakehouse sql` (DuckDB, one at "
-        "a time, 5 each).",
+        f"connection, the dashboard's queries in turn without pause, {p['seconds']} s each: the endpoint with its "
+        "result cache off; then with it on (as deployed, results up to "
+        f"{p['cache_rows']:,} rows), alone; then while `lakehouse stream` (its own process, on a lake of its own) "
+        f"takes {results['stream_rate']:,} events/s landing today, warm for 30 s first, and the dashboards' table "
+        f"takes a commit every {p['commit_every']:.0f} s (the next minute's rows, a new snapshot, as gold's "
+        f"commits by the stream: {ws['commits']} in the run), so every cached result goes stale and is computed "
+        "again. Beside them the same queries through `lakehouse sql` (DuckDB, one at a time, 5 each).",
         "",
-        "| query | alone: queries | p50, ms | p95, ms | with the stream: queries | p50, ms | p95, ms "
+        "| query | cache off, alone: queries | p50, ms | p95, ms | cache on, alone: queries | p50, ms | p95, ms "
+        "| cache on, with the stream and commits: queries | p50, ms | p95, ms "
         "| lakehouse sql p50, ms | lakehouse sql p95, ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
-        f"{results['queries_per_s']:.1f} queries/s answered alone, {results['queries_per_s_with_stream']:.1f} with "
-        f"the stream, {results['error_count']} errors. A full scan "
+        f"Queries answered per second: {results['uncached']['per_s']:.1f} with the cache off, "
+        f"{results['alone']['per_s']:.1f} with it on ({cached(results['alone'])}); {ws['per_s']:.1f} with the "
+        f"stream and commits ({cached(ws)}). {results['error_count']} errors. Every answer the endpoint gave "
+        "before and after the commits equals `lakehouse sql`'s. A full scan "
         f"of {p['events']:,} events (count, sum, distinct users): {s['endpoint_s']:.2f} s through the endpoint "
+        "(its cache off)"
         f"({s['rows_per_s_endpoint']:,.0f} rows/s), {s['spark_s']:.2f} s in plain Spark on the same table "
         f"({s['rows_per_s_spark']:,.0f} rows/s), {s['endpoint_s'] / s['spark_s']:.2f}x.",
         "",
         f"Goal: the dashboard's queries at p95 under 1 s while the stream runs: "
         f"**{'reached' if all(w[n]['p95'] < 1 for n in w) else 'not reached'}**. "
-        "With 8 clients the latency is the queue: at the rate above, each query waits for the others' (8 / rate). "
-        "Profiled (one client, then 8 with the JDK's flight recorder on the endpoint, 2026-11-27, not by this "
-        "benchmark): one client's queries take 150-260 ms; under load about two thirds of the endpoint's CPU goes "
-        "to the executors reading and aggregating the table's 30 day files (the first two queries compare against "
-        "`(SELECT max(minute) ...)`, which Spark cannot use to prune partitions, so each reads all 30 days twice) "
-        "and a quarter to the driver's planning, adaptive execution and Spark's closure cleaning of each job. "
-        "With the time bounds as literals, as a BI tool's time-range filter sends them, the first two queries read "
-        "one day's file: 10.9 queries/s, p95 0.70 and 0.76 s for them and 1.49 s for the 30 days' scan. Not built: "
-        "a result cache keyed by the tables' snapshot ids (exact, since a snapshot never changes), which a "
-        "dashboard's repeated queries would hit.",
+        "Without the cache the latency is the queue: at the rate above, each query waits for the others' "
+        "(8 / rate); profiled (the JDK's flight recorder on the endpoint, 2026-11-27, not by this benchmark), about "
+        "two thirds of its CPU goes to the executors reading the table's 30 day files (the first two queries "
+        "compare against `(SELECT max(minute) ...)`, which Spark cannot use to prune partitions) and a quarter to "
+        "the driver's planning and scheduling. With the cache a repeated query is analysed (the tables' current "
+        "metadata read from the catalog) and answered without a Spark job; after a commit the first client to ask "
+        "computes the new answer and those asking meanwhile wait for it.",
         "",
     ])

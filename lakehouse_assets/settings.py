@@ -111,6 +111,12 @@ def _seconds(name: str, value: str) -> int:
     return int(value)
 
 
+def _count(name: str, value: str) -> int:
+    if not value.strip().isdigit() or int(value) > 2**31 - 1:
+        raise ValueError(f"{name} must be a whole number of rows (0: none), not {value!r}")
+    return int(value)
+
+
 def _env(name: str, default: str) -> str:
     value = os.environ.get(name, "").strip()
     return value or default
@@ -145,6 +151,7 @@ ENV_SETTINGS = {
     "serve_port": ("LAKEHOUSE_SERVE_PORT", "10000"),
     "serve_catalog_uri": ("LAKEHOUSE_SERVE_CATALOG_URI", ""),
     "serve_query_timeout": ("LAKEHOUSE_SERVE_QUERY_TIMEOUT", "600"),
+    "serve_result_cache_rows": ("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", "10000"),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -288,6 +295,8 @@ class Settings:
     serve_catalog_uri: str = field(default="", repr=False)  # may hold a password
     # The endpoint's limit on a query's time, from its first Spark job until its last row is fetched (s; 0: none).
     serve_query_timeout: int = 600
+    # The most rows of a query result the endpoint keeps for the same query on the same snapshots (0: none kept).
+    serve_result_cache_rows: int = 10000
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -335,6 +344,7 @@ class Settings:
             "jvm_archive": parse_flag("LAKEHOUSE_JVM_ARCHIVE", raw["jvm_archive"]),
             "serve_port": _port("LAKEHOUSE_SERVE_PORT", raw["serve_port"]),
             "serve_query_timeout": _seconds("LAKEHOUSE_SERVE_QUERY_TIMEOUT", raw["serve_query_timeout"]),
+            "serve_result_cache_rows": _count("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", raw["serve_result_cache_rows"]),
         }
         values.update(overrides)
         return cls(profile=profile_name, **values)
@@ -363,6 +373,8 @@ class Settings:
             "serve": f"{self.serve_host}:{self.serve_port}",
             "serve_catalog": CatalogUri.parse(self.serve_catalog_uri).display if self.serve_catalog_uri else "",
             "serve_query_timeout": f"{self.serve_query_timeout} s" if self.serve_query_timeout else "none",
+            "serve_result_cache": (f"results of up to {self.serve_result_cache_rows:,} rows"
+                                   if self.serve_result_cache_rows else "off"),
         }
 
     @property

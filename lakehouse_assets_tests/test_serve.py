@@ -34,6 +34,7 @@ BEELINE = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]
 pytestmark = pytest.mark.slow  # an endpoint in a JVM of its own
 
 QUERY_TIMEOUT = 10  # the module's endpoint's limit on a query (s)
+CACHE_ROWS = 5  # the largest result the module's endpoint keeps: the events table has more rows
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +51,10 @@ def served(lake_settings, tmp_path_factory):
     env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": namespace,
            "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SERVE_PORT": str(port),
            "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1",
-           "LAKEHOUSE_SERVE_QUERY_TIMEOUT": str(QUERY_TIMEOUT)}
+           "LAKEHOUSE_SERVE_QUERY_TIMEOUT": str(QUERY_TIMEOUT), "LAKEHOUSE_SERVE_RESULT_CACHE_ROWS": str(CACHE_ROWS)}
     with endpoint(env, tmp / "serve.log"):
         yield {"settings": settings, "port": port, "env": env, "per_day": per_day, "snapshots": snapshots,
-               "catalog": catalog}
+               "catalog": catalog, "log": tmp / "serve.log"}
 
 
 @contextlib.contextmanager
@@ -223,6 +224,39 @@ def test_a_commit_shows_in_the_next_query_and_check_says_it_answers(served):
     nobody = subprocess.run([LAKEHOUSE, "serve", "--check", "--port", str(free_port())], env=served["env"],
                             capture_output=True, text=True, timeout=120)
     assert nobody.returncode == 1 and "no SQL endpoint answers" in nobody.stdout
+
+
+def _cache_said(served, sql: str) -> list[str]:
+    """What the endpoint's result cache said of each run of this statement, in order (hit, shared, miss)."""
+    said = re.findall(r"result cache (\w+) \(\d+ ms\): (.*)", served["log"].read_text())
+    return [how for how, statement in said if statement == sql]
+
+
+def test_a_repeated_query_is_answered_from_the_cache_until_a_table_it_reads_changes(served):
+    namespace = served["settings"].namespace
+    sql = "SELECT kind, count(*) AS n, sum(amount) AS amount FROM events WHERE event_id > 0 GROUP BY kind ORDER BY kind"
+    first = _rows(served, sql)
+    assert _rows(served, sql) == first and _cache_said(served, sql) == ["miss", "hit"]
+    # Time travel is kept under the snapshot it reads: the same answer, a hit.
+    old = f"SELECT count(*) FROM events VERSION AS OF {served['snapshots'][0].snapshot_id} WHERE event_id > 0"
+    assert _rows(served, old) == _rows(served, old) == [(len(served["per_day"][DAYS[0]]),)]
+    assert _cache_said(served, old) == ["miss", "hit"]
+
+    # A commit to the table (as a run's, the stream's or a forget's): the next query computes the new answer.
+    events = served["catalog"].load_table((namespace, "events"))
+    events.append(pa.Table.from_pylist(_events_of(dt.date(2025, 1, 10), start_id=950, count=2),
+                                       schema=events.schema().as_arrow()))
+    after = _rows(served, sql)
+    assert sum(n for _, n, _ in after) == sum(n for _, n, _ in first) + 2
+    assert after == [tuple(r.values()) for r in query(served["settings"], sql).to_pylist()]
+    assert _cache_said(served, sql) == ["miss", "hit", "miss"]
+
+    # Never kept: a result larger than the limit (every row still answered), and what depends on the moment.
+    every = "SELECT event_id FROM events WHERE event_id > 0 ORDER BY event_id"
+    ids = _rows(served, every)
+    assert len(ids) > CACHE_ROWS and _rows(served, every) == ids and _cache_said(served, every) == ["miss", "miss"]
+    now = "SELECT count(*), max(current_timestamp()) FROM events WHERE event_id > 0"
+    assert _rows(served, now)[0][1] != _rows(served, now)[0][1] and _cache_said(served, now) == []
 
 
 def test_a_query_longer_than_the_limit_is_cancelled_with_the_reason_and_the_endpoint_goes_on(served):

@@ -5,12 +5,14 @@ import java.sql.Types;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.regex.Pattern;
 
 import org.apache.hive.service.Service;
 import org.apache.hive.service.cli.CLIService;
 import org.apache.hive.service.cli.HiveSQLException;
 import org.apache.hive.service.cli.OperationState;
+import org.apache.hive.service.cli.operation.ExecuteStatementOperation;
 import org.apache.hive.service.cli.operation.GetColumnsOperation;
 import org.apache.hive.service.cli.operation.GetSchemasOperation;
 import org.apache.hive.service.cli.operation.GetTablesOperation;
@@ -37,8 +39,17 @@ import org.apache.spark.sql.types.StructField;
  */
 public final class CatalogMetadata extends SparkSQLOperationManager {
 
-    /** Put this in place of the started Thrift server's operation manager (before any client has connected). */
-    public static void install(HiveThriftServer2 server) throws ReflectiveOperationException {
+    private final ResultCache cache;  // null: results are not kept
+
+    private CatalogMetadata(int cacheRows) {
+        this.cache = cacheRows > 0 ? new ResultCache(cacheRows) : null;
+    }
+
+    /**
+     * Put this in place of the started Thrift server's operation manager (before any client has connected);
+     * query results of at most cacheRows rows are kept (ResultCache), none when it is 0.
+     */
+    public static void install(HiveThriftServer2 server, int cacheRows) throws ReflectiveOperationException {
         CLIService cli = null;
         for (Service service : server.getServices()) {
             if (service instanceof CLIService) {
@@ -49,7 +60,7 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
             throw new IllegalStateException("the Thrift server has no CLI service");
         }
         SessionManager sessions = cli.getSessionManager();
-        CatalogMetadata manager = new CatalogMetadata();
+        CatalogMetadata manager = new CatalogMetadata(cacheRows);
         // Spark's manager reads Hive's map of operations from its superclass's field when it is made, which for a
         // subclass is its own (still empty) field: hand it Hive's map.
         Field operations = OperationManager.class.getDeclaredField("handleToOperation");
@@ -79,6 +90,19 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     private <T extends Operation> T register(T operation) {
         handleToOperation().put(operation.getHandle(), operation);
         return operation;
+    }
+
+    @Override
+    public synchronized ExecuteStatementOperation newExecuteStatementOperation(HiveSession session, String statement,
+                                                                           Map<String, String> overlay,
+                                                                           boolean async, long timeout) {
+        if (cache == null) {
+            return super.newExecuteStatementOperation(session, statement, overlay, async, timeout);
+        }
+        SQLContext context = context(session);
+        boolean background = async && Boolean.parseBoolean(
+            context.getConf("spark.sql.hive.thriftServer.async", "true"));
+        return register(new CachedStatement(context, session, statement, overlay, background, timeout, cache));
     }
 
     @Override

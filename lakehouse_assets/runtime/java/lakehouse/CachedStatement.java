@@ -1,0 +1,229 @@
+package lakehouse;
+
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+
+import org.apache.hive.service.cli.FetchOrientation;
+import org.apache.hive.service.cli.HiveSQLException;
+import org.apache.hive.service.cli.OperationState;
+import org.apache.hive.service.cli.session.HiveSession;
+import org.apache.hive.service.rpc.thrift.TRowSet;
+import org.apache.hive.service.rpc.thrift.TTableSchema;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SQLContext;
+import org.apache.spark.sql.execution.HiveResult;
+import org.apache.spark.sql.hive.thriftserver.RowSetUtils;
+import org.apache.spark.sql.hive.thriftserver.SparkExecuteStatementOperation;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+import scala.collection.JavaConverters;
+import scala.runtime.AbstractFunction0;
+
+/**
+ * A client's statement on the endpoint: a query whose result may be kept (ResultCache) is answered from the cache
+ * or computed, kept and answered here; anything else is Spark's own statement operation's. Computing runs in the
+ * statement's job group, as Spark's does, so the query time limit and a client's cancel reach its jobs.
+ */
+final class CachedStatement extends SparkExecuteStatementOperation {
+    private final SQLContext context;
+    private final String statement;
+    private final ResultCache cache;
+    private volatile boolean ours;
+    private StructType schema;
+    private List<Row> rows = List.of();  // the result's first rows (all of it when kept)
+    private Iterator<Row> rest;  // the rows after them, of a result too large to keep
+    private long position;  // the next row a fetch answers
+
+    CachedStatement(SQLContext context, HiveSession session, String statement, Map<String, String> overlay,
+                    boolean async, long timeout, ResultCache cache) {
+        super(context, session, statement, overlay, async, timeout);
+        this.context = context;
+        this.statement = statement;
+        this.cache = cache;
+    }
+
+    @Override
+    public void runInternal() {
+        Dataset<Row> query = ResultCache.cacheable(context, statement);
+        String key = query == null ? null : ResultCache.key(context, statement, query);
+        if (key == null) {
+            super.runInternal();
+            return;
+        }
+        ours = true;
+        try {
+            setState(OperationState.PENDING);
+        } catch (HiveSQLException e) {
+            throw CachedStatement.<RuntimeException>raise(e);
+        }
+        setHasResultSet(true);
+        if (!shouldRunAsync()) {
+            answer(query, key);
+            return;
+        }
+        setBackgroundHandle(getParentSession().getSessionManager().submitBackgroundOperation(() -> {
+            try {
+                withLocalProperties(new AbstractFunction0<Object>() {
+                    @Override
+                    public Object apply() {
+                        answer(query, key);
+                        return null;
+                    }
+                });
+            } catch (Throwable e) {
+                setOperationException(e instanceof HiveSQLException ? (HiveSQLException) e : new HiveSQLException(e));
+            }
+        }));
+    }
+
+    private void answer(Dataset<Row> query, String key) {
+        try {
+            synchronized (this) {
+                if (getStatus().getState().isTerminal()) {
+                    return;  // cancelled or closed before it started
+                }
+                setState(OperationState.RUNNING);
+            }
+            long started = System.nanoTime();
+            context.sparkContext().setJobGroup(statementId(), statement, true);
+            String how = "hit";
+            ResultCache.Entry kept = cache.get(key);
+            if (kept == null) {
+                CompletableFuture<ResultCache.Entry> mine = new CompletableFuture<>();
+                CompletableFuture<ResultCache.Entry> other = cache.computing.putIfAbsent(key, mine);
+                if (other != null) {  // another client computes the same result now: its answer is this one's
+                    kept = other.get();
+                    how = "shared";
+                }
+                if (kept == null) {
+                    how = "miss";
+                    try {
+                        kept = compute(query, other == null ? key : null);
+                    } finally {
+                        if (other == null) {
+                            mine.complete(kept);
+                            cache.computing.remove(key, mine);
+                        }
+                    }
+                }
+            }
+            if (kept != null) {
+                schema = kept.schema;
+                rows = kept.rows;
+            }
+            ResultCache.LOG.info("result cache {} ({} ms): {}", how, (System.nanoTime() - started) / 1_000_000,
+                statement.length() > 200
+                ? statement.substring(0, 200) + "..." : statement);
+            synchronized (this) {
+                if (!getStatus().getState().isTerminal()) {
+                    setState(OperationState.FINISHED);
+                }
+            }
+        } catch (Throwable e) {
+            context.sparkContext().cancelJobGroup(statementId());
+            OperationState state = getStatus().getState();
+            if (!state.isTerminal()) {
+                try {
+                    setState(OperationState.ERROR);
+                } catch (HiveSQLException ignored) {
+                    // the state moved on meanwhile
+                }
+                Throwable cause = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+                throw CachedStatement.<RuntimeException>raise(cause instanceof HiveSQLException ? cause
+                    : new HiveSQLException("Error running query: " + cause, cause));
+            }
+        } finally {
+            context.sparkContext().clearJobGroup();
+        }
+    }
+
+    /** The result's first rows, kept under the key when they are all of it and the key is given. */
+    private ResultCache.Entry compute(Dataset<Row> query, String key) {
+        schema = query.schema();
+        Iterator<Row> all = query.toLocalIterator();
+        List<Row> first = new ArrayList<>();
+        while (first.size() <= cache.maxRows && all.hasNext()) {
+            first.add(all.next());
+        }
+        if (all.hasNext() || first.size() > cache.maxRows) {
+            rows = first;
+            rest = all;
+            return null;
+        }
+        ResultCache.Entry entry = new ResultCache.Entry(schema, List.copyOf(first));
+        if (key != null) {
+            cache.put(key, entry);
+        }
+        return entry;
+    }
+
+    @Override
+    public TTableSchema getResultSetSchema() {
+        return ours ? SparkExecuteStatementOperation.toTTableSchema(schema) : super.getResultSetSchema();
+    }
+
+    @Override
+    public TRowSet getNextRowSet(FetchOrientation order, long maxRows) {
+        if (!ours) {
+            return super.getNextRowSet(order, maxRows);
+        }
+        return withLocalProperties(new AbstractFunction0<TRowSet>() {
+            @Override
+            public TRowSet apply() {
+                try {
+                    context.sparkContext().setJobGroup(statementId(), statement, true);
+                    return rowSet(order, maxRows);
+                } catch (HiveSQLException e) {
+                    throw CachedStatement.<RuntimeException>raise(e);
+                } finally {
+                    context.sparkContext().clearJobGroup();
+                }
+            }
+        });
+    }
+
+    private synchronized TRowSet rowSet(FetchOrientation order, long maxRows) throws HiveSQLException {
+        validateDefaultFetchOrientation(order);
+        assertState(OperationState.FINISHED);
+        if (order == FetchOrientation.FETCH_FIRST) {
+            if (position > rows.size()) {
+                throw new HiveSQLException("this result is too large to be read again from its start: run the "
+                    + "query again");
+            }
+            position = 0;
+        }
+        long start = position;
+        List<Row> batch = new ArrayList<>();
+        while (batch.size() < maxRows) {
+            if (position < rows.size()) {
+                batch.add(rows.get((int) position));
+            } else if (rest != null && rest.hasNext()) {
+                batch.add(rest.next());
+            } else {
+                break;
+            }
+            position++;
+        }
+        DataType[] types = new DataType[schema.fields().length];
+        StructField[] fields = schema.fields();
+        for (int i = 0; i < fields.length; i++) {
+            types[i] = fields[i].dataType();
+        }
+        return RowSetUtils.toTRowSet(start, JavaConverters.asScalaBuffer(batch).toSeq(), types,
+            getProtocolVersion(), HiveResult.getTimeFormatters());
+    }
+
+    /** Throw a checked exception (HiveSQLException) from a method Spark's Scala declares without it, as Spark's
+     * own statement operation does. */
+    @SuppressWarnings("unchecked")
+    static <E extends Throwable> E raise(Throwable e) throws E {
+        throw (E) e;
+    }
+}

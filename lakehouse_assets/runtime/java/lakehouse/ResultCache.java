@@ -1,0 +1,212 @@
+package lakehouse;
+
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SQLContext;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
+import org.apache.spark.sql.catalyst.plans.logical.Command;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
+import org.apache.spark.sql.catalyst.plans.logical.Range;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
+import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import scala.collection.JavaConverters;
+
+/**
+ * The SQL endpoint's cache of query results, keyed by what a result depends on: the statement, the client's
+ * current catalog and namespace and its session settings, and the metadata file of every Iceberg table the query
+ * reads (its current snapshot, or the one it travels to, under that table's current metadata). A table's
+ * metadata file is written anew by every commit and never changes, so a cached result is exactly the result the
+ * query would compute now, and the next commit to any table read (a run, the stream, a forget, a rollback)
+ * leaves it unreachable. Only queries are cached, and only when nothing in them depends on anything else:
+ * every table an Iceberg table (or literal rows), no nondeterministic function, no current time, date or user.
+ * A result of more rows than the limit is not kept. Clients asking the same uncached query at once share one
+ * computation. Entries are dropped least recently used first beyond the bounds.
+ */
+public final class ResultCache {
+    static final Logger LOG = LoggerFactory.getLogger("lakehouse.ResultCache");
+    static final String SPARK_TABLE = "org.apache.iceberg.spark.source.SparkTable";
+
+    /** A kept result: its columns and rows. */
+    static final class Entry {
+        final StructType schema;
+        final List<Row> rows;
+
+        Entry(StructType schema, List<Row> rows) {
+            this.schema = schema;
+            this.rows = rows;
+        }
+    }
+
+    final int maxRows;  // the most rows a kept result has
+    final long maxTotalRows;  // the most rows kept in all
+    private long totalRows;
+    private final LinkedHashMap<String, Entry> entries = new LinkedHashMap<>(64, 0.75f, true);
+    final Map<String, CompletableFuture<Entry>> computing = new ConcurrentHashMap<>();
+
+    public ResultCache(int maxRows) {
+        this.maxRows = maxRows;
+        this.maxTotalRows = Math.max(20L * maxRows, 200_000L);
+    }
+
+    synchronized Entry get(String key) {
+        return entries.get(key);
+    }
+
+    synchronized void put(String key, Entry entry) {
+        Entry old = entries.put(key, entry);
+        totalRows += entry.rows.size() - (old == null ? 0 : old.rows.size());
+        Iterator<Map.Entry<String, Entry>> eldest = entries.entrySet().iterator();
+        while ((totalRows > maxTotalRows || entries.size() > 4096) && eldest.hasNext()) {
+            totalRows -= eldest.next().getValue().rows.size();
+            eldest.remove();
+        }
+    }
+
+    /**
+     * The statement as a query whose result may be kept (analysed, not run), or null: a command, a statement
+     * that does not analyse (the caller runs it as Spark would, for Spark's own error), or a query that reads
+     * anything but Iceberg tables or depends on the moment or chance.
+     */
+    static Dataset<Row> cacheable(SQLContext context, String statement) {
+        try {
+            LogicalPlan parsed = context.sessionState().sqlParser().parsePlan(statement);
+            if (parsed instanceof Command || !parsed.collectFirst(commands()).isEmpty()) {
+                return null;  // parsing only: a command runs when it is analysed
+            }
+            Dataset<Row> query = context.sql(statement);
+            return pure(query.queryExecution().analyzed()) ? query : null;
+        } catch (Exception e) {
+            return null;
+        }
+    }
+
+    private static scala.PartialFunction<LogicalPlan, Boolean> commands() {
+        return new scala.runtime.AbstractPartialFunction<LogicalPlan, Boolean>() {
+            @Override
+            public boolean isDefinedAt(LogicalPlan plan) {
+                return plan instanceof Command || plan.getClass().getSimpleName().startsWith("InsertInto");
+            }
+
+            @Override
+            public Boolean apply(LogicalPlan plan) {
+                return Boolean.TRUE;
+            }
+        };
+    }
+
+    static boolean pure(LogicalPlan plan) {
+        if (plan instanceof Command) {
+            return false;
+        }
+        if (plan.children().isEmpty() && !(plan instanceof LocalRelation || plan instanceof OneRowRelation
+                || plan instanceof Range || (plan instanceof DataSourceV2Relation
+                    && ((DataSourceV2Relation) plan).table().getClass().getName().equals(SPARK_TABLE)))) {
+            return false;
+        }
+        for (Expression expression : JavaConverters.seqAsJavaList(plan.expressions())) {
+            if (!pure(expression)) {
+                return false;
+            }
+        }
+        for (LogicalPlan child : JavaConverters.seqAsJavaList(plan.children())) {
+            if (!pure(child)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    static boolean pure(Expression expression) {
+        String name = expression.getClass().getSimpleName();
+        if (!expression.deterministic() || name.startsWith("Current") || name.equals("Now")
+                || name.equals("LocalTimestamp") || name.contains("UDF") || name.contains("Udf")) {
+            return false;
+        }
+        if (expression instanceof SubqueryExpression && !pure(((SubqueryExpression) expression).plan())) {
+            return false;
+        }
+        for (Expression child : JavaConverters.seqAsJavaList(expression.children())) {
+            if (!pure(child)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** What the query's result depends on, or null when a table's metadata cannot be named. */
+    static String key(SQLContext context, String statement, Dataset<Row> query) {
+        List<String> tables = new ArrayList<>();
+        if (!tables(query.queryExecution().analyzed(), tables)) {
+            return null;
+        }
+        StringBuilder key = new StringBuilder(statement).append('\u0000');
+        key.append(context.sparkSession().sessionState().catalogManager().currentCatalog().name()).append('.');
+        key.append(String.join(".", context.sparkSession().sessionState().catalogManager().currentNamespace()));
+        key.append('\u0000').append(new TreeMap<>(JavaConverters.mapAsJavaMap(context.conf().getAllConfs())));
+        for (String table : tables) {
+            key.append('\u0000').append(table);
+        }
+        return key.toString();
+    }
+
+    private static boolean tables(LogicalPlan plan, List<String> out) {
+        if (plan instanceof DataSourceV2Relation) {
+            DataSourceV2Relation relation = (DataSourceV2Relation) plan;
+            try {  // Iceberg's classes are the session's, not on the class path this is compiled against
+                Object sparkTable = relation.table();
+                Object table = call(sparkTable, "table");
+                Object metadata = call(call(table, "operations"), "current");
+                out.add(relation.table().name() + "@" + call(sparkTable, "snapshotId") + "@"
+                    + call(metadata, "metadataFileLocation") + "@"
+                    + new TreeMap<>(relation.options().asCaseSensitiveMap()));
+            } catch (ReflectiveOperationException | RuntimeException e) {
+                return false;
+            }
+        }
+        for (Expression expression : JavaConverters.seqAsJavaList(plan.expressions())) {
+            if (!subqueryTables(expression, out)) {
+                return false;
+            }
+        }
+        for (LogicalPlan child : JavaConverters.seqAsJavaList(plan.children())) {
+            if (!tables(child, out)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private static boolean subqueryTables(Expression expression, List<String> out) {
+        if (expression instanceof SubqueryExpression && !tables(((SubqueryExpression) expression).plan(), out)) {
+            return false;
+        }
+        for (Expression child : JavaConverters.seqAsJavaList(expression.children())) {
+            if (!subqueryTables(child, out)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private static Object call(Object target, String method) throws ReflectiveOperationException {
+        Method found = target.getClass().getMethod(method);
+        found.setAccessible(true);
+        return found.invoke(target);
+    }
+}
