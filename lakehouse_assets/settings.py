@@ -152,6 +152,7 @@ ENV_SETTINGS = {
     "serve_catalog_uri": ("LAKEHOUSE_SERVE_CATALOG_URI", ""),
     "serve_query_timeout": ("LAKEHOUSE_SERVE_QUERY_TIMEOUT", "600"),
     "serve_result_cache_rows": ("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", "10000"),
+    "serve_max_rows": ("LAKEHOUSE_SERVE_MAX_ROWS", "1000000"),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -297,6 +298,8 @@ class Settings:
     serve_query_timeout: int = 600
     # The most rows of a query result the endpoint keeps for the same query on the same snapshots (0: none kept).
     serve_result_cache_rows: int = 10000
+    # The most rows a client may fetch of one result from the endpoint; past them, an error (0: no limit).
+    serve_max_rows: int = 1_000_000
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -345,6 +348,7 @@ class Settings:
             "serve_port": _port("LAKEHOUSE_SERVE_PORT", raw["serve_port"]),
             "serve_query_timeout": _seconds("LAKEHOUSE_SERVE_QUERY_TIMEOUT", raw["serve_query_timeout"]),
             "serve_result_cache_rows": _count("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", raw["serve_result_cache_rows"]),
+            "serve_max_rows": _count("LAKEHOUSE_SERVE_MAX_ROWS", raw["serve_max_rows"]),
         }
         values.update(overrides)
         return cls(profile=profile_name, **values)
@@ -375,6 +379,7 @@ class Settings:
             "serve_query_timeout": f"{self.serve_query_timeout} s" if self.serve_query_timeout else "none",
             "serve_result_cache": (f"results of up to {self.serve_result_cache_rows:,} rows"
                                    if self.serve_result_cache_rows else "off"),
+            "serve_max_rows": f"{self.serve_max_rows:,}" if self.serve_max_rows else "no limit",
         }
 
     @property

@@ -107,8 +107,8 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
         jvm.lakehouse.QueryTimeout.install(spark.sparkContext._jsc.sc(), settings.serve_query_timeout)
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext())
-    # JDBC's table tree from the lakehouse's catalog, and the cache of query results
-    jvm.lakehouse.CatalogMetadata.install(server, settings.serve_result_cache_rows)
+    # JDBC's table tree from the lakehouse's catalog, the cache of query results and the limit on a result's rows
+    jvm.lakehouse.CatalogMetadata.install(server, settings.serve_result_cache_rows, settings.serve_max_rows)
     deadline = time.monotonic() + 120
     while not answers(endpoint, timeout_s=1):
         if time.monotonic() > deadline:

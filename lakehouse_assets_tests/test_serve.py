@@ -35,6 +35,7 @@ pytestmark = pytest.mark.slow  # an endpoint in a JVM of its own
 
 QUERY_TIMEOUT = 10  # the module's endpoint's limit on a query (s)
 CACHE_ROWS = 5  # the largest result the module's endpoint keeps: the events table has more rows
+MAX_ROWS = 50  # the most rows a client may fetch of a result from the module's endpoint
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,8 @@ def served(lake_settings, tmp_path_factory):
     env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": namespace,
            "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SERVE_PORT": str(port),
            "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1",
-           "LAKEHOUSE_SERVE_QUERY_TIMEOUT": str(QUERY_TIMEOUT), "LAKEHOUSE_SERVE_RESULT_CACHE_ROWS": str(CACHE_ROWS)}
+           "LAKEHOUSE_SERVE_QUERY_TIMEOUT": str(QUERY_TIMEOUT), "LAKEHOUSE_SERVE_RESULT_CACHE_ROWS": str(CACHE_ROWS),
+           "LAKEHOUSE_SERVE_MAX_ROWS": str(MAX_ROWS)}
     with endpoint(env, tmp / "serve.log"):
         yield {"settings": settings, "port": port, "env": env, "per_day": per_day, "snapshots": snapshots,
                "catalog": catalog, "log": tmp / "serve.log"}
@@ -268,6 +270,16 @@ def test_a_query_longer_than_the_limit_is_cancelled_with_the_reason_and_the_endp
         cursor.fetchall()
     assert QUERY_TIMEOUT <= time.monotonic() - started < QUERY_TIMEOUT + 30, cut.value
     assert _rows(served, "SELECT count(*) FROM events WHERE kind IS NOT NULL")[0][0] > 0  # the endpoint goes on
+
+
+def test_a_result_larger_than_the_row_limit_is_an_error_not_a_cut(served):
+    """Whether the endpoint answers the query itself (a query it may keep) or Spark's operation does (rand())."""
+    assert len(_rows(served, f"SELECT id FROM range(0, {MAX_ROWS})")) == MAX_ROWS
+    for sql in [f"SELECT id FROM range(0, {MAX_ROWS + 1})", f"SELECT id, rand() FROM range(0, {MAX_ROWS * 3})"]:
+        with pytest.raises(hive.OperationalError) as refused:
+            _rows(served, sql)
+        assert f"more than {MAX_ROWS} rows, the SQL endpoint's limit" in refused.value.args[0].status.errorMessage
+    assert _rows(served, "SELECT count(*) FROM range(0, 1000)") == [(1000,)]  # the endpoint goes on
 
 
 def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings, tmp_path):

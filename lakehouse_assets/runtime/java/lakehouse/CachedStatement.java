@@ -34,7 +34,9 @@ import scala.runtime.AbstractFunction0;
 final class CachedStatement extends SparkExecuteStatementOperation {
     private final SQLContext context;
     private final String statement;
-    private final ResultCache cache;
+    private final ResultCache cache;  // null: no result is kept
+    private final long rowLimit;  // the most rows a client may fetch of a result (0: no limit)
+    private long fetched;  // rows fetched of a result Spark's operation answers
     private volatile boolean ours;
     private StructType schema;
     private List<Row> rows = List.of();  // the result's first rows (all of it when kept)
@@ -42,16 +44,18 @@ final class CachedStatement extends SparkExecuteStatementOperation {
     private long position;  // the next row a fetch answers
 
     CachedStatement(SQLContext context, HiveSession session, String statement, Map<String, String> overlay,
-                    boolean async, long timeout, ResultCache cache) {
+                    boolean async, long timeout, ResultCache cache, long rowLimit) {
         super(context, session, statement, overlay, async, timeout);
         this.context = context;
         this.statement = statement;
         this.cache = cache;
+        this.rowLimit = rowLimit;
     }
 
     @Override
     public void runInternal() {
-        Dataset<Row> query = ResultCache.cacheable(context, statement);
+        long started = System.nanoTime();
+        Dataset<Row> query = cache == null ? null : ResultCache.cacheable(context, statement);
         String key = query == null ? null : ResultCache.key(context, statement, query);
         if (key == null) {
             super.runInternal();
@@ -65,7 +69,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         }
         setHasResultSet(true);
         if (!shouldRunAsync()) {
-            answer(query, key);
+            answer(query, key, started);
             return;
         }
         setBackgroundHandle(getParentSession().getSessionManager().submitBackgroundOperation(() -> {
@@ -73,7 +77,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                 withLocalProperties(new AbstractFunction0<Object>() {
                     @Override
                     public Object apply() {
-                        answer(query, key);
+                        answer(query, key, started);
                         return null;
                     }
                 });
@@ -83,7 +87,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         }));
     }
 
-    private void answer(Dataset<Row> query, String key) {
+    private void answer(Dataset<Row> query, String key, long started) {
         try {
             synchronized (this) {
                 if (getStatus().getState().isTerminal()) {
@@ -91,7 +95,6 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                 }
                 setState(OperationState.RUNNING);
             }
-            long started = System.nanoTime();
             context.sparkContext().setJobGroup(statementId(), statement, true);
             String how = "hit";
             ResultCache.Entry kept = cache.get(key);
@@ -172,7 +175,12 @@ final class CachedStatement extends SparkExecuteStatementOperation {
     @Override
     public TRowSet getNextRowSet(FetchOrientation order, long maxRows) {
         if (!ours) {
-            return super.getNextRowSet(order, maxRows);
+            TRowSet rows = super.getNextRowSet(order, maxRows);
+            fetched = (order == FetchOrientation.FETCH_FIRST ? 0 : fetched) + size(rows);
+            if (rowLimit > 0 && fetched > rowLimit) {
+                throw CachedStatement.<RuntimeException>raise(tooLarge());
+            }
+            return rows;
         }
         return withLocalProperties(new AbstractFunction0<TRowSet>() {
             @Override
@@ -202,6 +210,9 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         long start = position;
         List<Row> batch = new ArrayList<>();
         while (batch.size() < maxRows) {
+            if (rowLimit > 0 && position >= rowLimit && (position < rows.size() || rest != null && rest.hasNext())) {
+                throw tooLarge();
+            }
             if (position < rows.size()) {
                 batch.add(rows.get((int) position));
             } else if (rest != null && rest.hasNext()) {
@@ -218,6 +229,25 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         }
         return RowSetUtils.toTRowSet(start, JavaConverters.asScalaBuffer(batch).toSeq(), types,
             getProtocolVersion(), HiveResult.getTimeFormatters());
+    }
+
+    private HiveSQLException tooLarge() {
+        context.sparkContext().cancelJobGroup(statementId());
+        return new HiveSQLException("the result has more than " + rowLimit + " rows, the SQL endpoint's limit "
+            + "(LAKEHOUSE_SERVE_MAX_ROWS): aggregate or filter it, or add a LIMIT");
+    }
+
+    /** The number of rows in a row set, columnar (each column a list of values) or row by row. */
+    static long size(TRowSet rows) {
+        if (rows.getColumnsSize() == 0) {
+            return rows.getRowsSize();
+        }
+        Object column = rows.getColumns().get(0).getFieldValue();
+        try {
+            return ((Number) column.getClass().getMethod("getValuesSize").invoke(column)).longValue();
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException("an unknown column in a row set: " + column.getClass(), e);
+        }
     }
 
     /** Throw a checked exception (HiveSQLException) from a method Spark's Scala declares without it, as Spark's

@@ -40,16 +40,20 @@ import org.apache.spark.sql.types.StructField;
 public final class CatalogMetadata extends SparkSQLOperationManager {
 
     private final ResultCache cache;  // null: results are not kept
+    private final long rowLimit;
 
-    private CatalogMetadata(int cacheRows) {
+    private CatalogMetadata(int cacheRows, long rowLimit) {
         this.cache = cacheRows > 0 ? new ResultCache(cacheRows) : null;
+        this.rowLimit = rowLimit;
     }
 
     /**
-     * Put this in place of the started Thrift server's operation manager (before any client has connected);
-     * query results of at most cacheRows rows are kept (ResultCache), none when it is 0.
+     * Put this in place of the started Thrift server's operation manager (before any client has connected):
+     * query results of at most cacheRows rows are kept (ResultCache; none when it is 0), and a client may fetch
+     * at most rowLimit rows of a result (0: no limit).
      */
-    public static void install(HiveThriftServer2 server, int cacheRows) throws ReflectiveOperationException {
+    public static void install(HiveThriftServer2 server, int cacheRows, long rowLimit)
+            throws ReflectiveOperationException {
         CLIService cli = null;
         for (Service service : server.getServices()) {
             if (service instanceof CLIService) {
@@ -60,7 +64,7 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
             throw new IllegalStateException("the Thrift server has no CLI service");
         }
         SessionManager sessions = cli.getSessionManager();
-        CatalogMetadata manager = new CatalogMetadata(cacheRows);
+        CatalogMetadata manager = new CatalogMetadata(cacheRows, rowLimit);
         // Spark's manager reads Hive's map of operations from its superclass's field when it is made, which for a
         // subclass is its own (still empty) field: hand it Hive's map.
         Field operations = OperationManager.class.getDeclaredField("handleToOperation");
@@ -96,13 +100,11 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     public synchronized ExecuteStatementOperation newExecuteStatementOperation(HiveSession session, String statement,
                                                                            Map<String, String> overlay,
                                                                            boolean async, long timeout) {
-        if (cache == null) {
-            return super.newExecuteStatementOperation(session, statement, overlay, async, timeout);
-        }
         SQLContext context = context(session);
         boolean background = async && Boolean.parseBoolean(
             context.getConf("spark.sql.hive.thriftServer.async", "true"));
-        return register(new CachedStatement(context, session, statement, overlay, background, timeout, cache));
+        return register(new CachedStatement(context, session, statement, overlay, background, timeout, cache,
+            rowLimit));
     }
 
     @Override
