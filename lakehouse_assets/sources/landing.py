@@ -7,13 +7,16 @@ parser then makes each line either a typed record or a reason to quarantine it.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..runtime.files import glob_files
+from ..runtime.files import file_statuses, glob_files
 from ..runtime.spark import jvm_class
 from .versions import Content, Stat
 from .zones import escapes
@@ -91,9 +94,63 @@ def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[
 
 
 def read_contents(spark: SparkSession, files: list[str], prefixes: dict[str, int]) -> dict[str, Content]:
-    """Each file's identity and content hash, read by Spark where the file is (a job over the files' bytes,
-    local or S3 alike). `prefixes`: for a file taken before, the size it had then, whose bytes are hashed too
-    (were they kept, and lines only appended after them?). A file that is gone is left out."""
+    """Each file's identity and content hash. `prefixes`: for a file taken before, the size it had then, whose
+    bytes are hashed too (were they kept, and lines only appended after them?). A file that is gone is left out.
+
+    Files on this machine's file system are hashed here, streamed through SHA-256 a few at a time; others (S3)
+    by Spark where they are, a job over the files' bytes. Both give the file's size and modification time as
+    Hadoop's file system reports them, which is what later listings compare with."""
+    local = {f: path for f in files if (path := _local_path(f)) is not None}
+    found, elsewhere = _hash_here(spark, local, prefixes)
+    return {**found, **_hash_in_spark(spark, [f for f in files if f not in local] + elsewhere, prefixes)}
+
+
+def _local_path(f: str) -> str | None:
+    """The path of a landing file on this machine's file system (file:/..., file:///... or /...), or None."""
+    path = f[len("file:"):] if f.startswith("file:") else f
+    if path.startswith("///"):
+        path = path[2:]
+    return path if path.startswith("/") and not path.startswith("//") else None
+
+
+def _hash_here(spark: SparkSession, files: dict[str, str], prefixes: dict[str, int]
+               ) -> tuple[dict[str, Content], list[str]]:
+    """The contents of the files that are here; and those Hadoop's file system finds but this process cannot
+    open by their path (left to Spark, which reads them as Hadoop does). A file that is gone is left out."""
+    if not files:
+        return {}, []
+    statuses = file_statuses(spark, list(files))
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        hashed = dict(zip(statuses, pool.map(lambda f: _hash_file(files[f], prefixes.get(f)), statuses)))
+    return ({f: Content(Stat(statuses[f][0], statuses[f][1]), *found) for f, found in hashed.items() if found},
+            [f for f, found in hashed.items() if found is None])
+
+
+def _hash_file(path: str, prefix: int | None) -> tuple[str, str | None, bool, bool] | None:
+    """(sha256 of the bytes, sha256 of the first `prefix` bytes, whether byte `prefix` is a newline, whether
+    the file ends with one), as `_hash_in_spark` computes them; None when there is no file at the path."""
+    whole, head, head_ends_line, last, done = hashlib.sha256(), None, True, b"", 0
+    if prefix == 0:
+        head = whole.hexdigest()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(8 << 20):
+                if head is None and prefix is not None and done + len(chunk) >= prefix:
+                    cut = prefix - done
+                    whole.update(memoryview(chunk)[:cut])
+                    head, head_ends_line = whole.hexdigest(), chunk[cut - 1:cut] == b"\n"
+                    whole.update(memoryview(chunk)[cut:])
+                else:
+                    whole.update(chunk)
+                done, last = done + len(chunk), chunk[-1:]
+    except FileNotFoundError:
+        return None
+    if head is None and prefix is not None:  # shorter than the prefix: its bytes are all there is of it
+        head, head_ends_line = whole.hexdigest(), False
+    return whole.hexdigest(), head, head_ends_line, done == 0 or last == b"\n"
+
+
+def _hash_in_spark(spark: SparkSession, files: list[str], prefixes: dict[str, int]) -> dict[str, Content]:
     if not files:
         return {}
     path_of = jvm_class(spark, "org.apache.hadoop.fs.Path")

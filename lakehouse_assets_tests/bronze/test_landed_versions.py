@@ -208,3 +208,28 @@ def test_a_file_another_run_takes_after_this_run_decided_is_decided_again_and_he
     assert rows(lakehouse, "bronze_events_quarantine") == [("a.jsonl", 3)]
     assert log(lakehouse) == [("a.jsonl", 1, "new", 6, 5, 1, 6)]
     assert balanced(lakehouse) == 6
+
+
+def test_a_local_file_is_hashed_here_as_spark_hashes_it_where_it_is(lakehouse, tmp_path):
+    """The two ways a landing file's identity is read (on this machine; by Spark, as on S3) agree on every case
+    the decisions use: prefixes shorter than, ending at, inside and past the file, gzip bytes, no last newline,
+    and a chunk boundary inside the prefix."""
+    import gzip
+
+    from lakehouse_assets.runtime.files import file_statuses
+    from lakehouse_assets.sources.landing import _hash_in_spark, _local_path, read_contents
+
+    big = "".join(f'{{"n": {k}, "pad": "{"x" * 90}"}}\n' for k in range(100_000))  # 10 MB: past a read chunk
+    files = {"a.jsonl": "one\ntwo\nthree\n", "b.jsonl": "one\ntwo", "c.jsonl": big, "d.jsonl.gz": None}
+    for name, text in files.items():
+        (tmp_path / name).write_bytes(gzip.compress(b"x\n" * 1000) if text is None else text.encode())
+    paths = [f"file:{tmp_path / name}" for name in files]
+    for prefixes in [{}, {p: 4 for p in paths}, {p: 3 for p in paths}, {p: 10_000 for p in paths},
+                     {p: 8 << 20 for p in paths}, {p: 9_437_185 for p in paths}, {p: 0 for p in paths}]:
+        here = read_contents(lakehouse.spark, paths, prefixes)
+        there = _hash_in_spark(lakehouse.spark, paths, prefixes)
+        assert here == there and len(here) == len(paths), prefixes
+    assert all(_local_path(p) for p in [*paths, str(tmp_path / "a.jsonl"), f"file://{tmp_path / 'a.jsonl'}"])
+    assert {f: s[:2] for f, s in file_statuses(lakehouse.spark, paths).items()} == {
+        f: (c.stat.size, c.stat.modified_ms) for f, c in read_contents(lakehouse.spark, paths, {}).items()}
+    assert read_contents(lakehouse.spark, [f"file:{tmp_path / 'gone.jsonl'}"], {}) == {}  # gone since listed
