@@ -35,7 +35,8 @@ import org.apache.spark.sql.types.StructField;
  * table tree of DBeaver, Tableau or beeline's !tables), from the lakehouse's catalog. Spark's Thrift server answers
  * them from Spark's built-in session catalog only, which holds none of the lakehouse's tables. The namespaces and
  * tables come from SHOW NAMESPACES and SHOW TABLES in the client's own session, so the read-only extension's rules
- * apply: raw tables a reader may not read are not listed. Everything else is Spark's operation manager's.
+ * apply: raw tables a reader may not read are not listed. Each statement is a CachedStatement (the result cache
+ * and the row limit, Spark's own statement operation otherwise). Everything else is Spark's operation manager's.
  */
 public final class CatalogMetadata extends SparkSQLOperationManager {
 
