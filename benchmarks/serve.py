@@ -310,9 +310,9 @@ def markdown(results: dict) -> str:
         text = (f"{hit['n'] + shared['n']:,} of {hit['n'] + shared['n'] + miss['n']:,} answered from the cache, "
                 f"{miss['n']:,} computed")
         if miss["n"]:
-            text += (f"; in the endpoint (from the statement's arrival, its analysis included), a computed answer took p50 {miss['p50_ms']:.0f} ms, p95 "
-                     f"{miss['p95_ms']:.0f} ms, one from the cache p50 {hit['p50_ms']:.0f} ms, p95 "
-                     f"{hit['p95_ms']:.0f} ms")
+            text += ("; in the endpoint (from the statement's arrival, its analysis included), a computed answer "
+                     f"took p50 {miss['p50_ms']:.0f} ms, p95 {miss['p95_ms']:.0f} ms, one from the cache p50 "
+                     f"{hit['p50_ms']:.0f} ms, p95 {hit['p95_ms']:.0f} ms")
         if shared["n"]:
             text += (f", and {shared['n']:,} clients asking while another computed the same answer waited for it "
                      f"(p50 {shared['p50_ms']:.0f} ms, p95 {shared['p95_ms']:.0f} ms)")

@@ -1,6 +1,6 @@
 """The SQL endpoint's Java parts (java/lakehouse/: the read-only session extension, the password sign-in, the
-query time limit, the JDBC metadata, the result cache and row limit), compiled against pyspark's own jars into a jar once per installation: `make setup` builds it,
-`lakehouse serve` builds it when it is missing.
+query time limit, the JDBC metadata, the result cache and row limit), compiled against pyspark's own jars into a
+jar once per installation: `make setup` builds it, `lakehouse serve` builds it when it is missing.
 
     python -m lakehouse_assets.runtime.endpoint_jar build
 """
