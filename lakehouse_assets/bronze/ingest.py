@@ -294,7 +294,7 @@ def look(lakehouse: LakehouseResource, source: LandingSource, ingest_log: TableH
     prefixes = {f: t.size for f in candidates if (t := take.history.get(f)) is not None and t.size is not None}
     # Spark's file scans skip empty files: their content is known without a read.
     contents = {f: Content(Stat(0, statuses[f][1]), EMPTY_SHA256) for f in candidates if statuses[f][0] == 0}
-    contents.update(read_contents(spark, [f for f in candidates if f not in contents], prefixes))
+    contents.update(read_contents(spark, [f for f in candidates if f not in contents], prefixes, statuses))
     for f, content in contents.items():
         content = replace(content, stat=replace(content.stat, etag=statuses[f][2]))  # Spark's read has no ETag
         decision = decide(f, content, take.history.get(f), now, policy)

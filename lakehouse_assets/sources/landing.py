@@ -93,15 +93,18 @@ def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[
     return lines, before
 
 
-def read_contents(spark: SparkSession, files: list[str], prefixes: dict[str, int]) -> dict[str, Content]:
+def read_contents(spark: SparkSession, files: list[str], prefixes: dict[str, int],
+                  statuses: dict[str, tuple[int, int, str | None]]) -> dict[str, Content]:
     """Each file's identity and content hash. `prefixes`: for a file taken before, the size it had then, whose
-    bytes are hashed too (were they kept, and lines only appended after them?). A file that is gone is left out.
+    bytes are hashed too (were they kept, and lines only appended after them?); `statuses`: the files as
+    `file_statuses` listed them just before. A file that is gone is left out.
 
-    Files on this machine's file system are hashed here, streamed through SHA-256 a few at a time; others (S3)
-    by Spark where they are, a job over the files' bytes. Both give the file's size and modification time as
-    Hadoop's file system reports them, which is what later listings compare with."""
+    Files on this machine's file system are hashed here, streamed through SHA-256 a few at a time, with the
+    size and time listed; others (S3) by Spark where they are, a job over the files' bytes. Both are Hadoop's
+    size and modification time, which later listings compare with: a file changed since it was listed is found
+    changed after it is read, and left for the next run."""
     local = {f: path for f in files if (path := _local_path(f)) is not None}
-    found, elsewhere = _hash_here(spark, local, prefixes)
+    found, elsewhere = _hash_here(spark, local, prefixes, statuses)
     return {**found, **_hash_in_spark(spark, [f for f in files if f not in local] + elsewhere, prefixes)}
 
 
@@ -113,17 +116,16 @@ def _local_path(f: str) -> str | None:
     return path if path.startswith("/") and not path.startswith("//") else None
 
 
-def _hash_here(spark: SparkSession, files: dict[str, str], prefixes: dict[str, int]
-               ) -> tuple[dict[str, Content], list[str]]:
-    """The contents of the files that are here; and those Hadoop's file system finds but this process cannot
-    open by their path (left to Spark, which reads them as Hadoop does). A file that is gone is left out."""
-    if not files:
-        return {}, []
-    statuses = file_statuses(spark, list(files))
+def _hash_here(spark: SparkSession, files: dict[str, str], prefixes: dict[str, int],
+               statuses: dict[str, tuple[int, int, str | None]]) -> tuple[dict[str, Content], list[str]]:
+    """The contents of the files that are here; and those Hadoop's file system still finds that this process
+    cannot open by their path (left to Spark, which reads them as Hadoop does). A file gone is left out."""
+    listed = [f for f in files if f in statuses]
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        hashed = dict(zip(statuses, pool.map(lambda f: _hash_file(files[f], prefixes.get(f)), statuses)))
+        hashed = dict(zip(listed, pool.map(lambda f: _hash_file(files[f], prefixes.get(f)), listed)))
+    unopened = [f for f, found in hashed.items() if found is None]
     return ({f: Content(Stat(statuses[f][0], statuses[f][1]), *found) for f, found in hashed.items() if found},
-            [f for f, found in hashed.items() if found is None])
+            list(file_statuses(spark, unopened)) if unopened else [])
 
 
 def _hash_file(path: str, prefix: int | None) -> tuple[str, str | None, bool, bool] | None:

@@ -224,12 +224,17 @@ def test_a_local_file_is_hashed_here_as_spark_hashes_it_where_it_is(lakehouse, t
     for name, text in files.items():
         (tmp_path / name).write_bytes(gzip.compress(b"x\n" * 1000) if text is None else text.encode())
     paths = [f"file:{tmp_path / name}" for name in files]
+    listed = file_statuses(lakehouse.spark, paths)
     for prefixes in [{}, {p: 4 for p in paths}, {p: 3 for p in paths}, {p: 10_000 for p in paths},
                      {p: 8 << 20 for p in paths}, {p: 9_437_185 for p in paths}, {p: 0 for p in paths}]:
-        here = read_contents(lakehouse.spark, paths, prefixes)
+        here = read_contents(lakehouse.spark, paths, prefixes, listed)
         there = _hash_in_spark(lakehouse.spark, paths, prefixes)
         assert here == there and len(here) == len(paths), prefixes
     assert all(_local_path(p) for p in [*paths, str(tmp_path / "a.jsonl"), f"file://{tmp_path / 'a.jsonl'}"])
-    assert {f: s[:2] for f, s in file_statuses(lakehouse.spark, paths).items()} == {
-        f: (c.stat.size, c.stat.modified_ms) for f, c in read_contents(lakehouse.spark, paths, {}).items()}
-    assert read_contents(lakehouse.spark, [f"file:{tmp_path / 'gone.jsonl'}"], {}) == {}  # gone since listed
+    assert {f: s[:2] for f, s in listed.items()} == {  # Hadoop's size and time, as Spark's read gives them
+        f: (c.stat.size, c.stat.modified_ms) for f, c in _hash_in_spark(lakehouse.spark, paths, {}).items()}
+    gone = tmp_path / "gone.jsonl"
+    gone.write_text("x\n")
+    listed = file_statuses(lakehouse.spark, [f"file:{gone}"])
+    gone.unlink()
+    assert read_contents(lakehouse.spark, [f"file:{gone}"], {}, listed) == {}  # gone since it was listed

@@ -86,7 +86,7 @@ public final class ResultCache {
     static Dataset<Row> cacheable(SQLContext context, String statement) {
         try {
             LogicalPlan parsed = context.sessionState().sqlParser().parsePlan(statement);
-            if (parsed instanceof Command || !parsed.collectFirst(commands()).isEmpty()) {
+            if (!parsed.collectFirst(commands()).isEmpty()) {
                 return null;  // parsing only: a command runs when it is analysed
             }
             Dataset<Row> query = context.sql(statement);
