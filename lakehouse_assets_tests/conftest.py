@@ -145,14 +145,16 @@ def s3_catalog(lake_settings):
 def spark(lake_settings, pg_catalog, pg_catalog_uri, s3_catalog):
     # The catalogs' tables must exist before Spark's JdbcCatalogs look at them.
     catalog_for(lake_settings)
+    # Every Spark JVM of the run (this session's, and those tests start in processes of their own: a run, a
+    # crashed writer, the endpoint) compiles with the JIT's first tier only: on the tests' small data the
+    # optimising tier spent half the JVM's CPU compiling code that ran a few times, on the same two cores as the
+    # other worker. The first tier alone fills the JIT's default 48 MB code cache in a minute (the JIT then
+    # stops: everything after runs interpreted), so the cache is made larger.
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=400m")
     session = get_spark(lake_settings, extra_catalogs={
         PG_CATALOG: (pg_catalog_uri, lake_settings.warehouse),
         S3_CATALOG: (lake_settings.catalog, S3_WAREHOUSE),
     })
-    # The Spark JVMs the tests start in processes of their own (a run, a crashed writer, the endpoint) live for
-    # seconds on small data: they compile with the JIT's first tier only, which costs them less CPU than the
-    # optimising tier would pay back. This session's JVM lives for the whole run and keeps both tiers.
-    os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
     yield session
     session.stop()
 
