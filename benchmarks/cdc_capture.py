@@ -139,25 +139,28 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
     records = snapshot["records"] + streamed["records"]
     bronze_rows = spark.table(resource.table_id("bronze_cdc_items")).count()
 
-    # The same records bare (the converter's schemas off): each line its payload alone; and wrapped, spaced as
-    # JSON passed on by a relay written in Python is (`", "`, `": "`). Each into a bronze of its own.
-    forms = {"bare": lambda r: json.dumps(r["payload"] if isinstance(r, dict) else r, separators=(",", ":")),
+    # The same records again once the JVM is warm (the first bronze above paid for compiling the parse, as a run
+    # in a process of its own does); bare (the converter's schemas off): each line its payload alone; and
+    # wrapped, spaced as JSON passed on by a relay written in Python is (`", "`, `": "`). Each into a bronze of
+    # its own.
+    forms = {"wrapped": None,
+             "bare": lambda r: json.dumps(r["payload"] if isinstance(r, dict) else r, separators=(",", ":")),
              "spaced": json.dumps}
     for form, write in forms.items():
-        for path in (root / "landing").rglob("*.jsonl"):
+        for path in (root / "landing").rglob("*.jsonl") if write else ():
             target = root / f"landing_{form}" / path.relative_to(root / "landing")
             target.parent.mkdir(parents=True, exist_ok=True)
             with path.open() as lines, target.open("w") as out:
                 for line in lines:
                     out.write(write(json.loads(line)) + "\n")
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.bench_cdc_{form}")
-        form_resource = lakehouse(settings, f"bench_cdc_{form}", root / f"landing_{form}")
+        form_resource = lakehouse(settings, f"bench_cdc_{form}", root / (f"landing_{form}" if write else "landing"))
         started = time.perf_counter()
         done = materialize_partition([by_name["bronze_cdc_items"]], form_resource, today.isoformat())
         if not done.success:
             raise RuntimeError(f"bronze of {form} records failed")
         timings[f"bronze_{form}"] = time.perf_counter() - started
-        stages[form] = _stages(done)
+        stages[f"{form}, warm" if form == "wrapped" else form] = _stages(done)
         form_rows = spark.table(form_resource.table_id("bronze_cdc_items")).count()
         if form_rows != bronze_rows:
             raise RuntimeError(f"bronze kept {bronze_rows} wrapped records but {form_rows} {form} ones")
@@ -174,6 +177,7 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         "bronze_s": timings["bronze"], "silver_s": timings["silver"], "source_rows": source_rows,
         "postgresql": f"{server // 10000}.{server % 10000}",
         "bronze_bare_s": timings["bronze_bare"], "bronze_spaced_s": timings["bronze_spaced"],
+        "bronze_warm_s": timings["bronze_wrapped"],
         "plain_spark_s": plain, "bronze_stages_s": stages, "landed_mb": sum(
             p.stat().st_size for p in (root / "landing").rglob("*.jsonl")) / 2**20,
         "bare_mb": sum(p.stat().st_size for p in (root / "landing_bare").rglob("*.jsonl")) / 2**20,
@@ -182,6 +186,7 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
             "capture_changes_per_s": streamed["records"] / streamed["flowing_seconds"],
             "capture_wall_records_per_s": streamed["records"] / streamed["wall_s"],
             "bronze_records_per_s": records / timings["bronze"],
+            "bronze_warm_records_per_s": records / timings["bronze_wrapped"],
             "bronze_bare_records_per_s": records / timings["bronze_bare"],
             "bronze_spaced_records_per_s": records / timings["bronze_spaced"],
             "silver_records_per_s": records / timings["silver"],
@@ -208,8 +213,10 @@ def markdown(results: dict) -> str:
         f"{results['capture_stream_s']:.1f} | {r['capture_wall_records_per_s']:,.0f} records/s |",
         f"| capture of the changes, records flowing (first batch received to last written) | "
         f"{results['capture_flowing_s']:.1f} | {r['capture_changes_per_s']:,.0f} records/s |",
-        f"| bronze (parse, decode, quarantine, commit), wrapped records as captured ({results['landed_mb']:,.0f} MB) "
+        f"| bronze (parse, decode, quarantine, commit), wrapped records as captured ({results['landed_mb']:,.0f} MB), "
+        "the JVM's first run (its JIT compiles the parse: what a run in a process of its own pays) "
         f"| {results['bronze_s']:.1f} | {r['bronze_records_per_s']:,.0f} records/s |",
+        *_warm_rows(results),
         f"| bronze, the same records bare ({results['bare_mb']:,.0f} MB) | {results['bronze_bare_s']:.1f} | "
         f"{r['bronze_bare_records_per_s']:,.0f} records/s |",
         *_spaced_rows(results),
@@ -219,8 +226,10 @@ def markdown(results: dict) -> str:
         f"{r['end_to_end_changes_per_s']:,.0f} changes/s |",
         "",
         *_breakdown(results),
-        "Targets: bronze at least 20,000 records/s wrapped, spaced and bare: "
-        f"**{'reached' if min(_bronze_rates(r)) >= 20_000 else 'not reached'}**"
+        "Targets: bronze at least 20,000 records/s wrapped, spaced and bare, the JVM warm: "
+        f"**{'reached' if min(_bronze_rates(r)) >= 20_000 else 'not reached'}**; "
+        "the same in a new JVM (wrapped, the first run): "
+        f"**{'reached' if r['bronze_records_per_s'] >= 20_000 else 'not reached'}**"
         f"; capture at least 15,000 records/s once the JVM is up: "
         f"**{'reached' if r['capture_changes_per_s'] >= 15_000 else 'not reached'}**; end to end at least 8,000 "
         "changes/s: "
@@ -230,8 +239,16 @@ def markdown(results: dict) -> str:
 
 
 def _bronze_rates(rates: dict) -> list[float]:
-    return [rates[k] for k in ("bronze_records_per_s", "bronze_bare_records_per_s", "bronze_spaced_records_per_s")
-            if k in rates]
+    """The warm forms' rates (results from before the warm wrapped run: the first run stands for it)."""
+    wrapped = rates.get("bronze_warm_records_per_s", rates["bronze_records_per_s"])
+    return [wrapped, *(rates[k] for k in ("bronze_bare_records_per_s", "bronze_spaced_records_per_s") if k in rates)]
+
+
+def _warm_rows(results: dict) -> list[str]:
+    if "bronze_warm_s" not in results:
+        return []
+    return [f"| bronze, the same wrapped records again, the JVM warm | {results['bronze_warm_s']:.1f} | "
+            f"{results['rates']['bronze_warm_records_per_s']:,.0f} records/s |"]
 
 
 def _spaced_rows(results: dict) -> list[str]:
@@ -245,9 +262,10 @@ def _spaced_rows(results: dict) -> list[str]:
         f"{results['spaced_mb']:,.0f} MB) | {results['bronze_spaced_s']:.1f} | "
         f"{r['bronze_spaced_records_per_s']:,.0f} records/s |",
         f"| plain Spark read.json -> Parquet, wrapped as captured (peer) | {plain['wrapped']:.1f} | "
-        f"bronze {results['bronze_s'] / plain['wrapped']:.2f}x its time |",
+        f"bronze {results.get('bronze_warm_s', results['bronze_s']) / plain['wrapped']:.2f}x its time warm, "
+        f"{results['bronze_s'] / plain['wrapped']:.2f}x in its first run |",
         f"| plain Spark read.json -> Parquet, spaced (peer) | {plain['spaced']:.1f} | "
-        f"bronze {results['bronze_spaced_s'] / plain['spaced']:.2f}x its time |",
+        f"bronze {results['bronze_spaced_s'] / plain['spaced']:.2f}x its time warm |",
     ]
 
 
