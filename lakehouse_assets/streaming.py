@@ -293,7 +293,9 @@ class EventStream:
         lap("bronze")
         failpoint("stream:after-bronze")
 
-        delivered = self._delivered(bronze, query_id, batch_id, files, before).cache()  # read by silver, gold, reports
+        # What silver, gold and the reports read of the batch's bronze rows (not the raw payload), read once.
+        delivered = self._delivered(bronze, query_id, batch_id, files, before).select(
+            *source.fields, "source_file", "source_line", "landing_date", "ingested_at").cache()
         try:
             streamed = take_new_events(lakehouse, source, delivered, run_id, label, props, self.log)
             report.retries += streamed.retries

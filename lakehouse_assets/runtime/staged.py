@@ -152,6 +152,20 @@ class StagedWrite:
     def read(self) -> DataFrame:
         return self.spark.read.option("branch", self.branch).table(self.table_id)
 
+    def added(self) -> DataFrame:
+        """The rows this write appended on its branch: an incremental read from the snapshot it builds on, so an
+        audit of an append reads what the append wrote, not the table it appended to."""
+        head = self.table.iceberg().snapshot_by_name(self.branch)
+        assert head is not None  # a staged branch always has a head snapshot
+        if head.snapshot_id == self.on:
+            return self.read().limit(0)
+        reader = self.spark.read.format("iceberg")
+        if self.on is None:
+            reader = reader.option("snapshot-id", head.snapshot_id)
+        else:
+            reader = reader.option("start-snapshot-id", self.on).option("end-snapshot-id", head.snapshot_id)
+        return reader.load(self.table_id)
+
     def with_watermarks(self, newest_event: dt.datetime | None, newest_landed: dt.datetime | None) -> StagedWrite:
         """Stamp the event-time and landing watermarks of what this write adds (runtime/freshness.py)."""
         self.properties.update(watermark_properties(self.table.iceberg(), newest_event, newest_landed))

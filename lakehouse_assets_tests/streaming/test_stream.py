@@ -6,6 +6,7 @@ The oracle is computed in Python from the lines that landed, never from the tabl
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -16,16 +17,21 @@ import threading
 import time
 import uuid
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, materialize
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
+from lakehouse_assets.bronze.sources import event_bronze_spec
+from lakehouse_assets.project.declaration import ValueCheck
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.freshness import freshness_rows
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
+from lakehouse_assets.silver.events import take_new_events
 from lakehouse_assets.sources.zones import landing_zone
 from lakehouse_assets.streaming import BATCH_ID, QUERY_ID, EventStream
 
@@ -337,3 +343,38 @@ def test_the_stream_reads_an_s3_landing_zone(spark, lake_settings, tmp_path):
     assert sum(r.files for r in reports) == 2 and all(r.refused == 0 for r in reports)
     assert spark.table(lakehouse.table_id("bronze_events")).count() == 40
     assert gold_minutes(spark, lakehouse.table_id("gold_minute_activity")) == minute_oracle(first + second)
+
+
+def test_a_micro_batch_of_silver_is_audited_on_the_rows_it_wrote_and_nothing_fails_into_main(lakehouse):
+    # A declared check no rule repeats: a price above 100 passes every rule and must fail the audit.
+    source = dataclasses.replace(SHOP.events["events"], checks={"price": ValueCheck(max=100)})
+    spark, at = lakehouse.spark, now() - dt.timedelta(minutes=5)
+    spec = event_bronze_spec(source)
+    lakehouse.table(spec).create()  # silver's commits carry bronze's landing watermark
+    columns = [*source.fields, "source_file", "source_line", "landing_date", "ingested_at"]
+
+    def bronze_rows(*events: tuple[str, str | None]):  # a batch's bronze rows, as the stream hands them to silver
+        return spark.createDataFrame([
+            {"event_id": key, "user_id": "u1", "session_id": "s1", "event_type": "purchase" if price else "page_view",
+             "event_ts": at, "ip": None, "email": None, "properties": {}, "price": Decimal(price) if price else None,
+             "source_file": "f.jsonl", "source_line": n, "landing_date": TODAY, "ingested_at": at}
+            for n, (key, price) in enumerate(events, start=1)], T.StructType([spec.schema[c] for c in columns]))
+
+    def silver_keys() -> set[str]:
+        return {r.event_id for r in spark.table(lakehouse.table_id("silver_events")).collect()}
+
+    first = take_new_events(lakehouse, source, bronze_rows(("k1", "10.00"), ("k2", None)), "run-1", "batch 1", {})
+    assert first.published and first.silver is not None and first.silver.added_records == 2
+
+    failing = take_new_events(lakehouse, source, bronze_rows(("k3", "20.00"), ("k4", "500.00")), "run-2", "batch 2", {})
+    assert not failing.published
+    [failed] = [c for c in failing.checks if not c.passed]
+    assert "price" in (failed.description or "") and "less_than_or_equal_to(100" in (failed.description or "")
+    assert silver_keys() == {"k1", "k2"}  # nothing of the failed batch reached main
+    assert spark.table(lakehouse.table_id("silver_events_rejected")).count() == 0
+
+    # A batch whose every key silver holds: its append writes nothing, and that empty write is audited and published.
+    again = take_new_events(lakehouse, source, bronze_rows(("k1", "10.00")), "run-3", "batch 3", {})
+    assert again.published and again.silver is not None and again.silver.added_records == 0
+    assert all(c.passed for c in again.checks)
+    assert silver_keys() == {"k1", "k2"}
