@@ -29,15 +29,16 @@ from lakehouse_services.postgres import ThrowawayPostgres
 from .common import lakehouse, materialize_partition
 
 DECLARATION = """\
-name: bench_cdc
+name: bench_cdc{suffix}
 start_date: {start}
 landing:
   settle: 0s  # the capture renames each file into place whole: nothing to wait for
 cdc:
-  bench:
+  bench{suffix}:
     connector: postgresql
     database: source
     schema: public
+    decimal_handling_mode: {decimal}
     tables:
       items:
         primary_key: [id]
@@ -74,11 +75,11 @@ def _workload(dsn: str, changes: int, initial: int) -> int:
     return made
 
 
-def _capture(root: Path, dsn: str) -> dict:
+def _capture(root: Path, dsn: str, source: str = "bench") -> dict:
     env = {**os.environ, "LAKEHOUSE_PROJECT": str(root / "lakehouse.yaml"), "LAKEHOUSE_HOME": str(root / "home"),
            "LAKEHOUSE_LANDING": str(root / "landing")}
     started = time.perf_counter()
-    done = subprocess.run([str(Path(sys.executable).with_name("lakehouse")), "capture", "--source", "bench",
+    done = subprocess.run([str(Path(sys.executable).with_name("lakehouse")), "capture", "--source", source,
                            "--dsn", dsn, "--until-idle", str(UNTIL_IDLE), "--json", "--roll-seconds", "60"],
                           env=env, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
@@ -96,10 +97,14 @@ def _stages(result) -> dict:
 
 
 def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000) -> dict:
-    root = settings.home / "bench_cdc"
-    root.mkdir(parents=True, exist_ok=True)
+    # The connector's default encodings (decimals as scaled bytes) and, a capture of its own with its own slot on
+    # the same database, decimal.handling.mode=string; the second is captured after the first, which is timed.
+    root, root_s = settings.home / "bench_cdc", settings.home / "bench_cdc_string"
     today = dt.datetime.now(dt.timezone.utc).date()
-    (root / "lakehouse.yaml").write_text(DECLARATION.format(start=today - dt.timedelta(days=1)))
+    for folder, suffix, decimal in ((root, "", "precise"), (root_s, "_s", "string")):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "lakehouse.yaml").write_text(DECLARATION.format(start=today - dt.timedelta(days=1), suffix=suffix,
+                                                                  decimal=decimal))
     with ThrowawayPostgres(root / "pg") as pg:
         conn = psycopg2.connect(pg.dsn)
         cur = conn.cursor()
@@ -109,10 +114,12 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         conn.commit()
         conn.close()
         snapshot = _capture(root, pg.dsn)
+        _capture(root_s, pg.dsn, "bench_s")
         started = time.perf_counter()
         made = _workload(pg.dsn, changes, initial)
         workload_s = time.perf_counter() - started
         streamed = _capture(root, pg.dsn)
+        _capture(root_s, pg.dsn, "bench_s")
         conn = psycopg2.connect(pg.dsn)
         cur = conn.cursor()
         cur.execute("SELECT count(*) FROM items")
@@ -164,11 +171,26 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         form_rows = spark.table(form_resource.table_id("bronze_cdc_items")).count()
         if form_rows != bronze_rows:
             raise RuntimeError(f"bronze kept {bronze_rows} wrapped records but {form_rows} {form} ones")
+    # The records of the capture with decimal.handling.mode=string, wrapped as captured, the JVM warm.
+    strings = {k.to_user_string(): a for a in build_definitions(load_project(root_s / "lakehouse.yaml"), settings).assets
+               for k in a.keys}["bronze_cdc_items"]
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.bench_cdc_string")
+    string_resource = lakehouse(settings, "bench_cdc_string", root_s / "landing")
+    started = time.perf_counter()
+    done = materialize_partition([strings], string_resource, today.isoformat())
+    if not done.success:
+        raise RuntimeError("bronze of the string-mode records failed")
+    timings["bronze_string"] = time.perf_counter() - started
+    stages["string"] = _stages(done)
+    string_rows = spark.table(string_resource.table_id("bronze_cdc_items")).count()
+    if string_rows != bronze_rows:
+        raise RuntimeError(f"bronze kept {bronze_rows} records of the default encodings but {string_rows} strings")
     # The peer: plain Spark's read.json -> Parquet of the same files (nothing decoded, checked or committed).
     plain = {}
-    for form, folder in (("wrapped", "landing"), ("spaced", "landing_spaced")):
+    for form, folder in (("wrapped", root / "landing"), ("spaced", root / "landing_spaced"),
+                         ("string", root_s / "landing")):
         started = time.perf_counter()
-        spark.read.json(str(root / folder)).write.mode("overwrite").parquet(str(root / f"plain_{form}"))
+        spark.read.json(str(folder)).write.mode("overwrite").parquet(str(root / f"plain_{form}"))
         plain[form] = time.perf_counter() - started
     return {
         "params": {"initial_rows": initial, "changes": made, "records_landed": records},
@@ -177,11 +199,12 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         "bronze_s": timings["bronze"], "silver_s": timings["silver"], "source_rows": source_rows,
         "postgresql": f"{server // 10000}.{server % 10000}",
         "bronze_bare_s": timings["bronze_bare"], "bronze_spaced_s": timings["bronze_spaced"],
-        "bronze_warm_s": timings["bronze_wrapped"],
+        "bronze_warm_s": timings["bronze_wrapped"], "bronze_string_s": timings["bronze_string"],
         "plain_spark_s": plain, "bronze_stages_s": stages, "landed_mb": sum(
             p.stat().st_size for p in (root / "landing").rglob("*.jsonl")) / 2**20,
         "bare_mb": sum(p.stat().st_size for p in (root / "landing_bare").rglob("*.jsonl")) / 2**20,
         "spaced_mb": sum(p.stat().st_size for p in (root / "landing_spaced").rglob("*.jsonl")) / 2**20,
+        "string_mb": sum(p.stat().st_size for p in (root_s / "landing").rglob("*.jsonl")) / 2**20,
         "rates": {
             "capture_changes_per_s": streamed["records"] / streamed["flowing_seconds"],
             "capture_wall_records_per_s": streamed["records"] / streamed["wall_s"],
@@ -189,6 +212,7 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
             "bronze_warm_records_per_s": records / timings["bronze_wrapped"],
             "bronze_bare_records_per_s": records / timings["bronze_bare"],
             "bronze_spaced_records_per_s": records / timings["bronze_spaced"],
+            "bronze_string_records_per_s": records / timings["bronze_string"],
             "silver_records_per_s": records / timings["silver"],
             "end_to_end_changes_per_s": made / (streamed["wall_s"] - UNTIL_IDLE + timings["bronze"] + timings["silver"]),
         },
@@ -226,7 +250,8 @@ def markdown(results: dict) -> str:
         f"{r['end_to_end_changes_per_s']:,.0f} changes/s |",
         "",
         *_breakdown(results),
-        "Targets: bronze at least 20,000 records/s wrapped, spaced and bare, the JVM warm: "
+        "Targets: bronze at least 20,000 records/s wrapped, spaced and bare, default encodings and strings, the JVM "
+        "warm: "
         f"**{'reached' if min(_bronze_rates(r)) >= 20_000 else 'not reached'}**; "
         "the same in a new JVM (wrapped, the first run): "
         f"**{'reached' if r['bronze_records_per_s'] >= 20_000 else 'not reached'}**"
@@ -241,7 +266,8 @@ def markdown(results: dict) -> str:
 def _bronze_rates(rates: dict) -> list[float]:
     """The warm forms' rates (results from before the warm wrapped run: the first run stands for it)."""
     wrapped = rates.get("bronze_warm_records_per_s", rates["bronze_records_per_s"])
-    return [wrapped, *(rates[k] for k in ("bronze_bare_records_per_s", "bronze_spaced_records_per_s") if k in rates)]
+    return [wrapped, *(rates[k] for k in ("bronze_bare_records_per_s", "bronze_spaced_records_per_s",
+                                          "bronze_string_records_per_s") if k in rates)]
 
 
 def _warm_rows(results: dict) -> list[str]:
@@ -266,6 +292,21 @@ def _spaced_rows(results: dict) -> list[str]:
         f"{results['bronze_s'] / plain['wrapped']:.2f}x in its first run |",
         f"| plain Spark read.json -> Parquet, spaced (peer) | {plain['spaced']:.1f} | "
         f"bronze {results['bronze_spaced_s'] / plain['spaced']:.2f}x its time warm |",
+        *_string_rows(results),
+    ]
+
+
+def _string_rows(results: dict) -> list[str]:
+    """The capture with decimal.handling.mode=string (results from before it was measured have none)."""
+    if "bronze_string_s" not in results:
+        return []
+    plain = results["plain_spark_s"]["string"]
+    return [
+        f"| bronze, the records of a capture with `decimal.handling.mode=string`, wrapped as captured "
+        f"({results['string_mb']:,.0f} MB), the JVM warm | {results['bronze_string_s']:.1f} | "
+        f"{results['rates']['bronze_string_records_per_s']:,.0f} records/s |",
+        f"| plain Spark read.json -> Parquet, those string-mode records (peer) | {plain:.1f} | "
+        f"bronze {results['bronze_string_s'] / plain:.2f}x its time warm |",
     ]
 
 
