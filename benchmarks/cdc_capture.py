@@ -6,7 +6,9 @@ multi-row transactions, updates, deletes) runs, and each stage is timed on it:
 the capture (`lakehouse capture --until-idle`, a process of its own: JVM start
 included and reported), bronze (parse, decode, quarantine, exactly-once commit)
 and silver (MERGE into current state and SCD2 history). Silver must equal the
-source's row count at the end, or the figure is not written.
+source's row count at the end, or the figure is not written. Bronze is timed
+again, warm, on the same records bare and spaced, and on those of a second
+capture of the same changes with decimal.handling.mode=string.
 """
 
 from __future__ import annotations
