@@ -314,10 +314,9 @@ class EventStream:
             if self.gold is not None:
                 ts = source.timestamp
                 minutes = delivered.where(F.col(ts).isNotNull()).select(F.date_trunc("minute", ts).alias("minute"))
-                commit, retries = merge_minutes(lakehouse, self.gold, silver_spec(source), minutes, run_id, label,
-                                                props, self.log)
+                commit, retries, report.minutes = merge_minutes(lakehouse, self.gold, silver_spec(source), minutes,
+                                                                run_id, label, props, self.log)
                 report.retries += retries
-                report.minutes = minutes.distinct().count()
                 report.snapshots[MINUTE_ACTIVITY] = commit.snapshot_id or 0
                 pending.append(lambda: self._report_gold(commit, days, props))
                 lap("gold")

@@ -286,9 +286,9 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
 
 def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, minutes: DataFrame, run_id: str,
                   label: str, properties: dict[str, str], log: Callable[[str], None] = print,
-                  ) -> tuple[CommitResult, int]:
+                  ) -> tuple[CommitResult, int, int]:
     """Recompute the gold_minute_activity rows of `minutes` (a one-column frame of minute starts) from
-    silver as it stands, and MERGE them in: the stream's incremental path; (the commit, its retries)."""
+    silver as it stands, and MERGE them in: the stream's incremental path; (the commit, its retries, the minutes)."""
     c = EventColumns(gold)
     spec = gold_specs(gold)[MINUTE_ACTIVITY]
     table, silver_table = lakehouse.table(spec).create(), lakehouse.table(silver)
@@ -296,6 +296,7 @@ def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, m
     text = "yyyy-MM-dd HH:mm:ss"
     spans = wanted.groupBy(F.date_format("minute", "yyyy-MM-dd").alias("day")).agg(
         F.date_format(F.min("minute"), text).alias("first"), F.date_format(F.max("minute"), text).alias("last"),
+        F.count(F.lit(1)).alias("minutes"),
     ).collect()
     days = [r.day for r in spans]
     in_days = F.lit(False)
@@ -321,9 +322,10 @@ def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, m
         finally:
             spark.catalog.dropTempView(view)
 
+    count = sum(span.minutes for span in spans)
     try:
         if not days:
-            return current_state(table), 0
-        return with_commit_retries(attempt, spec.name, log)
+            return current_state(table), 0, 0
+        return (*with_commit_retries(attempt, spec.name, log), count)
     finally:
         wanted.unpersist()

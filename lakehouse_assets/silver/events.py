@@ -245,7 +245,10 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             staged.with_watermarks(newest, derived_watermarks(bronze.iceberg())[1]).stamp_on_top()
             staged_rejects = stage(rejected, run_id, spec.name, label, scope=scope)
             staged_rejects.properties.update(properties)
-            staged_rejects.append(rejects)
+            if rejects.isEmpty():  # most batches: no write (a job and a commit), an empty commit when published
+                staged_rejects.stamp_on_top()
+            else:
+                staged_rejects.append(rejects)
 
             def delivered_keys() -> int:
                 return batch_keys.count()

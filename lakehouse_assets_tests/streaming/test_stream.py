@@ -353,9 +353,11 @@ def test_a_micro_batch_of_silver_is_audited_on_the_rows_it_wrote_and_nothing_fai
     lakehouse.table(spec).create()  # silver's commits carry bronze's landing watermark
     columns = [*source.fields, "source_file", "source_line", "landing_date", "ingested_at"]
 
-    def bronze_rows(*events: tuple[str, str | None]):  # a batch's bronze rows, as the stream hands them to silver
+    def bronze_rows(*events: tuple[str, str | None], kind: str | None = None):  # a batch's bronze rows, as the
+        # stream hands them to silver
         return spark.createDataFrame([
-            {"event_id": key, "user_id": "u1", "session_id": "s1", "event_type": "purchase" if price else "page_view",
+            {"event_id": key, "user_id": "u1", "session_id": "s1",
+             "event_type": kind or ("purchase" if price else "page_view"),
              "event_ts": at, "ip": None, "email": None, "properties": {}, "price": Decimal(price) if price else None,
              "source_file": "f.jsonl", "source_line": n, "landing_date": TODAY, "ingested_at": at}
             for n, (key, price) in enumerate(events, start=1)], T.StructType([spec.schema[c] for c in columns]))
@@ -377,4 +379,11 @@ def test_a_micro_batch_of_silver_is_audited_on_the_rows_it_wrote_and_nothing_fai
     again = take_new_events(lakehouse, source, bronze_rows(("k1", "10.00")), "run-3", "batch 3", {})
     assert again.published and again.silver is not None and again.silver.added_records == 0
     assert all(c.passed for c in again.checks)
+    assert silver_keys() == {"k1", "k2"}
+
+    # A batch of an event a rule rejects (an event type the source does not declare): the rejected table gets it.
+    unknown = take_new_events(lakehouse, source, bronze_rows(("k6", None), kind="teleport"), "run-4", "batch 4", {})
+    assert unknown.published and unknown.rejected is not None and unknown.rejected.added_records == 1
+    rejected = spark.table(lakehouse.table_id("silver_events_rejected")).collect()
+    assert [(r.event_id, r.rule) for r in rejected] == [("k6", "unknown_event_type")]
     assert silver_keys() == {"k1", "k2"}
