@@ -135,10 +135,9 @@ def command_runs(settings: Settings, work: Path, landings: dict[str, tuple[Path,
     """Per landing size, the two whole commands; and each on one line (`fixed`): what a run pays before its data."""
     one = work / "landing_one"
     made = generate_day(one, FIRST_DAY, events_per_day=1, files_per_day=1, malformed_rate=0.0, users=1)
-    runs = {"fixed": {**commands(settings, one, 1, made.events + made.duplicates), "lines": made.events + made.duplicates}}
-    for size, (landing, lines) in landings.items():
-        runs[size] = {**commands(settings, landing, days, lines), "lines": lines}
-    return runs
+    landings = {"fixed": (one, made.events + made.duplicates), **landings}
+    return {size: {**commands(settings, landing, 1 if size == "fixed" else days, lines), "lines": lines}
+            for size, (landing, lines) in landings.items()}
 
 
 def plain_spark(spark: SparkSession, files: list[Path], out: Path) -> float:

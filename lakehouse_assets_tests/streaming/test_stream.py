@@ -353,8 +353,8 @@ def test_a_micro_batch_of_silver_is_audited_on_the_rows_it_wrote_and_nothing_fai
     lakehouse.table(spec).create()  # silver's commits carry bronze's landing watermark
     columns = [*source.fields, "source_file", "source_line", "landing_date", "ingested_at"]
 
-    def bronze_rows(*events: tuple[str, str | None], kind: str | None = None):  # a batch's bronze rows, as the
-        # stream hands them to silver
+    def bronze_rows(*events: tuple[str, str | None], kind: str | None = None):
+        """A batch's bronze rows, as the stream hands them to silver."""
         return spark.createDataFrame([
             {"event_id": key, "user_id": "u1", "session_id": "s1",
              "event_type": kind or ("purchase" if price else "page_view"),
