@@ -23,11 +23,11 @@ demo dev stream: export LAKEHOUSE_START_DATE ?= $(FIRST_DEMO_DAY)
 .PHONY: setup demo demo-cdc cluster-demo dev stream test test-fast e2e soak lint bench snapshots clean
 
 # The installation's class-data archive for Spark's JVM (every run, stream and command starts faster): built
-# once, kept until Java or Spark change (runtime/jvm_archive.py). The SQL endpoint's read-only extension, compiled
-# against pyspark's jars (runtime/endpoint_jar.py).
+# once, kept until Java or Spark change (runtime/jvm_archive.py). The project's Java parts (the landing files' line
+# reader, the SQL endpoint's read-only extension), compiled against pyspark's jars (runtime/java_jar.py).
 setup: $(VENV)/.installed
 	@$(BIN)/python -m lakehouse_assets.runtime.jvm_archive build
-	@$(BIN)/python -m lakehouse_assets.runtime.endpoint_jar build
+	@$(BIN)/python -m lakehouse_assets.runtime.java_jar build
 
 $(VENV)/.installed: pyproject.toml services/pyproject.toml constraints.txt scripts/system-deps.sh
 	scripts/system-deps.sh

@@ -26,8 +26,7 @@ from pathlib import Path
 
 from .duckdb_sql import declared_raw, looks_raw, read_only_settings
 from .errors import LakehouseError
-from .runtime.endpoint_jar import EXTENSION_CLASS, PASSWORD_CLASS
-from .runtime.endpoint_jar import build as build_extension
+from .runtime.java_jar import EXTENSION_CLASS, PASSWORD_CLASS
 from .runtime.spark import ICEBERG_EXTENSIONS, spark_conf
 from .settings import Settings
 
@@ -75,7 +74,6 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
         conf["spark.hadoop.hive.server2.authentication"] = "CUSTOM"
     if settings.catalog.kind == "sqlite":
         conf[f"{catalog}.jdbc.open_mode"] = "1"  # SQLITE_OPEN_READONLY: the catalog database cannot change
-    settings = settings.with_(extra_jars=(*settings.extra_jars, str(build_extension())))
     # The jars on the driver's own class path too: a client's session, when it closes, closes the class loader
     # Spark adds jars with (Hive's session state does), and Iceberg's classes not loaded yet would be lost.
     conf["spark.driver.extraClassPath"] = spark_conf(settings)["spark.jars"].replace(",", os.pathsep)

@@ -139,6 +139,7 @@ class LandingSource:
     new_columns: Callable[..., tuple[list[tuple[str, str]], dict[str, Any]]] | None = None
     event_time: str | None = None  # the bronze column whose newest value is the table's event-time watermark
     policy: LandingPolicy = field(default_factory=LandingPolicy)  # when a landed file is complete enough to take
+    read_json: T.StructType | None = None
 
 
 @dataclass
@@ -318,7 +319,8 @@ def read_take(lakehouse: LakehouseResource, source: LandingSource, take: Take, n
     cannot be read yet because it is still being written, is left for the next run."""
     spark, policy = lakehouse.spark, source.policy
     todo = take.to_read
-    lines, take.unreadable, take.line_counts = read_landing(spark, todo)
+    lines, take.unreadable, take.line_counts = read_landing(
+        spark, todo, {f: take.contents[f].stat.size for f in todo}, source.read_json)
     after = file_statuses(spark, todo)
     moved = {f for f in todo if after.get(f, (None, None))[:2] != (take.contents[f].stat.size,
                                                                      take.contents[f].stat.modified_ms)}

@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 from ..project import CdcTable, EventSource, LandingPolicy, Project
 from ..runtime.files import first_lines
 from ..sources.cdc import bronze_cdc_schema, new_image_keys, parse_cdc, survey_cdc, typed_new_fields
-from ..sources.events import new_event_keys, parse_events
+from ..sources.events import new_event_keys, parse_events, read_json_schema
 from ..sources.landing import MAX_RECORD_BYTES
 from ..tables.registry import TableSpec, col
 from .ingest import LandingSource, lineage_columns, quarantine_spec
@@ -53,6 +53,7 @@ def event_landing_source(source: EventSource, policy: LandingPolicy | None = Non
         new_keys=partial(new_event_keys, source),
         event_time=source.timestamp,
         policy=policy or LandingPolicy(),
+        read_json=read_json_schema(source),
     )
 
 

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from ..errors import SparkConfigConflict
 from ..settings import CatalogUri, Settings
-from . import jvm_archive
+from . import java_jar, jvm_archive
 from .jars import s3a_jars, spark_jars
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -73,7 +73,8 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
     if on_loopback(settings.spark_master):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
-    jars = spark_jars(kinds, settings.spark_packages, settings.extra_jars)
+    # The project's Java parts (the landing files' line reader, the SQL endpoint's extension), built when missing.
+    jars = [*spark_jars(kinds, settings.spark_packages, settings.extra_jars), str(java_jar.build())]
     if settings.uses_s3:
         jars += [str(j) for j in s3a_jars()]
         conf.update(s3a_conf(settings))

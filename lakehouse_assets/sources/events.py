@@ -19,25 +19,33 @@ from .landing import LINEAGE_COLUMNS, blank, json_reason, typed_value
 
 _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 STAMP_COLUMNS = ("ingested_at", "run_id")
+TOP_KEYS = "_top_keys"
+_CORRUPT = T.StructField("_corrupt_record", T.StringType())
 
 
 def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructType | None = None) -> DataFrame:
-    """Typed event columns, the lineage columns, and `reason` (null when the line is a good event).
+    """Typed event columns, the lineage columns, `reason` (null when the line is a good event), and the line's
+    top-level keys (`TOP_KEYS`, for `new_event_keys`).
 
     Each line is parsed once with its map fields typed and every other top-level field as text (typed after,
     so that a wrong type becomes a precise reason instead of Spark nulling the whole record). Only the lines
     that parse refuses (not JSON, a map field that is not an object) are parsed again, all as text, which tells
-    which field is wrong. Columns the table gained from schema drift are filled from the payload by name.
+    which field is wrong. Columns the table gained from schema drift are filled from the payload by name. Lines
+    the line reader parsed (`_json_ok`, see `sources.landing.read_lines`) take its parse instead of the first.
     """
     top_level = sorted({p for p in source.paths.values() if "." not in p})
     maps = {name for name, path in source.paths.items()
             if "." not in path and isinstance(source.fields[name], T.MapType)}
-    first_types = {source.paths[name]: source.fields[name] for name in maps}
-    corrupt = T.StructField("_corrupt_record", T.StringType())
     options = {"columnNameOfCorruptRecord": "_corrupt_record"}
-    first_schema = T.StructType([T.StructField(p, first_types.get(p, T.StringType())) for p in top_level] + [corrupt])
-    text_schema = T.StructType([T.StructField(p, T.StringType()) for p in top_level] + [corrupt])
-    parsed = lines.withColumn("first", F.from_json("payload", first_schema, options)).withColumn(
+    first_schema = read_json_schema(source)
+    text_schema = T.StructType([T.StructField(p, T.StringType()) for p in top_level] + [_CORRUPT])
+    first = F.from_json("payload", first_schema, options)
+    if "_json_ok" in lines.columns:  # parsed by the line reader, where it could
+        first = F.when(F.col("_json_ok"), F.col("_json")).otherwise(first)
+    keys = F.json_object_keys("payload")
+    if "_json_ok" in lines.columns:
+        keys = F.when(F.col("_json_ok"), F.col("_json_keys")).otherwise(keys)
+    parsed = lines.withColumn("first", first).withColumn(TOP_KEYS, keys).withColumn(
         "text", F.when(F.col("first._corrupt_record").isNotNull(), F.from_json("payload", text_schema, options)))
     at_first = F.col("text").isNull()
 
@@ -51,7 +59,7 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
 
     # Three projections: the texts, the typed values, then the reasons over both. A value is computed once;
     # in a single projection, a typed value used both as a column and inside the reason's CASE was computed twice.
-    texts = parsed.select(*LINEAGE_COLUMNS, F.col("text._corrupt_record").alias("__corrupt"), at_first.alias("__first"),
+    texts = parsed.select(*LINEAGE_COLUMNS, TOP_KEYS, F.col("text._corrupt_record").alias("__corrupt"), at_first.alias("__first"),
                           *(text(name).alias(f"__text_{name}") for name in source.fields),
                           *(F.col("first")[source.paths[name]].alias(f"__map_{name}") for name in maps))
 
@@ -80,7 +88,16 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
         *(F.get_json_object("payload", f"$.{f.name}").cast(f.dataType).alias(f.name)
           for f in drifted_columns(source, table_schema)),
         reason.alias("reason"),
+        TOP_KEYS,  # computed only where asked for (new_event_keys)
     )
+
+
+def read_json_schema(source: EventSource) -> T.StructType:
+    """What each line is parsed into first: the declared top-level fields as text, map fields as maps."""
+    top_level = sorted({p for p in source.paths.values() if "." not in p})
+    first_types = {path: source.fields[name] for name, path in source.paths.items()
+                   if "." not in path and isinstance(source.fields[name], T.MapType)}
+    return T.StructType([T.StructField(p, first_types.get(p, T.StringType())) for p in top_level] + [_CORRUPT])
 
 
 def drifted_columns(source: EventSource, table_schema: T.StructType | None) -> list[T.StructField]:
@@ -97,4 +114,4 @@ def new_event_keys(source: EventSource, table_schema: T.StructType) -> Column:
     nullable string columns.
     """
     present = sorted({f.name.lower() for f in table_schema.fields} | {p.split(".")[0] for p in source.paths.values()})
-    return F.filter(F.json_object_keys("payload"), lambda k: ~k.isin(*present) & k.rlike(_DRIFT_NAME.pattern))
+    return F.filter(F.col(TOP_KEYS), lambda k: ~k.isin(*present) & k.rlike(_DRIFT_NAME.pattern))

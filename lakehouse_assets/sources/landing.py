@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json as _json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..runtime.files import file_statuses, glob_files
+from ..runtime.java_jar import LINES_FORMAT
 from ..runtime.spark import jvm_class
 from .versions import Content, Stat
 from .zones import escapes
@@ -41,56 +44,82 @@ def list_landing_files(spark: SparkSession, folders: list[str], root: str) -> tu
     return [f for f in files if f not in refused], refused
 
 
-def read_lines(spark: SparkSession, files: list[str]) -> DataFrame:
-    """One row per line: source_file, source_line (1-based), landing_date, payload."""
-    return _read_lines(spark, files)[0]
+def read_lines(spark: SparkSession, files: list[str], json: T.StructType | None = None) -> DataFrame:
+    """One row per line: source_file, source_line (1-based), landing_date, payload; with `json`, see `_read_lines`."""
+    return _read_lines(spark, files, json=json)[0]
 
 
-def _read_lines(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, int]]:
-    """`read_lines`, and how many lines each file has.
+_COMPRESSED = (".gz", ".bz2", ".deflate", ".zst", ".lz4", ".snappy")
 
-    Files are read line by line, in splits (a large plain file is read by several tasks, and
-    no file is ever held whole in memory). A line's number is its index within its split plus
-    the lines of the file's earlier splits. That takes two scans of the text: one counts each
-    split's lines (a few rows to the driver), the other reads the lines; both assign the same
-    ids, since the same files in one session are split and ordered the same way.
+
+def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | None = None,
+                json: T.StructType | None = None) -> tuple[DataFrame, dict[str, int]]:
+    """`read_lines`, and how many lines each file has. `sizes`: the files' sizes as listed (else listed now).
+
+    Files are read from their bytes, line by line, by the project's line reader (java/lakehouse/JsonLines.java),
+    in splits: a large plain file is read by several tasks, and no file is ever held whole in memory. A line's
+    number is its index within its split plus the lines of the file's earlier splits, so the text is scanned twice:
+    once to count each split's lines (a newline scan, a few rows to the driver), once to read the lines.
+
+    With `json` (a struct of top-level string and map<string,string> fields), each line is also parsed once, from
+    its bytes, into `_json` (as `from_json` with that schema would), with `_json_keys`, its other top-level keys;
+    `_json_ok` is false where the reader leaves the line to `from_json` (not a strict JSON object, a key given
+    twice...), and `_json` and `_json_keys` are then null.
     """
     schema = "source_file string, source_line int, landing_date date, payload string"
     if not files:
-        return spark.createDataFrame([], schema), {}
-    raw = spark.read.option("lineSep", "\n").text(files).select(
-        F.col("_metadata.file_path").alias("_path"),
-        F.col("_metadata.file_block_start").alias("_split"),
-        F.monotonically_increasing_id().alias("_id"),  # ascending through each split, as it is read
-        F.col("value").alias("payload"),
-    )
-    # Spark names a file by its URI (`a%20b.jsonl`), a listing by its path (`a b.jsonl`): a line keeps the
-    # name it was listed under, which is the name every look-up of taken files asks for.
-    path_of = jvm_class(spark, "org.apache.hadoop.fs.Path")
-    listed = {str(path_of(f).toUri().toString()): f for f in files}
-    splits = raw.groupBy("_path", "_split").agg(F.min("_id").alias("_first"), F.count(F.lit(1)).alias("_n"))
+        empty = spark.createDataFrame([], schema)
+        if json is not None:
+            empty = empty.select("*", F.lit(None).cast(json).alias("_json"), F.lit(False).alias("_json_ok"),
+                                 F.lit(None).cast("array<string>").alias("_json_keys"))
+        return empty, {}
+    if sizes is None or any(f not in sizes for f in files):
+        sizes = {f: size for f, (size, _, _) in file_statuses(spark, files).items()}
+    gone = [f for f in files if f not in sizes]
+    if gone:
+        raise FileNotFoundError(f"landing file gone since it was listed: {gone[0]}")
+    parts = _partitions(spark, files, sizes)
+    counted = sorted(tuple(r) for r in _reader(spark, parts, mode="count").collect())
+    by_index = [split for part in parts for split in part]
     before = dict.fromkeys(files, 0)
-    starts = []
-    for split in sorted(splits.collect(), key=lambda r: (r._path, r._split)):
-        name = listed.get(split._path, split._path)
-        starts.append((split._path, split._split, split._first, before.get(name, 0), name,
-                       landing_date_value(name)))  # per file, not a pattern match per line
-        before[name] = before.get(name, 0) + split._n
-    if not starts:  # only empty files
-        return spark.createDataFrame([], schema), before
-    offsets = spark.createDataFrame(
-        starts, "_path string, _split long, _first long, _before long, source_file string, landing_date date")
-    payload = F.col("payload")
-    # (A UTF-8 byte order mark opening a file never reaches here: Hadoop's line reader skips it.)
-    lines = raw.join(F.broadcast(offsets), ["_path", "_split"]).select(
-        "source_file",
-        (F.col("_id") - F.col("_first") + F.col("_before") + 1).cast("int").alias("source_line"),
-        "landing_date",
-        # A CRLF line's CR (one, as a line reader drops it); a suffix test, not a pattern, on every line.
-        F.when(payload.endswith("\r"), F.expr("substring(payload, 1, length(payload) - 1)"))
-        .otherwise(payload).alias("payload"),
-    )
-    return lines, before
+    for index, n in sorted(counted, key=lambda c: (by_index[c[0]][0], by_index[c[0]][1])):
+        split = by_index[index]
+        split[3] = before[split[0]]
+        before[split[0]] += n
+    return _reader(spark, parts, mode="lines", json=json), before
+
+
+def _partitions(spark: SparkSession, files: list[str], sizes: dict[str, int]) -> list[list[list[Any]]]:
+    """The reader's partitions: each a list of splits `[file, start, end, lines before (0 until counted), day]`,
+    sized as Spark's file sources size theirs (`spark.sql.files.maxPartitionBytes`, `openCostInBytes`, spread
+    over the cores); a compressed file is one split, read to its end."""
+    conf = spark._jsparkSession.sessionState().conf()
+    open_cost, most = int(conf.filesOpenCostInBytes()), int(conf.filesMaxPartitionBytes())
+    total = sum(sizes[f] + open_cost for f in files)
+    split_bytes = max(1, min(most, max(open_cost, total // max(1, spark.sparkContext.defaultParallelism))))
+    splits: list[list[Any]] = []
+    for f in files:
+        day = landing_date_value(f)
+        days = None if day is None else (day - dt.date(1970, 1, 1)).days
+        if f.endswith(_COMPRESSED):
+            splits.append([f, 0, -1, 0, days, sizes[f]])
+            continue
+        splits += [[f, start, min(start + split_bytes, sizes[f]), 0, days, min(split_bytes, sizes[f] - start)]
+                   for start in range(0, max(sizes[f], 1), split_bytes)]
+    parts: list[list[list[Any]]] = [[]]
+    filled = 0
+    for split in sorted(splits, key=lambda s: -s[5]):  # as Spark packs files: largest first, next fit
+        if parts[-1] and filled + split[5] > split_bytes:
+            parts.append([])
+            filled = 0
+        parts[-1].append(split[:5])
+        filled += split[5] + open_cost
+    return parts
+
+
+def _reader(spark: SparkSession, parts: list[list[list[Any]]], mode: str, json: T.StructType | None = None) -> DataFrame:
+    reader = spark.read.format(LINES_FORMAT).option("splits", _json.dumps(parts)).option("mode", mode)
+    return (reader.option("json", json.json()) if json is not None else reader).load()
 
 
 def read_contents(spark: SparkSession, files: list[str], prefixes: dict[str, int],
@@ -177,26 +206,28 @@ def _hash_in_spark(spark: SparkSession, files: list[str], prefixes: dict[str, in
     }
 
 
-def read_landing(spark: SparkSession, files: list[str]) -> tuple[DataFrame, dict[str, str], dict[str, int]]:
+def read_landing(spark: SparkSession, files: list[str], sizes: dict[str, int] | None = None,
+                 json: T.StructType | None = None) -> tuple[DataFrame, dict[str, str], dict[str, int]]:
     """`read_lines` of the files that can be read, why each other file cannot be (a truncated gzip, say),
-    and how many lines each file read has: one bad file must not stop the good files of its day, nor be lost
-    without a word. Counting the lines reads every file whole, which is where a bad one fails.
+    and how many lines each file read has (`sizes` and `json` as `_read_lines` takes them): one bad file must
+    not stop the good files of its day, nor be lost without a word. Counting the lines reads every file whole,
+    which is where a bad one fails.
 
     The lines are not cached: landed files do not change, each later scan reads them again (cheaper than
     holding every line in memory beside the judged rows, which ingest keeps as a local checkpoint).
     """
     try:
-        lines, counts = _read_lines(spark, files)
+        lines, counts = _read_lines(spark, files, sizes, json)
         return lines, {}, counts
     except Exception:  # noqa: BLE001 - which file failed is found below, one by one
         pass
     unreadable = {}
     for f in files:
         try:
-            spark.read.text(f).count()
+            _read_lines(spark, [f], sizes)
         except Exception as exc:  # noqa: BLE001 - the reason is kept with the file
             unreadable[f] = _first_line(exc)
-    lines, counts = _read_lines(spark, [f for f in files if f not in unreadable])
+    lines, counts = _read_lines(spark, [f for f in files if f not in unreadable], sizes, json)
     return lines, unreadable, counts
 
 

@@ -5,6 +5,7 @@ import json
 from decimal import Decimal
 
 import pytest
+from pyspark.sql import types as T
 
 from lakehouse_assets.sources.events import parse_events
 from lakehouse_assets.sources.landing import MAX_RECORD_BYTES, day_folders, list_landing_files, read_lines
@@ -140,3 +141,52 @@ def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
         "text", iso_timestamp(F.col("text")).alias("quick"), F.to_timestamp("text").alias("spark")).collect()
     assert [(r.text, r.quick) for r in rows] == [(r.text, r.spark) for r in rows]
     assert sum(r.quick is not None for r in rows) >= 8
+
+
+TRICKY_LINES = [
+    _line(price=1.50), _line(price=1e2), _line(price=-0.0), _line(price=12345678901234567890), _line(price=True),
+    _line(ip={"a": [1, 2.50, None]}), _line(ip=[1, "x"]), _line(ip=False), _line(ip=None), _line(ip="caf\u00e9 \U0001F600"),
+    json.dumps({**GOOD, "ip": "a/b \"q\" \\ \t"}), json.dumps(GOOD, ensure_ascii=True).replace("198", "\\u0031\\u0039\\u0038"),
+    json.dumps(GOOD, separators=(",", ":")), json.dumps(GOOD, indent=None, separators=(" , ", " : ")),
+    "\t" + json.dumps(dict(reversed(list(GOOD.items())))) + "   ",
+    # Numbers as other writers write them: text as Spark writes it back (1.5E+2 -> 150.0), not as landed.
+    _line(ip=...)[:-1] + ', "ip": 1.50E+2}', _line()[:-1] + ', "email": -0.0e-3}',
+    _line(ip=...)[:-1] + ', "ip": {"b" : 1.0 , "a":[ 1E400, 007 ]}}', _line(ip=...)[:-1] + ', "ip": 00.5}',
+    _line(properties={}), _line(properties={"a": None, "b": {"c": [1]}, "d": 1.0, "e": "\u00e9"}),
+    _line(properties=None), _line(extra_field=1, Extra={"x": 1}, another="y"),
+    # The reader leaves these to from_json: a map key twice, single quotes, NaN, text after the object, bad UTF-8.
+    _line(properties=...)[:-1] + ', "properties": {"a": "1", "a": "2"}}', _line().replace('"e-1"', "'e-1'"), _line()[:-1] + ', "n": NaN}',
+    _line() + " x", _line() + "}", _line()[:-1], "null", "5", '"text"', "[]", "", "{}", '{"event_id": "e-1"}',
+    _line(event_id="\ud800"),
+]
+
+
+def test_lines_the_reader_parses_judge_as_from_json_judges_them(spark, tmp_path):
+    """The line reader's own parse (from the bytes, once) gives every column and reason that Spark's `from_json`
+    gives on the same lines, and the same new keys; the lines it cannot take exactly are left to `from_json`."""
+    from pyspark.sql import functions as F
+
+    from lakehouse_assets.sources.events import new_event_keys, read_json_schema
+
+    folder = tmp_path / "events" / "date=2025-01-01"
+    folder.mkdir(parents=True)
+    body = "\n".join([_line(), *BAD_LINES, *TRICKY_LINES]).encode("utf-8", "surrogatepass")
+    body = body.replace(b"\xed\xa0\x80", b"\xff\xfe")  # bytes that are not UTF-8
+    (folder / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + body.replace(b"\n", b"\r\n") + b"\r\n")  # BOM, CRLF
+    files, _ = list_landing_files(spark, [f"file:{folder}"], f"file:{folder.parent}")
+    table = T.StructType([*(T.StructField(n, t) for n, t in SOURCE.fields.items())])
+
+    def judged(json):
+        parsed = parse_events(SOURCE, read_lines(spark, files, json=json))
+        rows = parsed.select("*", new_event_keys(SOURCE, table).alias("new")).drop("_top_keys").collect()
+        return sorted((r.asDict() for r in rows), key=lambda r: r["source_line"])
+
+    read = read_lines(spark, files, json=read_json_schema(SOURCE))
+    assert read.where("_json_ok").count() >= len(BAD_LINES) // 2 + len(TRICKY_LINES) // 2
+    assert read.where("NOT _json_ok").count() >= 10
+    fast, slow = judged(read_json_schema(SOURCE)), judged(None)
+    assert len(fast) == len(slow) == 1 + len(BAD_LINES) + len(TRICKY_LINES)
+    for a, b in zip(fast, slow, strict=True):
+        assert a == b
+    assert [r["new"] for r in fast if r["new"]] == [["extra_field", "another"]]
+    assert sum(r["reason"] is None for r in fast) >= 15

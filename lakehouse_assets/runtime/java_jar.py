@@ -1,8 +1,9 @@
-"""The SQL endpoint's Java parts (java/lakehouse/: the read-only session extension, the password sign-in, the
-query time limit, the JDBC metadata, the result cache and row limit), compiled against pyspark's own jars into a
-jar once per installation: `make setup` builds it, `lakehouse serve` builds it when it is missing.
+"""The project's Java parts (java/lakehouse/: the landing files' line reader, and the SQL endpoint's read-only
+session extension, password sign-in, query time limit, JDBC metadata, result cache and row limit), compiled
+against pyspark's own jars into a jar once per installation: `make setup` builds it, a Spark session builds it
+when it is missing.
 
-    python -m lakehouse_assets.runtime.endpoint_jar build
+    python -m lakehouse_assets.runtime.java_jar build
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .jvm_archive import _folder, _spark_home
 
 EXTENSION_CLASS = "lakehouse.ReadOnlySql"
 PASSWORD_CLASS = "lakehouse.PasswordFile"
+LINES_FORMAT = "lakehouse.JsonLines"
 
 
 def _sources() -> list[Path]:
@@ -36,14 +38,14 @@ def jar_file() -> Path:
     digest = hashlib.sha256(pyspark.__version__.encode())
     for source in _sources():
         digest.update(source.name.encode() + source.read_bytes())
-    return _folder() / f"lakehouse-endpoint-{digest.hexdigest()[:16]}.jar"
+    return _folder() / f"lakehouse-java-{digest.hexdigest()[:16]}.jar"
 
 
 def _javac() -> str:
     java_home = os.environ.get("JAVA_HOME")
     found = str(Path(java_home) / "bin" / "javac") if java_home else shutil.which("javac")
     if not found or not Path(found).exists():
-        raise MissingJarError("the SQL endpoint's extension is compiled with javac (a JDK 17): apt-get install "
+        raise MissingJarError("the project's Java parts are compiled with javac (a JDK 17): apt-get install "
                               "openjdk-17-jdk-headless (make setup does where apt is)")
     return found
 
@@ -54,13 +56,13 @@ def build() -> Path:
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="lakehouse-endpoint-") as work:
+    with tempfile.TemporaryDirectory(prefix="lakehouse-java-") as work:
         classes = Path(work) / "classes"
         done = subprocess.run(
             [_javac(), "-nowarn", "--release", "17", "-d", str(classes), "-cp", str(_spark_home() / "jars" / "*"),
              *map(str, _sources())], capture_output=True, text=True)
         if done.returncode != 0:
-            raise MissingJarError(f"compiling the SQL endpoint's extension failed:\n{done.stderr.strip()}")
+            raise MissingJarError(f"compiling the project's Java parts failed:\n{done.stderr.strip()}")
         partial = target.with_suffix(f".{os.getpid()}.partial")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if args != ["build"]:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    print(f"SQL endpoint extension: {build()}")
+    print(f"Java parts: {build()}")
     return 0
 
 

@@ -1,0 +1,559 @@
+package lakehouse;
+
+import java.io.ByteArrayOutputStream;
+import java.io.Closeable;
+import java.io.IOException;
+import java.io.InputStream;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import com.fasterxml.jackson.core.JsonEncoding;
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonGenerator;
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonToken;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.io.compress.CompressionCodec;
+import org.apache.hadoop.io.compress.CompressionCodecFactory;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.broadcast.Broadcast;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayBasedMapData;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.MapType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.unsafe.types.UTF8String;
+import org.apache.spark.util.SerializableConfiguration;
+
+/**
+ * Landing files read line by line from their bytes, each line with its file, its 1-based number and its raw text;
+ * and, when asked, each line parsed once as a JSON object into the given top-level fields (as Spark's
+ * {@code from_json} types them: text, or a map of texts) with the top-level keys it has beyond them.
+ *
+ * <p>Options: {@code splits}, a JSON array of partitions, each an array of splits
+ * {@code [path, start, end, lines before, landing day]} ({@code end} -1: to the end of the file, which is how a
+ * compressed file is read; the landing day in days since 1970-01-01, or null); {@code mode}, {@code count} (one
+ * row per split: its index in the order given and how many lines start in it) or {@code lines}; {@code json},
+ * the schema of the fields to parse (string and map&lt;string,string&gt; fields; a {@code _corrupt_record} field
+ * stays null).
+ *
+ * <p>A line belongs to the split its first byte is in; a split that does not start the file begins after the
+ * first newline at or after its start - 1. A file's UTF-8 byte order mark and a line's one final carriage return
+ * are not part of the line, and a final newline ends the last line without starting another (as Hadoop's line
+ * reader). A line this parser does not take exactly as {@code from_json} would (not an object, not strict JSON,
+ * a field given twice, a map field that is not an object, anything after the object) is marked not parsed
+ * ({@code _json_ok} false), for the caller to parse the slow, exact way.
+ */
+public final class JsonLines implements TableProvider {
+
+    static final ObjectMapper MAPPER = new ObjectMapper();
+
+    @Override
+    public StructType inferSchema(CaseInsensitiveStringMap options) {
+        return schema(options);
+    }
+
+    @Override
+    public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+        return new LinesTable(schema);
+    }
+
+    static StructType schema(Map<String, String> options) {
+        if ("count".equals(options.get("mode"))) {
+            return new StructType().add("split", DataTypes.IntegerType, false).add("lines", DataTypes.LongType, false);
+        }
+        StructType lines = new StructType()
+                .add("source_file", DataTypes.StringType, false)
+                .add("source_line", DataTypes.IntegerType, false)
+                .add("landing_date", DataTypes.DateType, true)
+                .add("payload", DataTypes.StringType, false);
+        String json = options.get("json");
+        if (json == null) {
+            return lines;
+        }
+        StructType fields = (StructType) DataType.fromJson(json);
+        for (StructField f : fields.fields()) {
+            boolean text = f.dataType().equals(DataTypes.StringType);
+            boolean map = f.dataType() instanceof MapType
+                    && ((MapType) f.dataType()).keyType().equals(DataTypes.StringType)
+                    && ((MapType) f.dataType()).valueType().equals(DataTypes.StringType);
+            if (!text && !map) {
+                throw new IllegalArgumentException("JsonLines parses string and map<string,string> fields, not "
+                        + f.name() + " " + f.dataType().simpleString());
+            }
+        }
+        return lines.add("_json", fields, true).add("_json_ok", DataTypes.BooleanType, false)
+                .add("_json_keys", DataTypes.createArrayType(DataTypes.StringType, false), true);
+    }
+
+    static final class LinesTable implements Table, SupportsRead {
+        private final StructType schema;
+
+        LinesTable(StructType schema) {
+            this.schema = schema;
+        }
+
+        @Override
+        public String name() {
+            return "json_lines";
+        }
+
+        @Override
+        public StructType schema() {
+            return schema;
+        }
+
+        @Override
+        public Set<TableCapability> capabilities() {
+            return new HashSet<>(Arrays.asList(TableCapability.BATCH_READ));
+        }
+
+        @Override
+        public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+            return () -> new LinesScan(schema, options);
+        }
+    }
+
+    /** One split of a file: bytes [start, end) (end -1: to the end), the file's lines before it, its landing day. */
+    static final class Split implements java.io.Serializable {
+        final int index;
+        final String path;
+        final long start;
+        final long end;
+        final long before;
+        final Integer day;
+
+        Split(int index, JsonNode node) {
+            this.index = index;
+            this.path = node.get(0).asText();
+            this.start = node.get(1).asLong();
+            this.end = node.get(2).asLong();
+            this.before = node.get(3).asLong();
+            this.day = node.get(4).isNull() ? null : node.get(4).asInt();
+        }
+    }
+
+    static final class Part implements InputPartition {
+        final Split[] splits;
+
+        Part(Split[] splits) {
+            this.splits = splits;
+        }
+    }
+
+    static final class LinesScan implements Scan, Batch {
+        private final StructType schema;
+        private final Map<String, String> options;
+
+        LinesScan(StructType schema, Map<String, String> options) {
+            this.schema = schema;
+            this.options = new HashMap<>(options);
+        }
+
+        @Override
+        public StructType readSchema() {
+            return schema;
+        }
+
+        @Override
+        public Batch toBatch() {
+            return this;
+        }
+
+        @Override
+        public InputPartition[] planInputPartitions() {
+            List<InputPartition> parts = new ArrayList<>();
+            try {
+                int index = 0;
+                for (JsonNode part : MAPPER.readTree(options.get("splits"))) {
+                    List<Split> splits = new ArrayList<>();
+                    for (JsonNode split : part) {
+                        splits.add(new Split(index++, split));
+                    }
+                    parts.add(new Part(splits.toArray(new Split[0])));
+                }
+            } catch (IOException e) {
+                throw new IllegalArgumentException("JsonLines: the splits option is not a JSON array", e);
+            }
+            return parts.toArray(new InputPartition[0]);
+        }
+
+        @Override
+        public PartitionReaderFactory createReaderFactory() {
+            SparkSession spark = SparkSession.active();
+            Configuration conf = spark.sessionState().newHadoopConf();
+            Broadcast<SerializableConfiguration> shared = JavaSparkContext.fromSparkContext(spark.sparkContext())
+                    .broadcast(new SerializableConfiguration(conf));
+            boolean count = "count".equals(options.get("mode"));
+            String json = options.get("json");
+            return new Factory(shared, count, json);
+        }
+    }
+
+    static final class Factory implements PartitionReaderFactory {
+        private final Broadcast<SerializableConfiguration> conf;
+        private final boolean count;
+        private final String json;
+
+        Factory(Broadcast<SerializableConfiguration> conf, boolean count, String json) {
+            this.conf = conf;
+            this.count = count;
+            this.json = json;
+        }
+
+        @Override
+        public PartitionReader<InternalRow> createReader(InputPartition partition) {
+            Split[] splits = ((Part) partition).splits;
+            Configuration hadoop = conf.value().value();
+            return count ? new Counter(hadoop, splits)
+                    : new Reader(hadoop, splits, json == null ? null : (StructType) DataType.fromJson(json));
+        }
+    }
+
+    /** The lines of one split, as bytes in a reused buffer. */
+    static final class LineSource implements Closeable {
+        private static final int CHUNK = 1 << 16;
+        private final InputStream in;
+        private final long end;
+        private final byte[] chunk = new byte[CHUNK];
+        private int at;
+        private int filled;
+        private long position; // of chunk[at] in the file (in the uncompressed bytes)
+        private boolean eof;
+        private boolean first;
+        byte[] line = new byte[1024];
+        int length;
+
+        LineSource(Configuration conf, Split split) throws IOException {
+            Path path = new Path(split.path);
+            FileSystem fs = path.getFileSystem(conf);
+            CompressionCodec codec = new CompressionCodecFactory(conf).getCodec(path);
+            FSDataInputStream raw = fs.open(path);
+            this.end = split.end;
+            if (codec != null) {
+                if (split.start != 0 || split.end != -1) {
+                    raw.close();
+                    throw new IOException(split.path + ": a compressed file is read whole");
+                }
+                this.in = codec.createInputStream(raw);
+            } else {
+                this.in = raw;
+                if (split.start > 0) {
+                    raw.seek(split.start - 1);
+                    this.position = split.start - 1;
+                    if (fill() && chunk[at] == '\n') {
+                        at++;
+                        position++;
+                    } else {
+                        skipLine();
+                    }
+                }
+            }
+            this.first = split.start == 0;
+        }
+
+        private boolean fill() throws IOException {
+            if (at < filled) {
+                return true;
+            }
+            if (eof) {
+                return false;
+            }
+            int n = in.read(chunk, 0, CHUNK);
+            while (n == 0) {
+                n = in.read(chunk, 0, CHUNK);
+            }
+            if (n < 0) {
+                eof = true;
+                at = filled = 0;
+                return false;
+            }
+            at = 0;
+            filled = n;
+            return true;
+        }
+
+        private void skipLine() throws IOException {
+            while (fill()) {
+                int i = at;
+                while (i < filled && chunk[i] != '\n') {
+                    i++;
+                }
+                position += i - at;
+                at = i;
+                if (i < filled) {
+                    at++;
+                    position++;
+                    return;
+                }
+            }
+        }
+
+        /** Whether a line starts in this split; when one does, it is read (`copy`) or passed over. */
+        boolean next(boolean copy) throws IOException {
+            if ((end >= 0 && position >= end) || !fill()) {
+                return false;
+            }
+            length = 0;
+            while (true) {
+                int i = at;
+                while (i < filled && chunk[i] != '\n') {
+                    i++;
+                }
+                if (copy) {
+                    append(at, i - at);
+                }
+                position += i - at;
+                at = i;
+                if (i < filled) {
+                    at++;
+                    position++;
+                    break;
+                }
+                if (!fill()) {
+                    break;
+                }
+            }
+            if (first) {
+                first = false;
+                if (copy && length >= 3 && (line[0] & 0xFF) == 0xEF && (line[1] & 0xFF) == 0xBB
+                        && (line[2] & 0xFF) == 0xBF) {
+                    System.arraycopy(line, 3, line, 0, length - 3);
+                    length -= 3;
+                }
+            }
+            if (copy && length > 0 && line[length - 1] == '\r') {
+                length--;
+            }
+            return true;
+        }
+
+        private void append(int from, int n) {
+            if (length + n > line.length) {
+                line = Arrays.copyOf(line, Math.max(line.length * 2, length + n));
+            }
+            System.arraycopy(chunk, from, line, length, n);
+            length += n;
+        }
+
+        @Override
+        public void close() throws IOException {
+            in.close();
+        }
+    }
+
+    static final class Counter implements PartitionReader<InternalRow> {
+        private final Configuration conf;
+        private final Split[] splits;
+        private int next;
+        private InternalRow row;
+
+        Counter(Configuration conf, Split[] splits) {
+            this.conf = conf;
+            this.splits = splits;
+        }
+
+        @Override
+        public boolean next() throws IOException {
+            if (next >= splits.length) {
+                return false;
+            }
+            Split split = splits[next++];
+            long lines = 0;
+            try (LineSource source = new LineSource(conf, split)) {
+                while (source.next(false)) {
+                    lines++;
+                }
+            }
+            row = new GenericInternalRow(new Object[] {split.index, lines});
+            return true;
+        }
+
+        @Override
+        public InternalRow get() {
+            return row;
+        }
+
+        @Override
+        public void close() {
+        }
+    }
+
+    static final class Reader implements PartitionReader<InternalRow> {
+        private static final JsonFactory FACTORY = new JsonFactory();
+        private final Configuration conf;
+        private final Split[] splits;
+        private final StructType fields;
+        private final Map<String, Integer> index = new HashMap<>();
+        private final boolean[] isMap;
+        private final boolean[] seen;
+        private final List<UTF8String> keys = new ArrayList<>();
+        private final ByteArrayOutputStream text = new ByteArrayOutputStream();
+        private int next;
+        private LineSource source;
+        private Split split;
+        private UTF8String file;
+        private long number;
+        private InternalRow row;
+
+        Reader(Configuration conf, Split[] splits, StructType fields) {
+            this.conf = conf;
+            this.splits = splits;
+            this.fields = fields;
+            int n = fields == null ? 0 : fields.size();
+            this.isMap = new boolean[n];
+            this.seen = new boolean[n];
+            for (int i = 0; i < n; i++) {
+                StructField f = fields.fields()[i];
+                if (!f.name().equals("_corrupt_record")) {
+                    index.put(f.name(), i);
+                }
+                isMap[i] = f.dataType() instanceof MapType;
+            }
+        }
+
+        @Override
+        public boolean next() throws IOException {
+            while (source == null || !source.next(true)) {
+                if (source != null) {
+                    source.close();
+                    source = null;
+                }
+                if (next >= splits.length) {
+                    return false;
+                }
+                split = splits[next++];
+                source = new LineSource(conf, split);
+                file = UTF8String.fromString(split.path);
+                number = split.before;
+            }
+            number++;
+            UTF8String payload = UTF8String.fromBytes(Arrays.copyOf(source.line, source.length));
+            if (fields == null) {
+                row = new GenericInternalRow(new Object[] {file, (int) number, split.day, payload});
+            } else {
+                Object[] values = new Object[fields.size()];
+                keys.clear();
+                boolean ok = parse(source.line, source.length, values);
+                row = new GenericInternalRow(new Object[] {file, (int) number, split.day, payload,
+                    ok ? new GenericInternalRow(values) : null, ok,
+                    ok ? new GenericArrayData(keys.toArray()) : null});
+            }
+            return true;
+        }
+
+        /** The line as `from_json` would read it into `fields`, and its other top-level keys; false when unsure. */
+        private boolean parse(byte[] bytes, int length, Object[] values) {
+            int i = 0;
+            while (i < length && (bytes[i] == ' ' || bytes[i] == '\t')) {
+                i++;
+            }
+            if (i == length || bytes[i] != '{') {
+                return false;
+            }
+            Arrays.fill(seen, false);
+            try (JsonParser p = FACTORY.createParser(bytes, 0, length)) {
+                p.nextToken();
+                JsonToken token;
+                while ((token = p.nextToken()) == JsonToken.FIELD_NAME) {
+                    String name = p.getCurrentName();
+                    JsonToken value = p.nextToken();
+                    Integer at = index.get(name);
+                    if (at == null) {
+                        keys.add(UTF8String.fromString(name));
+                        p.skipChildren();
+                        continue;
+                    }
+                    if (seen[at]) {
+                        return false;
+                    }
+                    seen[at] = true;
+                    if (!isMap[at]) {
+                        values[at] = text(p, value);
+                    } else if (value == JsonToken.START_OBJECT) {
+                        values[at] = map(p);
+                        if (values[at] == null) {
+                            return false;
+                        }
+                    } else if (value != JsonToken.VALUE_NULL) {
+                        return false;
+                    }
+                }
+                return token == JsonToken.END_OBJECT && p.nextToken() == null;
+            } catch (IOException | RuntimeException e) {
+                return false;
+            }
+        }
+
+        /** A value as Spark's JacksonParser makes text of it: a string's text, any other value as JSON. */
+        private UTF8String text(JsonParser p, JsonToken value) throws IOException {
+            if (value == JsonToken.VALUE_NULL) {
+                return null;
+            }
+            if (value == JsonToken.VALUE_STRING) {
+                return UTF8String.fromString(p.getText());
+            }
+            text.reset();
+            try (JsonGenerator generator = FACTORY.createGenerator(text, JsonEncoding.UTF8)) {
+                generator.copyCurrentStructure(p);
+            }
+            return UTF8String.fromBytes(text.toByteArray());
+        }
+
+        /** An object's members as a map of texts; null when a key is given twice. */
+        private ArrayBasedMapData map(JsonParser p) throws IOException {
+            List<UTF8String> names = new ArrayList<>();
+            List<UTF8String> texts = new ArrayList<>();
+            Set<String> distinct = new HashSet<>();
+            while (p.nextToken() == JsonToken.FIELD_NAME) {
+                String name = p.getCurrentName();
+                if (!distinct.add(name)) {
+                    return null;
+                }
+                names.add(UTF8String.fromString(name));
+                texts.add(text(p, p.nextToken()));
+            }
+            return new ArrayBasedMapData(new GenericArrayData(names.toArray()), new GenericArrayData(texts.toArray()));
+        }
+
+        @Override
+        public InternalRow get() {
+            return row;
+        }
+
+        @Override
+        public void close() throws IOException {
+            if (source != null) {
+                source.close();
+            }
+        }
+    }
+}
