@@ -155,7 +155,8 @@ TRICKY_LINES = [
     _line(properties={}), _line(properties={"a": None, "b": {"c": [1]}, "d": 1.0, "e": "\u00e9"}),
     _line(properties=None), _line(extra_field=1, Extra={"x": 1}, another="y"),
     # The reader leaves these to from_json: a map key twice, single quotes, NaN, text after the object, bad UTF-8.
-    _line(properties=...)[:-1] + ', "properties": {"a": "1", "a": "2"}}', _line().replace('"e-1"', "'e-1'"), _line()[:-1] + ', "n": NaN}',
+    _line(properties=...)[:-1] + ', "properties": {"a": "1", "a": "2"}}', _line().replace('"e-1"', "'e-1'"),
+    _line()[:-1] + ', "n": NaN}',
     _line() + " x", _line() + "}", _line()[:-1], "null", "5", '"text"', "[]", "", "{}", '{"event_id": "e-1"}',
     _line(event_id="\ud800"),
 ]
@@ -164,8 +165,6 @@ TRICKY_LINES = [
 def test_lines_the_reader_parses_judge_as_from_json_judges_them(spark, tmp_path):
     """The line reader's own parse (from the bytes, once) gives every column and reason that Spark's `from_json`
     gives on the same lines, and the same new keys; the lines it cannot take exactly are left to `from_json`."""
-    from pyspark.sql import functions as F
-
     from lakehouse_assets.sources.events import new_event_keys, read_json_schema
 
     folder = tmp_path / "events" / "date=2025-01-01"
