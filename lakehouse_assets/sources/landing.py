@@ -1,7 +1,8 @@
 """Landing zones: day folders of JSON-lines files, read line by line with their origin.
 
-Files are read whole so that each line keeps its file and line number; a source's
-parser then makes each line either a typed record or a reason to quarantine it.
+Files are read line by line from their bytes (the project's line reader), each line
+with its file and line number; a source's parser then makes each line either a typed
+record or a reason to quarantine it.
 """
 
 from __future__ import annotations

@@ -67,5 +67,6 @@ print("options", spark.conf.get("spark.driver.extraJavaOptions"))
     assert "rows 3" in result.stdout
     options = next(line for line in result.stdout.splitlines() if line.startswith("options"))
     assert "SharedArchiveFile" not in options
-    assert sorted(p.name for p in folder.iterdir()) == sorted(
+    # (The project's jar is built in the same folder, the installation's: it is not the archive's.)
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("lakehouse-java-")) == sorted(
         [Path(built.name).with_suffix(".unusable").name, Path(built.name).with_suffix(".size").name])
