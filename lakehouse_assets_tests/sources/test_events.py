@@ -131,7 +131,7 @@ def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
     text goes to that parse."""
     from pyspark.sql import functions as F
 
-    from lakehouse_assets.sources.landing import iso_timestamp
+    from lakehouse_assets.sources.landing import iso_timestamp, to_timestamp
 
     texts = ["2025-01-01T10:00:00.250Z", "2025-01-01 10:00:00Z", "2025-01-01T10:00Z", "2025-01-01T23:59:59.123456Z",
              "2025-01-01T10:00:00.123456789Z", "2025-01-01T10:00:00+01:00Z", "2025-01-01Z", "2025-01-01T10:00:00z",
@@ -141,6 +141,16 @@ def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
         "text", iso_timestamp(F.col("text")).alias("quick"), F.to_timestamp("text").alias("spark")).collect()
     assert [(r.text, r.quick) for r in rows] == [(r.text, r.spark) for r in rows]
     assert sum(r.quick is not None for r in rows) >= 8
+
+    # A field's typing: numbers since the epoch (s, ms, us by magnitude), any other text as above.
+    epoch = dt.datetime(1970, 1, 1)
+    numbers = {"1735725600": epoch + dt.timedelta(seconds=1735725600),
+               "1735725600123": epoch + dt.timedelta(milliseconds=1735725600123),
+               "1735725600123456": epoch + dt.timedelta(microseconds=1735725600123456),
+               "-5": epoch - dt.timedelta(seconds=5), "1.5": epoch + dt.timedelta(seconds=1.5)}
+    typed = spark.createDataFrame([(t,) for t in [*texts, *numbers]], "text string").select(
+        "text", to_timestamp(F.col("text")).alias("typed"), F.to_timestamp("text").alias("spark")).collect()
+    assert [(r.text, r.typed) for r in typed] == [(r.text, numbers.get(r.text, r.spark)) for r in typed]
 
 
 TRICKY_LINES = [
@@ -189,3 +199,33 @@ def test_lines_the_reader_parses_judge_as_from_json_judges_them(spark, tmp_path)
         assert a == b
     assert [r["new"] for r in fast if r["new"]] == [["extra_field", "another"]]
     assert sum(r["reason"] is None for r in fast) >= 15
+
+
+@pytest.mark.parametrize("split_bytes", [1, 2, 3, 5, 8, 13, 21, 1 << 20])
+def test_the_line_reader_gives_each_line_once_whatever_the_splits(spark, tmp_path, split_bytes):
+    """Splits that start anywhere (on a newline, just after one, inside a CRLF, inside a multi-byte character):
+    every line is read once, by the split its first byte is in, with its number from the file's start; a
+    compressed file is read whole; a file's byte order mark and a line's final CR are not part of the line."""
+    import gzip
+
+    folder = tmp_path / "events" / "date=2025-01-01"
+    folder.mkdir(parents=True)
+    lines = ['{"a": 1}', "", "\u20ac\u20ac", "", "", '{"b": "x y"}', "z", "\r", ""]
+    (folder / "plain.jsonl").write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\n")
+    (folder / "packed.jsonl.gz").write_bytes(gzip.compress("\n".join(lines[:-1]).encode()))
+    (folder / "empty.jsonl").write_bytes(b"")
+    files, _ = list_landing_files(spark, [f"file:{folder}"], f"file:{folder.parent}")
+    previous = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(split_bytes))
+    try:
+        rows = read_lines(spark, files).collect()
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", previous)
+    read = {name: sorted((r.source_line, r.payload) for r in rows if r.source_file.endswith(name))
+            for name in ("plain.jsonl", "packed.jsonl.gz", "empty.jsonl")}
+    # "\r" then "\r\n": the line is a lone CR, its CRLF's CR dropped; the file's last line is empty, then "\n".
+    expected = [*lines[:-2], "\r", ""]
+    assert read["plain.jsonl"] == list(enumerate(expected, start=1))
+    assert read["packed.jsonl.gz"] == list(enumerate([*lines[:-2], ""], start=1))  # its last line a lone CR
+    assert read["empty.jsonl"] == []
+    assert {r.landing_date for r in rows} == {dt.date(2025, 1, 1)}

@@ -266,15 +266,10 @@ public final class JsonLines implements TableProvider {
                 this.in = codec.createInputStream(raw);
             } else {
                 this.in = raw;
-                if (split.start > 0) {
+                if (split.start > 0) { // from the byte before: through the newline that ends the line before ours
                     raw.seek(split.start - 1);
                     this.position = split.start - 1;
-                    if (fill() && chunk[at] == '\n') {
-                        at++;
-                        position++;
-                    } else {
-                        skipLine();
-                    }
+                    skipLine();
                 }
             }
             this.first = split.start == 0;
