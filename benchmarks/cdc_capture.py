@@ -330,5 +330,6 @@ def _breakdown(results: dict) -> list[str]:
             "record's head (its schema, spaced or compact as the file writes it) is compared byte for byte, not read. "
             "The fields the table lacks are known from those schemas before parsing; the image keys of every other "
             "record (bare ones, records of a schema not seen) are gathered while bronze is written, which is a part "
-            "of the bare records' parse. Next: the text read once for the line counts and the parse (`read files`).",
+            "of the bare records' parse. The lines come from the project's line reader (`read files` is its count of "
+            "each split's lines, a newline scan of the bytes).",
             ""]

@@ -39,11 +39,9 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
     options = {"columnNameOfCorruptRecord": "_corrupt_record"}
     first_schema = read_json_schema(source)
     text_schema = T.StructType([T.StructField(p, T.StringType()) for p in top_level] + [_CORRUPT])
-    first = F.from_json("payload", first_schema, options)
+    first, keys = F.from_json("payload", first_schema, options), F.json_object_keys("payload")
     if "_json_ok" in lines.columns:  # parsed by the line reader, where it could
         first = F.when(F.col("_json_ok"), F.col("_json")).otherwise(first)
-    keys = F.json_object_keys("payload")
-    if "_json_ok" in lines.columns:
         keys = F.when(F.col("_json_ok"), F.col("_json_keys")).otherwise(keys)
     parsed = lines.withColumn("first", first).withColumn(TOP_KEYS, keys).withColumn(
         "text", F.when(F.col("first._corrupt_record").isNotNull(), F.from_json("payload", text_schema, options)))
