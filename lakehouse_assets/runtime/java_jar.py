@@ -8,6 +8,7 @@ when it is missing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -31,6 +32,7 @@ def _sources() -> list[Path]:
     return sorted(root.rglob("*.java"))
 
 
+@functools.cache  # every Spark session's settings ask for it; the sources do not change while a process runs
 def jar_file() -> Path:
     """Where this installation's jar is: named by its sources and the pyspark it is compiled against."""
     import pyspark

@@ -68,25 +68,21 @@ def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | N
     twice...), and `_json` and `_json_keys` are then null.
     """
     schema = "source_file string, source_line int, landing_date date, payload string"
-    if not files:
-        empty = spark.createDataFrame([], schema)
-        if json is not None:
-            empty = empty.select("*", F.lit(None).cast(json).alias("_json"), F.lit(False).alias("_json_ok"),
-                                 F.lit(None).cast("array<string>").alias("_json_keys"))
-        return empty, {}
+    if not files:  # (a parser takes lines without the reader's parse as well)
+        return spark.createDataFrame([], schema), {}
     if sizes is None or any(f not in sizes for f in files):
         sizes = {f: size for f, (size, _, _) in file_statuses(spark, files).items()}
     gone = [f for f in files if f not in sizes]
     if gone:
         raise FileNotFoundError(f"landing file gone since it was listed: {gone[0]}")
     parts = _partitions(spark, files, sizes)
-    counted = sorted(tuple(r) for r in _reader(spark, parts, mode="count").collect())
+    counted = dict(tuple(r) for r in _reader(spark, parts, mode="count").collect())  # split index -> lines
     by_index = [split for part in parts for split in part]
     before = dict.fromkeys(files, 0)
-    for index, n in sorted(counted, key=lambda c: (by_index[c[0]][0], by_index[c[0]][1])):
+    for index in sorted(counted, key=lambda i: (by_index[i][0], by_index[i][1])):  # each file's splits in order
         split = by_index[index]
         split[3] = before[split[0]]
-        before[split[0]] += n
+        before[split[0]] += counted[index]
     return _reader(spark, parts, mode="lines", json=json), before
 
 
