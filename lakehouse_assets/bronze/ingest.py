@@ -139,7 +139,8 @@ class LandingSource:
     new_columns: Callable[..., tuple[list[tuple[str, str]], dict[str, Any]]] | None = None
     event_time: str | None = None  # the bronze column whose newest value is the table's event-time watermark
     policy: LandingPolicy = field(default_factory=LandingPolicy)  # when a landed file is complete enough to take
-    read_json: T.StructType | None = None
+    read_json: T.StructType | None = None  # what the line reader parses each line into (sources/landing.py)
+    read_head: str | None = None  # and the wrapped records' head it passes over
 
 
 @dataclass
@@ -320,7 +321,7 @@ def read_take(lakehouse: LakehouseResource, source: LandingSource, take: Take, n
     spark, policy = lakehouse.spark, source.policy
     todo = take.to_read
     lines, take.unreadable, take.line_counts = read_landing(
-        spark, todo, {f: take.contents[f].stat.size for f in todo}, source.read_json)
+        spark, todo, {f: take.contents[f].stat.size for f in todo}, source.read_json, source.read_head)
     after = file_statuses(spark, todo)
     moved = {f for f in todo if after.get(f, (None, None))[:2] != (take.contents[f].stat.size,
                                                                      take.contents[f].stat.modified_ms)}

@@ -17,7 +17,15 @@ from pyspark.sql import types as T
 
 from ..project import CdcTable, EventSource, LandingPolicy, Project
 from ..runtime.files import first_lines
-from ..sources.cdc import bronze_cdc_schema, new_image_keys, parse_cdc, survey_cdc, typed_new_fields
+from ..sources.cdc import (
+    READ_HEAD,
+    READ_JSON,
+    bronze_cdc_schema,
+    new_image_keys,
+    parse_cdc,
+    survey_cdc,
+    typed_new_fields,
+)
 from ..sources.events import new_event_keys, parse_events, read_json_schema
 from ..sources.landing import MAX_RECORD_BYTES
 from ..tables.registry import TableSpec, col
@@ -94,6 +102,8 @@ def cdc_landing_source(table: CdcTable, policy: LandingPolicy | None = None) -> 
         new_columns=_cdc_new_columns,
         event_time="source_ts",
         policy=policy or LandingPolicy(),
+        read_json=READ_JSON,
+        read_head=READ_HEAD,
     )
 
 

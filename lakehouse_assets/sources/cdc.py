@@ -40,8 +40,10 @@ from .landing import LINEAGE_COLUMNS, MAX_RECORD_BYTES, blank, json_reason
 OPS = ("c", "u", "d", "r")
 TOMBSTONE = "t"
 POSITION = T.DecimalType(38, 0)
+IMAGE_KEYS = "_image_keys"
 
 _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_SEQUENCE = r'^\[(?:null|"([0-9]{1,38})"),(?:null|"[0-9]{1,38}")\]$'
 
 _LINE = T.StructType([T.StructField(n, T.StringType()) for n in ("schema", "payload", "_corrupt_record")])
 _SOURCE = T.StructType([
@@ -159,17 +161,82 @@ def _known_schema(heads: Iterable[str]) -> tuple[Column, list[tuple[int, str]]]:
     return index, known
 
 
-def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> DataFrame:
-    """The lineage columns, `clean` (read at once) and one struct `u` per line: its envelope, as text, however
-    it was written.
+_IMAGE_MAP = T.MapType(T.StringType(), T.StringType())
+_READ_ENVELOPE = T.StructType([T.StructField("before", _IMAGE_MAP), T.StructField("after", _IMAGE_MAP),
+                               T.StructField("op", T.StringType()), T.StructField("ts_ms", T.StringType()),
+                               T.StructField("source", _SOURCE)])
+# What the line reader parses a Debezium line into (sources/landing.py: `read_lines`): a wrapped record's schema as
+# text and its payload, or a bare record's envelope; images as maps of their values' texts. READ_HEAD: a wrapped
+# record that begins with the same schema as the one before it is read from its payload on.
+READ_JSON = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", _READ_ENVELOPE),
+                          *_READ_ENVELOPE.fields, T.StructField("_corrupt_record", T.StringType())])
+READ_HEAD = "schema,payload"
+_SCHEMA_ONLY = T.StructType([T.StructField("schema", SCHEMA)])
 
-    A wrapped record that begins with one of `heads` (how these lines' files' wrapped records begin, up to
-    their payload, as landed: `landed_head`; each worked out once) has only its payload parsed: the schema,
-    most of its bytes, is compared, not read, and its encodings are that schema's literal. Any other record
-    Debezium wrote (an object, bare or wrapped as `{"schema", "payload"}`, whose images are objects) is parsed
-    once, images included, and decodes a wrapped record's own schema. Every other line takes the path that
-    names what is wrong with it: the line, then the envelope, then each image, parsed as text one by one.
-    """
+
+def _no_keys() -> Column:
+    return F.array().cast(T.ArrayType(T.StringType()))
+
+
+def _map_keys(before: Column, after: Column) -> Column:
+    """The keys of an envelope's before and after maps (empty where there are none)."""
+    return F.array_distinct(F.concat(F.coalesce(F.map_keys(after), _no_keys()),
+                                     F.coalesce(F.map_keys(before), _no_keys())))
+
+
+@dataclass(frozen=True)
+class _Fast:
+    """The lines read at once: which (`clean`), their envelope (images as text structs, or maps of texts),
+    whether wrapped, their record schema's encodings where it is not one of the known heads', and the keys of
+    their images (for the lines of no known head)."""
+
+    clean: Column
+    envelope: Column
+    encodings: Column
+    image_keys: Column
+
+
+def _images_from_maps(envelope: Column, image: T.StructType) -> Column:
+    """An envelope whose images are maps of texts, with its images as text structs of `image`'s fields."""
+    def text(side: str) -> Column:
+        m = envelope[side]
+        return F.when(m.isNotNull(), F.struct(*(m[f.name].alias(f.name) for f in image.fields)))
+    return F.struct(text("before").alias("before"), text("after").alias("after"), envelope["op"].alias("op"),
+                    envelope["ts_ms"].alias("ts_ms"), envelope["source"].alias("source"))
+
+
+def _read_by_reader(k: Column, image: T.StructType, small: Column) -> _Fast:
+    """The lines the line reader parsed (`READ_JSON`, `READ_HEAD`), as `_read_by_spark` reads them."""
+    j, head = F.col("_json"), F.col("_json_head")
+    wrapped = head.isNotNull() | (j["schema"].isNotNull() & j["payload"].isNotNull())
+    bare = head.isNull() & j["schema"].isNull() & j["payload"].isNull() & ~F.col("payload").contains('"payload"')
+    # A wrapped record of another schema than the known heads': its own, read from the line (its head, when the
+    # reader passed over it) or from the schema's text.
+    own = F.when(head.isNotNull(), F.from_json("payload", _SCHEMA_ONLY)["schema"]).otherwise(F.from_json(j["schema"], SCHEMA))
+    envelope = F.when(j["payload"].isNotNull(), j["payload"]).otherwise(
+        F.struct(*(j[n].alias(n) for n in _READ_ENVELOPE.fieldNames())))
+    return _Fast(
+        clean=F.col("_json_ok") & small & (wrapped | bare),
+        envelope=_images_from_maps(envelope, image),
+        encodings=F.when(wrapped, column_encodings(own)),
+        image_keys=F.when(F.col("_json_ok"), _map_keys(envelope["before"], envelope["after"])
+                          ).otherwise(_image_keys_parsed()),
+    )
+
+
+def _image_keys_parsed() -> Column:
+    """A line's image keys, parsed as maps from its text (the schema skipped, not copied). A record whose images
+    are not objects gives none: it is quarantined."""
+    images = T.StructType([T.StructField("before", _IMAGE_MAP), T.StructField("after", _IMAGE_MAP)])
+    s = F.from_json("payload", T.StructType([T.StructField("payload", images), *images.fields]))
+    wrapped = s["payload"].isNotNull()
+    return _map_keys(*(F.when(wrapped, s["payload"][side]).otherwise(s[side]) for side in ("before", "after")))
+
+
+def _read_by_spark(staged: DataFrame, k: Column, known: list[tuple[int, str]], image: T.StructType,
+                   small: Column) -> tuple[DataFrame, _Fast]:
+    """The lines parsed here: a wrapped record that begins with one of the known heads has only its payload
+    parsed (the schema, most of its bytes, is compared, not read); any other, once whole."""
     text = _text_type(image)
     envelope = T.StructType([T.StructField("before", text), T.StructField("after", text),
                              T.StructField("op", T.StringType()), T.StructField("ts_ms", T.StringType()),
@@ -178,9 +245,6 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
     options = {"columnNameOfCorruptRecord": "_corrupt_record"}
     one_pass = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", envelope),
                              *envelope.fields, corrupt])
-    index, known = _known_schema(heads)
-    staged = lines.withColumn("k", index)
-    k = F.col("k")
     # From the first byte after the schema's prefix: the payload object (the record's closing brace after it
     # is past the end of the object, which is where parsing stops). Cut as bytes: a string's substring counts
     # characters, a walk through the whole schema on every line.
@@ -197,20 +261,47 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
     wrapped = f["schema"].isNotNull() & f["payload"].isNotNull()
     # A bare record with no payload key (one whose payload is null is a wrapped tombstone: the slow path sees it).
     bare = f["schema"].isNull() & f["payload"].isNull() & ~F.col("payload").contains('"payload"')
-    # Bytes bound characters: a line under the limit in bytes is under it in characters.
-    small = F.octet_length("payload") <= MAX_RECORD_BYTES
     clean = F.when(k.isNotNull(), g.isNotNull() & g["_corrupt_record"].isNull() & F.col("payload").endswith("}")
                    & small).otherwise(f.isNotNull() & f["_corrupt_record"].isNull() & small & (wrapped | bare))
-    staged = staged.withColumn("clean", F.coalesce(clean, F.lit(False)))
     fast_env = F.when(k.isNotNull(), F.struct(*(g[n].alias(n) for n in envelope.fieldNames()))).when(
         f["schema"].isNotNull(), f["payload"]).otherwise(F.struct(*(f[n].alias(n) for n in envelope.fieldNames())))
+    return staged, _Fast(clean=clean, envelope=fast_env,
+                         encodings=F.when(wrapped, column_encodings(F.from_json(f["schema"], SCHEMA))),
+                         image_keys=_image_keys_parsed())
+
+
+def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> DataFrame:
+    """The lineage columns, `clean` (read at once), one struct `u` per line: its envelope, as text, however it
+    was written, and `image_keys`, the keys of its images where it begins with none of `heads` (else empty).
+
+    A wrapped record that begins with one of `heads` (how these lines' files' wrapped records begin, up to
+    their payload, as landed: `landed_head`; each worked out once) takes that schema's encodings as a literal.
+    Lines the line reader parsed (`READ_JSON`) take its parse; the others are parsed here, a wrapped record of a
+    known head from its payload on. Any other record Debezium wrote (an object, bare or wrapped as
+    `{"schema", "payload"}`, whose images are objects) is parsed once, images included, and decodes a wrapped
+    record's own schema. Every other line takes the path that names what is wrong with it: the line, then the
+    envelope, then each image, parsed as text one by one (a literal `null`, a tombstone, is not parsed).
+    """
+    text = _text_type(image)
+    index, known = _known_schema(heads)
+    staged = lines.withColumn("k", index)
+    k = F.col("k")
+    # Bytes bound characters: a line under the limit in bytes is under it in characters.
+    small = F.octet_length("payload") <= MAX_RECORD_BYTES
+    if "_json_ok" in lines.columns:
+        read = _read_by_reader(k, image, small)
+    else:
+        staged, read = _read_by_spark(staged, k, known, image, small)
+    staged = staged.withColumn("clean", F.coalesce(read.clean, F.lit(False)))
     literal = F.lit(None)
     for n, head in reversed(known):
         literal = F.when(k == n, encodings_of(head_schema(head))).otherwise(literal)
-    fast_encodings = F.when(k.isNotNull(), literal).when(wrapped, column_encodings(F.from_json(f["schema"], SCHEMA)))
+    fast_encodings = F.when(k.isNotNull(), literal).otherwise(read.encodings)
+    fast_env = read.envelope
 
     # The other lines, one layer at a time (null for the lines read above).
-    slow = ~F.col("clean")
+    null_line = F.trim("payload") == "null"
+    slow = ~F.col("clean") & ~null_line
     # Columns of their own, under `when(slow, ...)`: an expression met twice is computed for every line.
     staged = staged.withColumns({
         "line": F.when(slow, F.from_json("payload", _LINE, {"columnNameOfCorruptRecord": "_corrupt_record"})),
@@ -229,7 +320,7 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
     })
     e = F.col("env")
     slow_env = F.struct(
-        ((F.trim("payload") == "null") | (F.col("wrapped") & F.col("envelope_text").isNull())).alias("tombstone"),
+        (null_line | (F.col("wrapped") & F.col("envelope_text").isNull())).alias("tombstone"),
         json_reason(F.col("payload"), F.col("line._corrupt_record")).alias("line_reason"),
         e["_corrupt_record"].isNotNull().alias("not_object"),
         e["op"].alias("op"), e["ts_ms"].alias("ts_ms"), e["source"].alias("source"),
@@ -247,12 +338,16 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
         fast_env["before"].isNotNull().alias("before_object"), fast_env["after"].isNotNull().alias("after_object"),
         fast_encodings.alias("encodings"),
     )
-    return staged.select(*LINEAGE_COLUMNS, "clean", F.when(F.col("clean"), fast).otherwise(slow_env).alias("u"))
+    return staged.select(*LINEAGE_COLUMNS, "clean", F.when(F.col("clean"), fast).otherwise(slow_env).alias("u"),
+                         F.when(k.isNull() & ~null_line, read.image_keys).otherwise(_no_keys()).alias("image_keys"))
 
 
 def _pg_position(op: Column, lsn: Column, sequence: Column) -> Column:
     """PostgreSQL commit order: a snapshot row at (its lsn, 0), a streamed change at (last commit or lsn, lsn)."""
-    last_commit = F.from_json(sequence, T.ArrayType(T.StringType()))[0].cast(POSITION)
+    # `["<last commit>","<lsn>"]` as Debezium writes it, read by a pattern; any other text parsed as JSON.
+    written = F.regexp_extract(sequence, _SEQUENCE, 1)
+    last_commit = F.when(sequence.rlike(_SEQUENCE), F.when(written != "", written).cast(POSITION)).otherwise(
+        F.from_json(sequence, T.ArrayType(T.StringType()))[0].cast(POSITION))
     a = F.when(op == "r", lsn.cast(POSITION)).otherwise(F.coalesce(last_commit, lsn.cast(POSITION)))
     b = F.when(op == "r", F.lit(0).cast(POSITION)).otherwise(lsn.cast(POSITION))
     return (a * F.lit(str(10**19)).cast(POSITION) + b).cast(POSITION)
@@ -264,7 +359,7 @@ def _present(text: Column) -> Column:
 
 def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | None = None,
               heads: Iterable[str] = ()) -> DataFrame:
-    """Bronze CDC columns for `info`, the lineage columns and `reason` (null for a good record).
+    """Bronze CDC columns for `info`, the lineage columns, `reason` (null for a good record) and `IMAGE_KEYS`.
 
     `heads`: how the wrapped records in `lines` begin, up to their payload (`survey_cdc`), each schema decoded once.
     """
@@ -316,7 +411,7 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     reason = reason.when(before_bad.isNotNull(), F.concat(F.lit("before."), before_bad))
 
     typed = parsed.select(
-        *LINEAGE_COLUMNS, "u", tombstone.alias("tombstone"),
+        *LINEAGE_COLUMNS, "u", "image_keys", tombstone.alias("tombstone"),
         F.when(e["before_present"], before).alias("before"),
         F.when(e["after_present"], after).alias("after"),
         position.alias("change_position"),
@@ -346,6 +441,7 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
         (F.coalesce(src["snapshot"], F.lit("false")) != "false").alias("snapshot"),
         *LINEAGE_COLUMNS,
         "reason",
+        F.col("image_keys").alias(IMAGE_KEYS),  # computed only where asked for (new_image_keys)
     )
 
 
@@ -377,23 +473,13 @@ def survey_cdc(lines: DataFrame, table_schema: T.StructType, first_lines: Iterab
 
 
 def new_image_keys(table_schema: T.StructType, heads: Iterable[str] = ()) -> Column:
-    """Per line: the keys of its before/after images that the table's image struct lacks, for the records that
-    do not begin with one of `heads` (their fields are that head's schema's). An array, empty for most lines; a
-    column gathered while bronze is written."""
+    """Per parsed line (`parse_cdc`): the keys of its before/after images that the table's image struct lacks,
+    for the records that do not begin with one of `heads` (their fields are that head's schema's). An array,
+    empty for most lines; a column gathered while bronze is written."""
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
     known = sorted({f.name for f in after.fields})
-    index, _ = _known_schema(heads)
-    # Images as maps: their keys in the one parse (the schema is skipped, not copied). A record whose images
-    # are not objects gives none: it is quarantined.
-    image = T.MapType(T.StringType(), T.StringType())
-    images = T.StructType([T.StructField("before", image), T.StructField("after", image)])
-    s = F.from_json("payload", T.StructType([T.StructField("payload", images), *images.fields]))
-    envelope = F.when(s["payload"].isNotNull(), s["payload"]).otherwise(F.struct(s["before"], s["after"]))
-    none = F.array().cast(T.ArrayType(T.StringType()))
-    found = F.array_distinct(F.concat(F.coalesce(F.map_keys(envelope["after"]), none),
-                                      F.coalesce(F.map_keys(envelope["before"]), none)))
-    return F.when(index.isNull(), F.filter(found, lambda k: ~k.isin(*known) & k.rlike(_DRIFT_NAME.pattern))).otherwise(none)
+    return F.filter(F.col(IMAGE_KEYS), lambda k: ~k.isin(*known) & k.rlike(_DRIFT_NAME.pattern))
 
 
 def typed_new_fields(lines: DataFrame, table_schema: T.StructType, keys: Iterable[str],

@@ -45,16 +45,18 @@ def list_landing_files(spark: SparkSession, folders: list[str], root: str) -> tu
     return [f for f in files if f not in refused], refused
 
 
-def read_lines(spark: SparkSession, files: list[str], json: T.StructType | None = None) -> DataFrame:
-    """One row per line: source_file, source_line (1-based), landing_date, payload; with `json`, see `_read_lines`."""
-    return _read_lines(spark, files, json=json)[0]
+def read_lines(spark: SparkSession, files: list[str], json: T.StructType | None = None,
+               head: str | None = None) -> DataFrame:
+    """One row per line: source_file, source_line (1-based), landing_date, payload; with `json` and `head`, see
+    `_read_lines`."""
+    return _read_lines(spark, files, json=json, head=head)[0]
 
 
 _COMPRESSED = (".gz", ".bz2", ".deflate", ".zst", ".lz4", ".snappy")
 
 
 def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | None = None,
-                json: T.StructType | None = None) -> tuple[DataFrame, dict[str, int]]:
+                json: T.StructType | None = None, head: str | None = None) -> tuple[DataFrame, dict[str, int]]:
     """`read_lines`, and how many lines each file has. `sizes`: the files' sizes as listed (else listed now).
 
     Files are read from their bytes, line by line, by the project's line reader (java/lakehouse/JsonLines.java),
@@ -62,10 +64,13 @@ def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | N
     number is its index within its split plus the lines of the file's earlier splits, so the text is scanned twice:
     once to count each split's lines (a newline scan, a few rows to the driver), once to read the lines.
 
-    With `json` (a struct of top-level string and map<string,string> fields), each line is also parsed once, from
-    its bytes, into `_json` (as `from_json` with that schema would), with `_json_keys`, its other top-level keys;
-    `_json_ok` is false where the reader leaves the line to `from_json` (not a strict JSON object, a key given
-    twice...), and `_json` and `_json_keys` are then null.
+    With `json` (a struct of string, map<string,string> and struct fields of those), each line is also parsed once,
+    from its bytes, into `_json` (as `from_json` with that schema would), with `_json_keys`, its other top-level
+    keys; `_json_ok` is false where the reader leaves the line to `from_json` (not a strict JSON object, a key given
+    twice...), and `_json` and `_json_keys` are then null. With `head` (`"<head>,<body>"`), a wrapped record
+    `{"<head>": <object>, "<body>": <object>}` has its body parsed alone (`_json` holds the body only), its head
+    passed over (not even read while the split's records begin with the same bytes as the one before), and
+    `_json_head` is the body's byte offset (null for a line parsed whole).
     """
     schema = "source_file string, source_line int, landing_date date, payload string"
     if not files:  # (a parser takes lines without the reader's parse as well)
@@ -83,7 +88,7 @@ def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | N
         split = by_index[index]
         split[3] = before[split[0]]
         before[split[0]] += counted[index]
-    return _reader(spark, parts, mode="lines", json=json), before
+    return _reader(spark, parts, mode="lines", json=json, head=head), before
 
 
 def _partitions(spark: SparkSession, files: list[str], sizes: dict[str, int]) -> list[list[list[Any]]]:
@@ -114,9 +119,12 @@ def _partitions(spark: SparkSession, files: list[str], sizes: dict[str, int]) ->
     return parts
 
 
-def _reader(spark: SparkSession, parts: list[list[list[Any]]], mode: str, json: T.StructType | None = None) -> DataFrame:
+def _reader(spark: SparkSession, parts: list[list[list[Any]]], mode: str, json: T.StructType | None = None,
+            head: str | None = None) -> DataFrame:
     reader = spark.read.format(LINES_FORMAT).option("splits", _json.dumps(parts)).option("mode", mode)
-    return (reader.option("json", json.json()) if json is not None else reader).load()
+    if json is not None:
+        reader = reader.option("json", json.json())
+    return (reader.option("head", head) if json is not None and head is not None else reader).load()
 
 
 def read_contents(spark: SparkSession, files: list[str], prefixes: dict[str, int],
@@ -204,9 +212,10 @@ def _hash_in_spark(spark: SparkSession, files: list[str], prefixes: dict[str, in
 
 
 def read_landing(spark: SparkSession, files: list[str], sizes: dict[str, int] | None = None,
-                 json: T.StructType | None = None) -> tuple[DataFrame, dict[str, str], dict[str, int]]:
+                 json: T.StructType | None = None, head: str | None = None,
+                 ) -> tuple[DataFrame, dict[str, str], dict[str, int]]:
     """`read_lines` of the files that can be read, why each other file cannot be (a truncated gzip, say),
-    and how many lines each file read has (`sizes` and `json` as `_read_lines` takes them): one bad file must
+    and how many lines each file read has (`sizes`, `json` and `head` as `_read_lines` takes them): one bad file must
     not stop the good files of its day, nor be lost without a word. Counting the lines reads every file whole,
     which is where a bad one fails.
 
@@ -214,7 +223,7 @@ def read_landing(spark: SparkSession, files: list[str], sizes: dict[str, int] | 
     holding every line in memory beside the judged rows, which ingest keeps as a local checkpoint).
     """
     try:
-        lines, counts = _read_lines(spark, files, sizes, json)
+        lines, counts = _read_lines(spark, files, sizes, json, head)
         return lines, {}, counts
     except Exception:  # noqa: BLE001 - which file failed is found below, one by one
         pass
@@ -224,7 +233,7 @@ def read_landing(spark: SparkSession, files: list[str], sizes: dict[str, int] | 
             _read_lines(spark, [f], sizes)
         except Exception as exc:  # noqa: BLE001 - the reason is kept with the file
             unreadable[f] = _first_line(exc)
-    lines, counts = _read_lines(spark, [f for f in files if f not in unreadable], sizes, json)
+    lines, counts = _read_lines(spark, [f for f in files if f not in unreadable], sizes, json, head)
     return lines, unreadable, counts
 
 

@@ -101,7 +101,14 @@ def landed(spark, tmp_path_factory):
 
 
 def _rows(df) -> list[tuple]:
-    return sorted((tuple(r) for r in df.collect()), key=lambda r: (r[-4], r[-3]))  # by file and line
+    """The rows by file and line, without the image keys (computed only for records of no known head)."""
+    return [tuple(r) for r in sorted(df.drop(cdc.IMAGE_KEYS).collect(), key=lambda r: (r.source_file, r.source_line))]
+
+
+def _image_keys(df, schema, heads) -> list[tuple]:
+    """Each line's new image keys as bronze gathers them (`new_image_keys`), by file and line."""
+    rows = df.select("source_file", "source_line", new_image_keys(schema, heads).alias("k")).collect()
+    return sorted((r.source_file, r.source_line, sorted(r.k)) for r in rows)
 
 
 @pytest.mark.parametrize("table", list(CDC_TABLES))
@@ -118,9 +125,16 @@ def test_every_line_parses_the_same_on_the_one_pass_and_the_layer_by_layer_path(
     # record would be: the shortcut refuses no line the one-pass parse takes.
     at_once = cdc._envelopes(lines, cdc.image_type(info), survey.heads).where("clean")
     assert at_once.count() == cdc._envelopes(lines, cdc.image_type(info), []).where("clean").count() > 0
+    # The line reader's parse of the same files (a wrapped record's schema passed over), as bronze reads them.
+    read = read_lines(spark, files, json=cdc.READ_JSON, head=cdc.READ_HEAD)
+    assert read.where("_json_head IS NOT NULL").count() > 0 and read.where("NOT _json_ok").count() > 0
+    by_reader = parse_cdc(info, read, schema, heads=survey.heads)
+    assert _rows(by_reader) == one_pass
+    assert _image_keys(by_reader, schema, survey.heads) == _image_keys(
+        parse_cdc(info, lines, schema, heads=survey.heads), schema, survey.heads)
     monkeypatch.setattr(cdc, "MAX_RECORD_BYTES", -1)  # no line is read in one pass
     layered = _rows(parse_cdc(info, lines, schema, heads=survey.heads))
-    assert one_pass == layered == per_record
+    assert one_pass == layered == per_record == _rows(parse_cdc(info, read, schema, heads=survey.heads))
     assert sum(r[-1] is not None for r in one_pass) > 0  # the broken lines are among them
 
 
@@ -167,10 +181,61 @@ def test_a_column_added_after_a_files_first_line_is_typed_from_the_schema_that_h
     survey = survey_cdc(lines, schema)
     assert survey.new_fields == [] and len(survey.heads) == 1  # the first line's schema has no new field
     # Gathered as bronze is written: only the record whose schema is not the first line's is read for keys.
-    keys = lines.select(F.flatten(F.collect_set(new_image_keys(schema, survey.heads))).alias("k")).first().k
+    parsed = parse_cdc(ORDERS, lines, schema, heads=survey.heads)
+    keys = parsed.select(F.flatten(F.collect_set(new_image_keys(schema, survey.heads))).alias("k")).first().k
     assert keys == ["credit"]
     typed = typed_new_fields(lines, schema, keys, survey.heads)
     assert typed.new_fields == [("before.credit", "decimal(9,3)"), ("after.credit", "decimal(9,3)")]
     assert len(typed.heads) == 2  # the new schema is decoded once too
     # A file that begins with the new schema: its columns are known before any line is parsed.
     assert survey_cdc(lines, schema, [texts[2]]).new_fields == typed.new_fields
+
+
+def _tricky_lines() -> list[str]:
+    """Debezium records as other writers and mishaps leave them, around records the reader takes at once."""
+    good = [_wrapped(n, 100 * n) for n in range(1, 4)]  # one head three times: passed over from the second on
+    payload, schema = json.loads(good[0])["payload"], _schema()
+    credit = _field("credit", "bytes", "org.apache.kafka.connect.data.Decimal", scale="3")
+    first = good[0]
+    return [
+        *good, _wrapped(4, 400, separators=(", ", ": ")), first[:-1] + " }", first + " ", first + "}", first + " x",
+        first[:-1] + ',"extra":1}', first[: len(first) // 2 + 40],
+        json.dumps({"payload": payload, "schema": schema}), json.dumps({"schema": None, "payload": payload}),
+        json.dumps({"schema": schema, "payload": None}), json.dumps({"schema": "text", "payload": payload}),
+        json.dumps(payload), json.dumps(payload, separators=(",", ":")), json.dumps({**payload, "extra": [1]}),
+        "null", " null ", "", "5", "[]", "{}", '{"payload": 1}',
+        first.replace('"op":"c"', '"op":"c","op":"u"'), first.replace('"after":{', '"after":{"status":"x",'),
+        first.replace('"source":{', '"source":{"lsn":5,'), first.replace('"op":"c"', '"op":null'),
+        first.replace('"customer_id":7', '"customer_id":{"a":[1, 2.50]}'),
+        first.replace('"customer_id":7', '"customer_id":7.0e0'), first.replace('"customer_id":7', '"customer_id":-0'),
+        first.replace('"status":"paid"', '"status":"p\\u00e4id \\"q\\" \\ud83d\\ude00"'),
+        first.replace('"before":null', '"before":"{}"'), first.replace('"before":null', '"before":[1]'),
+        first.replace('"before":null', '"before":{}'), first.replace(',"payload":', ' , "payload" : '),
+        first.replace('"status":"paid"', '"status":"\ud800"'),
+        _wrapped(9, 900, _schema(credit), credit=_two_complement(1500)), _wrapped(10, 1000, _schema(credit)),
+        *good,
+    ]
+
+
+def test_lines_the_reader_parses_give_the_rows_and_keys_spark_gives(spark, tmp_path):
+    """The line reader's parse of Debezium lines (a wrapped record's schema passed over once its head is known,
+    images as maps) gives every row, reason and new image key that Spark's own parse gives on the same lines,
+    with the heads known and without; the lines it cannot take exactly are left to Spark."""
+    folder = tmp_path / "cdc" / "orders" / f"date={DAY}"
+    folder.mkdir(parents=True)
+    body = "\n".join(_tricky_lines()).encode("utf-8", "surrogatepass").replace(b"\xed\xa0\x80", b"\xff")
+    (folder / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + body + b"\n")
+    (folder / "b.jsonl").write_bytes(b"\r\n".join(line.encode() for line in _tricky_lines()[12:18]))
+    files = sorted(f"file:{p}" for p in folder.iterdir())
+    schema = bronze_cdc_schema(ORDERS)
+    plain = read_lines(spark, files)
+    read = read_lines(spark, files, json=cdc.READ_JSON, head=cdc.READ_HEAD)
+    assert read.where("_json_head IS NOT NULL").count() >= 8
+    assert read.where("NOT _json_ok").count() >= 12
+    for heads in (survey_cdc(plain, schema).heads, []):
+        want, got = parse_cdc(ORDERS, plain, schema, heads=heads), parse_cdc(ORDERS, read, schema, heads=heads)
+        assert _rows(got) == _rows(want)
+        assert _image_keys(got, schema, heads) == _image_keys(want, schema, heads)
+    rows = _rows(want)
+    assert sum(r[-1] is None for r in rows) >= 25 and sum(r[-1] is not None for r in rows) >= 8
+    assert ["credit"] in [k for *_, k in _image_keys(want, schema, [])]

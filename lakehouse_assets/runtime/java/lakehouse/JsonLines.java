@@ -62,8 +62,12 @@ import org.apache.spark.util.SerializableConfiguration;
  * {@code [path, start, end, lines before, landing day]} ({@code end} -1: to the end of the file, which is how a
  * compressed file is read; the landing day in days since 1970-01-01, or null); {@code mode}, {@code count} (one
  * row per split: its index in the order given and how many lines start in it) or {@code lines}; {@code json},
- * the schema of the fields to parse (string and map&lt;string,string&gt; fields; a {@code _corrupt_record} field
- * stays null).
+ * the schema of the fields to parse (string, map&lt;string,string&gt; and struct fields of those, as deep as
+ * wanted; a top-level {@code _corrupt_record} field stays null); {@code head}, two field names
+ * {@code <head>,<body>} (the body a struct field): a wrapped record {@code {"<head>": <object>, "<body>": <object>}}
+ * has its body parsed alone, its head's object passed over (not even read while the split's records begin with
+ * the same bytes as the one before), and {@code _json_head} says where the body began (null for a line parsed
+ * whole).
  *
  * <p>A line belongs to the split its first byte is in; a split that does not start the file begins after the
  * first newline at or after its start - 1. A file's UTF-8 byte order mark and a line's one final carriage return
@@ -100,18 +104,10 @@ public final class JsonLines implements TableProvider {
             return lines;
         }
         StructType fields = (StructType) DataType.fromJson(json);
-        for (StructField f : fields.fields()) {
-            boolean text = f.dataType().equals(DataTypes.StringType);
-            boolean map = f.dataType() instanceof MapType
-                    && ((MapType) f.dataType()).keyType().equals(DataTypes.StringType)
-                    && ((MapType) f.dataType()).valueType().equals(DataTypes.StringType);
-            if (!text && !map) {
-                throw new IllegalArgumentException("JsonLines parses string and map<string,string> fields, not "
-                        + f.name() + " " + f.dataType().simpleString());
-            }
-        }
-        return lines.add("_json", fields, true).add("_json_ok", DataTypes.BooleanType, false)
+        new Shape(fields, true); // (the field types it takes)
+        StructType parsed = lines.add("_json", fields, true).add("_json_ok", DataTypes.BooleanType, false)
                 .add("_json_keys", DataTypes.createArrayType(DataTypes.StringType, false), true);
+        return options.get("head") == null ? parsed : parsed.add("_json_head", DataTypes.IntegerType, true);
     }
 
     static final class LinesTable implements Table, SupportsRead {
@@ -213,8 +209,7 @@ public final class JsonLines implements TableProvider {
             Broadcast<SerializableConfiguration> shared = JavaSparkContext.fromSparkContext(spark.sparkContext())
                     .broadcast(new SerializableConfiguration(conf));
             boolean count = "count".equals(options.get("mode"));
-            String json = options.get("json");
-            return new Factory(shared, count, json);
+            return new Factory(shared, count, options.get("json"), options.get("head"));
         }
     }
 
@@ -222,11 +217,13 @@ public final class JsonLines implements TableProvider {
         private final Broadcast<SerializableConfiguration> conf;
         private final boolean count;
         private final String json;
+        private final String head;
 
-        Factory(Broadcast<SerializableConfiguration> conf, boolean count, String json) {
+        Factory(Broadcast<SerializableConfiguration> conf, boolean count, String json, String head) {
             this.conf = conf;
             this.count = count;
             this.json = json;
+            this.head = head;
         }
 
         @Override
@@ -234,7 +231,7 @@ public final class JsonLines implements TableProvider {
             Split[] splits = ((Part) partition).splits;
             Configuration hadoop = conf.value().value();
             return count ? new Counter(hadoop, splits)
-                    : new Reader(hadoop, splits, json == null ? null : (StructType) DataType.fromJson(json));
+                    : new Reader(hadoop, splits, json == null ? null : (StructType) DataType.fromJson(json), head);
         }
     }
 
@@ -402,16 +399,57 @@ public final class JsonLines implements TableProvider {
         }
     }
 
+    /** The fields of an object to parse: each as text, a map of texts, or an object of its own (a nested Shape). */
+    static final class Shape {
+        static final byte TEXT = 0;
+        static final byte MAP = 1;
+        static final byte OBJECT = 2;
+        final int size;
+        final Map<String, Integer> index = new HashMap<>();
+        final byte[] kind;
+        final Shape[] inner;
+        final boolean[] seen;
+
+        Shape(StructType type, boolean top) {
+            StructField[] fields = type.fields();
+            size = fields.length;
+            kind = new byte[size];
+            inner = new Shape[size];
+            seen = new boolean[size];
+            for (int i = 0; i < size; i++) {
+                StructField f = fields[i];
+                DataType t = f.dataType();
+                if (top && f.name().equals("_corrupt_record")) {
+                    continue; // stays null: a line parsed here is not corrupt
+                }
+                index.put(f.name(), i);
+                if (t.equals(DataTypes.StringType)) {
+                    kind[i] = TEXT;
+                } else if (t instanceof MapType && ((MapType) t).keyType().equals(DataTypes.StringType)
+                        && ((MapType) t).valueType().equals(DataTypes.StringType)) {
+                    kind[i] = MAP;
+                } else if (t instanceof StructType) {
+                    kind[i] = OBJECT;
+                    inner[i] = new Shape((StructType) t, false);
+                } else {
+                    throw new IllegalArgumentException("JsonLines parses string, map<string,string> and struct fields "
+                            + "of those, not " + f.name() + " " + t.simpleString());
+                }
+            }
+        }
+    }
+
     static final class Reader implements PartitionReader<InternalRow> {
         private static final JsonFactory FACTORY = new JsonFactory();
         private final Configuration conf;
         private final Split[] splits;
-        private final StructType fields;
-        private final Map<String, Integer> index = new HashMap<>();
-        private final boolean[] isMap;
-        private final boolean[] seen;
+        private final Shape shape;
         private final List<UTF8String> keys = new ArrayList<>();
         private final ByteArrayOutputStream text = new ByteArrayOutputStream();
+        private final String headName; // a wrapped record's first field, whose object is passed over (see head)
+        private final int bodyAt; // the index of the field that follows it, the one parsed
+        private final byte[] bodyKey; // that field's name as a JSON string
+        private byte[] lastHead; // how the split's last wrapped record began, through its body's key
         private int next;
         private LineSource source;
         private Split split;
@@ -419,20 +457,19 @@ public final class JsonLines implements TableProvider {
         private long number;
         private InternalRow row;
 
-        Reader(Configuration conf, Split[] splits, StructType fields) {
+        Reader(Configuration conf, Split[] splits, StructType fields, String head) {
             this.conf = conf;
             this.splits = splits;
-            this.fields = fields;
-            int n = fields == null ? 0 : fields.size();
-            this.isMap = new boolean[n];
-            this.seen = new boolean[n];
-            for (int i = 0; i < n; i++) {
-                StructField f = fields.fields()[i];
-                if (!f.name().equals("_corrupt_record")) {
-                    index.put(f.name(), i);
-                }
-                isMap[i] = f.dataType() instanceof MapType;
+            this.shape = fields == null ? null : new Shape(fields, true);
+            String[] names = head == null || fields == null ? null : head.split(",", 2);
+            this.headName = names == null ? null : names[0];
+            Integer body = names == null ? null : shape.index.get(names[1]);
+            if (names != null && (body == null || shape.kind[body] != Shape.OBJECT)) {
+                throw new IllegalArgumentException("JsonLines: the head's second field must be a struct field");
             }
+            this.bodyAt = body == null ? -1 : body;
+            this.bodyKey = names == null ? null
+                    : ("\"" + names[1] + "\"").getBytes(java.nio.charset.StandardCharsets.UTF_8);
         }
 
         @Override
@@ -449,23 +486,104 @@ public final class JsonLines implements TableProvider {
                 source = new LineSource(conf, split);
                 file = UTF8String.fromString(split.path);
                 number = split.before;
+                lastHead = null;
             }
             number++;
-            UTF8String payload = UTF8String.fromBytes(Arrays.copyOf(source.line, source.length));
-            if (fields == null) {
+            byte[] bytes = source.line;
+            int length = source.length;
+            UTF8String payload = UTF8String.fromBytes(Arrays.copyOf(bytes, length));
+            if (shape == null) {
                 row = new GenericInternalRow(new Object[] {file, (int) number, split.day, payload});
-            } else {
-                Object[] values = new Object[fields.size()];
-                keys.clear();
-                boolean ok = parse(source.line, source.length, values);
-                row = new GenericInternalRow(new Object[] {file, (int) number, split.day, payload,
-                    ok ? new GenericInternalRow(values) : null, ok,
-                    ok ? new GenericArrayData(keys.toArray()) : null});
+                return true;
             }
+            Object[] values = new Object[shape.size];
+            keys.clear();
+            int head = head(bytes, length);
+            boolean ok = head > 0 ? body(bytes, head, length, values) : parse(bytes, length, values);
+            Object[] out = {file, (int) number, split.day, payload,
+                ok ? new GenericInternalRow(values) : null, ok, ok ? new GenericArrayData(keys.toArray()) : null,
+                ok && head > 0 ? head : null};
+            row = new GenericInternalRow(headName == null ? Arrays.copyOf(out, 7) : out);
             return true;
         }
 
-        /** The line as `from_json` would read it into `fields`, and its other top-level keys; false when unsure. */
+        /**
+         * Where the body of a wrapped record begins: a line {@code {"<head>": <object>, "<body>": <object>}}
+         * is the head's object, passed over, then the body's, parsed. The head of the split's last such line is
+         * kept: a line that begins with the same bytes is parsed from its body on, its head not read again.
+         * 0 for any other line (parsed whole).
+         */
+        private int head(byte[] bytes, int length) {
+            if (headName == null) {
+                return 0;
+            }
+            byte[] last = lastHead;
+            if (last != null && length > last.length && Arrays.equals(bytes, 0, last.length, last, 0, last.length)) {
+                return last.length;
+            }
+            try (JsonParser p = FACTORY.createParser(bytes, 0, length)) {
+                if (p.nextToken() != JsonToken.START_OBJECT || p.nextToken() != JsonToken.FIELD_NAME
+                        || !headName.equals(p.getCurrentName()) || p.nextToken() != JsonToken.START_OBJECT) {
+                    return 0;
+                }
+                p.skipChildren();
+                int end = (int) p.getCurrentLocation().getByteOffset(); // just past the head's closing brace
+                if (end < 1 || end > length || bytes[end - 1] != '}') {
+                    return 0;
+                }
+                int i = space(bytes, end, length);
+                if (i >= length || bytes[i] != ',') {
+                    return 0;
+                }
+                byte[] key = bodyKey;
+                i = space(bytes, i + 1, length);
+                if (length - i < key.length || !Arrays.equals(bytes, i, i + key.length, key, 0, key.length)) {
+                    return 0;
+                }
+                i = space(bytes, i + key.length, length);
+                if (i >= length || bytes[i] != ':') {
+                    return 0;
+                }
+                i = space(bytes, i + 1, length);
+                if (i >= length || bytes[i] != '{') {
+                    return 0;
+                }
+                lastHead = Arrays.copyOf(bytes, i);
+                return i;
+            } catch (IOException | RuntimeException e) {
+                return 0;
+            }
+        }
+
+        private static int space(byte[] bytes, int i, int length) {
+            while (i < length && (bytes[i] == ' ' || bytes[i] == '\t' || bytes[i] == '\r' || bytes[i] == '\n')) {
+                i++;
+            }
+            return i;
+        }
+
+        /** A wrapped record from its body on: the body's object, then the record's closing brace alone. */
+        private boolean body(byte[] bytes, int from, int length, Object[] values) {
+            try (JsonParser p = FACTORY.createParser(bytes, from, length - from)) {
+                if (p.nextToken() != JsonToken.START_OBJECT) {
+                    return false;
+                }
+                values[bodyAt] = object(p, shape.inner[bodyAt], null);
+                if (values[bodyAt] == null) {
+                    return false;
+                }
+                int end = from + (int) p.getCurrentLocation().getByteOffset(); // just past the body's closing brace
+                if (end < from + 1 || end > length || bytes[end - 1] != '}') {
+                    return false;
+                }
+                int i = space(bytes, end, length);
+                return i < length && bytes[i] == '}' && space(bytes, i + 1, length) == length;
+            } catch (IOException | RuntimeException e) {
+                return false;
+            }
+        }
+
+        /** The line as `from_json` would read it into the fields, and its other top-level keys; false when unsure. */
         private boolean parse(byte[] bytes, int length, Object[] values) {
             int i = 0;
             while (i < length && (bytes[i] == ' ' || bytes[i] == '\t')) {
@@ -474,38 +592,54 @@ public final class JsonLines implements TableProvider {
             if (i == length || bytes[i] != '{') {
                 return false;
             }
-            Arrays.fill(seen, false);
             try (JsonParser p = FACTORY.createParser(bytes, 0, length)) {
                 p.nextToken();
-                JsonToken token;
-                while ((token = p.nextToken()) == JsonToken.FIELD_NAME) {
-                    String name = p.getCurrentName();
-                    JsonToken value = p.nextToken();
-                    Integer at = index.get(name);
-                    if (at == null) {
-                        keys.add(UTF8String.fromString(name));
-                        p.skipChildren();
-                        continue;
-                    }
-                    if (seen[at]) {
-                        return false;
-                    }
-                    seen[at] = true;
-                    if (!isMap[at]) {
-                        values[at] = text(p, value);
-                    } else if (value == JsonToken.START_OBJECT) {
-                        values[at] = map(p);
-                        if (values[at] == null) {
-                            return false;
-                        }
-                    } else if (value != JsonToken.VALUE_NULL) {
-                        return false;
-                    }
-                }
-                return token == JsonToken.END_OBJECT && p.nextToken() == null;
+                return fill(p, shape, values, keys) && p.nextToken() == null;
             } catch (IOException | RuntimeException e) {
                 return false;
             }
+        }
+
+        /** An object's members into `values` by `shape` (the parser just past its START_OBJECT), through its
+         * END_OBJECT; the keys the shape lacks into `others` (when not null); false when unsure. */
+        private boolean fill(JsonParser p, Shape shape, Object[] values, List<UTF8String> others) throws IOException {
+            Arrays.fill(shape.seen, false);
+            JsonToken token;
+            while ((token = p.nextToken()) == JsonToken.FIELD_NAME) {
+                String name = p.getCurrentName();
+                JsonToken value = p.nextToken();
+                Integer at = shape.index.get(name);
+                if (at == null) {
+                    if (others != null) {
+                        others.add(UTF8String.fromString(name));
+                    }
+                    p.skipChildren();
+                    continue;
+                }
+                if (shape.seen[at]) {
+                    return false;
+                }
+                shape.seen[at] = true;
+                if (shape.kind[at] == Shape.TEXT) {
+                    values[at] = text(p, value);
+                } else if (value == JsonToken.VALUE_NULL) {
+                    values[at] = null;
+                } else if (value != JsonToken.START_OBJECT) {
+                    return false;
+                } else {
+                    values[at] = shape.kind[at] == Shape.MAP ? map(p) : object(p, shape.inner[at], null);
+                    if (values[at] == null) {
+                        return false;
+                    }
+                }
+            }
+            return token == JsonToken.END_OBJECT;
+        }
+
+        /** A nested object as a row of its shape (the parser just past its START_OBJECT); null when unsure. */
+        private InternalRow object(JsonParser p, Shape inner, List<UTF8String> others) throws IOException {
+            Object[] values = new Object[inner.size];
+            return fill(p, inner, values, others) ? new GenericInternalRow(values) : null;
         }
 
         /** A value as Spark's JacksonParser makes text of it: a string's text, any other value as JSON. */
