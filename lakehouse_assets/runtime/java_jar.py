@@ -25,6 +25,7 @@ from .jvm_archive import _folder, _spark_home
 EXTENSION_CLASS = "lakehouse.ReadOnlySql"
 PASSWORD_CLASS = "lakehouse.PasswordFile"
 LINES_FORMAT = "lakehouse.JsonLines"
+UNSCALED_CLASS = "lakehouse.UnscaledDigits"
 
 
 def _sources() -> list[Path]:

@@ -32,11 +32,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyspark.sql import Column
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..project.model import ROUNDINGS
+from ..runtime.java_jar import UNSCALED_CLASS
 from .landing import iso_timestamp
 
 UNAVAILABLE = "__debezium_unavailable_value"
@@ -57,6 +58,7 @@ SCHEMA = T.StructType([T.StructField("fields", T.ArrayType(T.StructType([
 ])))])
 
 _INTEGER = r"^-?[0-9]+$"
+_UNSCALED = "lakehouse_unscaled_digits"
 # A decimal's text: sign, integer digits, fraction digits, exponent (an int: a longer one does not cast).
 _DECIMAL = r"^\s*([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]{1,9}))?\s*$"
 
@@ -114,30 +116,14 @@ def encodings_of(schema_text: str, side: str = "after") -> Column | None:
         return None
 
 
-def _signed64(hex_digits: Column) -> Column:
-    """Up to 16 hex digits of two's complement, as signed decimal text (sign-extended to 64 bits)."""
-    negative = F.substr(hex_digits, F.lit(1), F.lit(1)) >= "8"
-    return F.conv(F.when(negative, F.call_function("lpad", hex_digits, F.lit(16), F.lit("F"))).otherwise(hex_digits),
-                  16, -10)
-
-
 def _unscaled_text(b64: Column) -> Column:
-    """The signed integer held by base64 big-endian two's-complement bytes, as decimal text.
-
-    Up to 8 bytes in one base conversion; up to 16 (every value of 38 digits) as the high part's
-    signed value times 2^64 plus the low 8 bytes unsigned. Longer holds no decimal(38): null.
-    """
-    h = F.hex(F.unbase64(b64))
-    digits = F.length(h)
-    wide = "decimal(38,0)"
-    high = _signed64(F.substr(h, F.lit(1), digits - 16)).cast(wide)
-    low = F.conv(F.substr(h, digits - 15, F.lit(16)), 16, 10).cast(wide)
-    step = F.lit(str(2**64)).cast(wide)
-    # A negative value as (high + 1) * 2^64 + (low - 2^64): no partial sum beyond the value (38 digits hold it).
-    wide_value = F.when(high < 0, (high + 1) * step + (low - step)).otherwise(high * step + low)
-    return (F.when(digits > 32, F.lit(None).cast("string"))
-            .when(digits > 16, wide_value.cast("string"))
-            .when(digits > 0, _signed64(h)))
+    """The signed integer held by base64 big-endian two's-complement bytes, as decimal text: null for no bytes,
+    or more than a decimal(38) holds (the project's `UnscaledDigits`, one call a value, registered in the session
+    on first use)."""
+    spark = SparkSession.active()
+    if not spark.catalog.functionExists(_UNSCALED):
+        spark.udf.registerJavaFunction(_UNSCALED, UNSCALED_CLASS, T.StringType())
+    return F.call_function(_UNSCALED, F.unbase64(b64))
 
 
 def _floor_div(number: Column, divisor: int) -> Column:

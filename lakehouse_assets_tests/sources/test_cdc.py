@@ -86,8 +86,10 @@ def test_connect_decimals_decode_exactly_at_every_width(spark):
         decode(F.col("b"), "decimal(38,10)", encodings["w"], Modes()).alias("scaled")).collect()
     assert [r.as_integer for r in rows] == [Decimal(v) for v in WIDTHS]
     assert [r.scaled for r in rows] == [Decimal(f"{v}E-10") for v in WIDTHS]
-    too_wide = spark.createDataFrame([(_two_complement(2**130),)], "b string")
-    assert too_wide.select(decode(F.col("b"), "decimal(38,0)", encodings["v"], Modes())).first()[0] is None
+    # More bytes than 16, or 16 holding more than 38 digits: no decimal(38) holds them.
+    too_wide = spark.createDataFrame([(_two_complement(v),) for v in (2**130, 10**38, -(10**38), 2**127 - 1)], "b string")
+    assert [r[0] for r in too_wide.select(decode(F.col("b"), "decimal(38,0)", encodings["v"], Modes())).collect()] == [
+        None] * 4
 
 
 @pytest.fixture(scope="module")
