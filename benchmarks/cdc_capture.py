@@ -325,11 +325,13 @@ def _breakdown(results: dict) -> list[str]:
               for n in names]
     return [*lines, "",
             f"A wrapped record repeats its schema: {results['landed_mb'] * 1024 / records:.1f} KB a line here against "
-            f"{results['bare_mb'] * 1024 / records:.2f} KB bare. A wrapped record that begins with the schema of its "
-            "file's first line (read from the file itself, no pass over the text) is parsed from its payload on: the "
-            "record's head (its schema, spaced or compact as the file writes it) is compared byte for byte, not read. "
-            "The fields the table lacks are known from those schemas before parsing; the image keys of every other "
-            "record (bare ones, records of a schema not seen) are gathered while bronze is written, which is a part "
-            "of the bare records' parse. The lines come from the project's line reader (`read files` is its count of "
-            "each split's lines, a newline scan of the bytes).",
+            f"{results['bare_mb'] * 1024 / records:.2f} KB bare. The project's line reader reads each record from "
+            "its bytes (`read files` is its count of each split's lines, a newline scan) and parses it there, once: "
+            "a wrapped record's schema is passed over (not read again while a split's records begin with the same "
+            "bytes) and its payload parsed into the envelope, images as maps of their values' texts; Spark parses "
+            "only the lines the reader cannot take exactly. A record that begins with the schema of its file's first "
+            "line (compared byte for byte, spaced or compact as the file writes it) takes that schema's encodings, "
+            "worked out once; a decimal's bytes become its unscaled digits in one call of the project's "
+            "`UnscaledDigits`. The fields the table lacks are known from those schemas before parsing; the image keys "
+            "of every other record (bare ones, records of a schema not seen) are gathered while bronze is written.",
             ""]

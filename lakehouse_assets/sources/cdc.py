@@ -186,9 +186,8 @@ def _map_keys(before: Column, after: Column) -> Column:
 
 @dataclass(frozen=True)
 class _Fast:
-    """The lines read at once: which (`clean`), their envelope (images as text structs, or maps of texts),
-    whether wrapped, their record schema's encodings where it is not one of the known heads', and the keys of
-    their images (for the lines of no known head)."""
+    """The lines read at once: which (`clean`), their envelope (images as text structs), a wrapped record's
+    encodings from its own schema (for the records of no known head), and the keys of their images."""
 
     clean: Column
     envelope: Column
