@@ -204,7 +204,7 @@ def _images_from_maps(envelope: Column, image: T.StructType) -> Column:
                     envelope["ts_ms"].alias("ts_ms"), envelope["source"].alias("source"))
 
 
-def _read_by_reader(k: Column, image: T.StructType, small: Column) -> _Fast:
+def _read_by_reader(image: T.StructType, small: Column) -> _Fast:
     """The lines the line reader parsed (`READ_JSON`, `READ_HEAD`), as `_read_by_spark` reads them."""
     j, head = F.col("_json"), F.col("_json_head")
     wrapped = head.isNotNull() | (j["schema"].isNotNull() & j["payload"].isNotNull())
@@ -288,7 +288,7 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
     # Bytes bound characters: a line under the limit in bytes is under it in characters.
     small = F.octet_length("payload") <= MAX_RECORD_BYTES
     if "_json_ok" in lines.columns:
-        read = _read_by_reader(k, image, small)
+        read = _read_by_reader(image, small)
     else:
         staged, read = _read_by_spark(staged, k, known, image, small)
     staged = staged.withColumn("clean", F.coalesce(read.clean, F.lit(False)))
@@ -473,8 +473,9 @@ def survey_cdc(lines: DataFrame, table_schema: T.StructType, first_lines: Iterab
 
 def new_image_keys(table_schema: T.StructType, heads: Iterable[str] = ()) -> Column:
     """Per parsed line (`parse_cdc`): the keys of its before/after images that the table's image struct lacks,
-    for the records that do not begin with one of `heads` (their fields are that head's schema's). An array,
-    empty for most lines; a column gathered while bronze is written."""
+    for the records that do not begin with one of the heads the parse was given (their fields are that head's
+    schema's; `heads` is the same hint, taken for the ingest's call). An array, empty for most lines; a column
+    gathered while bronze is written."""
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
     known = sorted({f.name for f in after.fields})

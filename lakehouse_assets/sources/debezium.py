@@ -29,6 +29,7 @@ A TOASTed column that did not change arrives as `__debezium_unavailable_value`
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -59,6 +60,7 @@ SCHEMA = T.StructType([T.StructField("fields", T.ArrayType(T.StructType([
 
 _INTEGER = r"^-?[0-9]+$"
 _UNSCALED = "lakehouse_unscaled_digits"
+_REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()  # the sessions that have it
 # A decimal's text: sign, integer digits, fraction digits, exponent (an int: a longer one does not cast).
 _DECIMAL = r"^\s*([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE]([+-]?[0-9]{1,9}))?\s*$"
 
@@ -121,8 +123,10 @@ def _unscaled_text(b64: Column) -> Column:
     or more than a decimal(38) holds (the project's `UnscaledDigits`, one call a value, registered in the session
     on first use)."""
     spark = SparkSession.active()
-    if not spark.catalog.functionExists(_UNSCALED):
-        spark.udf.registerJavaFunction(_UNSCALED, UNSCALED_CLASS, T.StringType())
+    if spark not in _REGISTERED:  # (a catalog look-up: once a session, not once a column)
+        if not spark.catalog.functionExists(_UNSCALED):
+            spark.udf.registerJavaFunction(_UNSCALED, UNSCALED_CLASS, T.StringType())
+        _REGISTERED.add(spark)
     return F.call_function(_UNSCALED, F.unbase64(b64))
 
 

@@ -124,7 +124,9 @@ def _reader(spark: SparkSession, parts: list[list[list[Any]]], mode: str, json: 
     reader = spark.read.format(LINES_FORMAT).option("splits", _json.dumps(parts)).option("mode", mode)
     if json is not None:
         reader = reader.option("json", json.json())
-    return (reader.option("head", head) if json is not None and head is not None else reader).load()
+        if head is not None:
+            reader = reader.option("head", head)
+    return reader.load()
 
 
 def read_contents(spark: SparkSession, files: list[str], prefixes: dict[str, int],

@@ -500,10 +500,18 @@ public final class JsonLines implements TableProvider {
             keys.clear();
             int head = head(bytes, length);
             boolean ok = head > 0 ? body(bytes, head, length, values) : parse(bytes, length, values);
-            Object[] out = {file, (int) number, split.day, payload,
-                ok ? new GenericInternalRow(values) : null, ok, ok ? new GenericArrayData(keys.toArray()) : null,
-                ok && head > 0 ? head : null};
-            row = new GenericInternalRow(headName == null ? Arrays.copyOf(out, 7) : out);
+            Object[] out = new Object[headName == null ? 7 : 8];
+            out[0] = file;
+            out[1] = (int) number;
+            out[2] = split.day;
+            out[3] = payload;
+            out[4] = ok ? new GenericInternalRow(values) : null;
+            out[5] = ok;
+            out[6] = ok ? new GenericArrayData(keys.toArray()) : null;
+            if (headName != null) {
+                out[7] = ok && head > 0 ? head : null;
+            }
+            row = new GenericInternalRow(out);
             return true;
         }
 
