@@ -121,9 +121,9 @@ class LandingSource:
 
     parse(lines, table_schema, **hints): the table's columns (less the stamp columns),
     the lineage columns and `reason` (null for a good record).
-    survey(lines, table_schema, files): a look before parsing, giving (column path, type) pairs the
-    table lacks for fields it can tell from the files' first lines (added before parsing) and the
-    hints parse takes (what it need not find per record).
+    survey(lines, table_schema, heads): a look before parsing, giving (column path, type) pairs the
+    table lacks for fields it can tell from the heads the read found (`read_head`; added before parsing)
+    and the hints parse takes (what it need not find per record).
     new_keys(table_schema, **hints): a column of each line's keys the table lacks, gathered while
     bronze is written; when any are found, they become columns (`new_columns(lines, table_schema,
     keys, **hints)` gives their paths and types and any new hints; string columns of the keys'
@@ -224,6 +224,7 @@ class Take:
     waiting: list[str] = field(default_factory=list)  # not taken this time: being written, or not marked ready
     lines: DataFrame | None = None
     line_counts: dict[str, int] = field(default_factory=dict)
+    heads: list[str] = field(default_factory=list)  # the wrapped records' heads the read found (read_landing)
     unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -320,8 +321,9 @@ def read_take(lakehouse: LakehouseResource, source: LandingSource, take: Take, n
     cannot be read yet because it is still being written, is left for the next run."""
     spark, policy = lakehouse.spark, source.policy
     todo = take.to_read
-    lines, take.unreadable, take.line_counts = read_landing(
+    landed, take.unreadable = read_landing(
         spark, todo, {f: take.contents[f].stat.size for f in todo}, source.read_json, source.read_head)
+    lines, take.line_counts, take.heads = landed
     after = file_statuses(spark, todo)
     moved = {f for f in todo if after.get(f, (None, None))[:2] != (take.contents[f].stat.size,
                                                                      take.contents[f].stat.modified_ms)}
@@ -403,7 +405,7 @@ def _write(lakehouse: LakehouseResource, source: LandingSource, take: Take, tabl
     hints: dict[str, Any] = {}
     if source.survey and take.to_read:
         with report.timed("new fields"):
-            added, hints = source.survey(lines, bronze.schema(), take.to_read)
+            added, hints = source.survey(lines, bronze.schema(), take.heads)
             if added:
                 _add_columns(report, bronze, added, log)
     landed = max(c.stat.modified_ms for f, c in take.contents.items() if f in take.decisions) / 1000

@@ -16,7 +16,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from ..project import CdcTable, EventSource, LandingPolicy, Project
-from ..runtime.files import first_lines
 from ..sources.cdc import (
     READ_HEAD,
     READ_JSON,
@@ -27,7 +26,6 @@ from ..sources.cdc import (
     typed_new_fields,
 )
 from ..sources.events import new_event_keys, parse_events, read_json_schema
-from ..sources.landing import MAX_RECORD_BYTES
 from ..tables.registry import TableSpec, col
 from .ingest import LandingSource, lineage_columns, quarantine_spec
 
@@ -65,8 +63,8 @@ def event_landing_source(source: EventSource, policy: LandingPolicy | None = Non
     )
 
 
-def _cdc_survey(lines: DataFrame, table_schema: T.StructType, files: list[str]) -> tuple[list, dict]:
-    found = survey_cdc(lines, table_schema, first_lines(lines.sparkSession, files, MAX_RECORD_BYTES).values())
+def _cdc_survey(lines: DataFrame, table_schema: T.StructType, heads: list[str]) -> tuple[list, dict]:
+    found = survey_cdc(lines, table_schema, heads)
     return found.new_fields, {"heads": found.heads}
 
 

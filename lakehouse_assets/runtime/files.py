@@ -17,35 +17,6 @@ def glob_files(spark: SparkSession, pattern: str) -> list[str]:
     return sorted(str(s.getPath().toString()) for s in statuses if s.isFile())
 
 
-def first_lines(spark: SparkSession, files: list[str], max_bytes: int) -> dict[str, str]:
-    """Each file's first line (decompressed by its suffix, as Spark reads it), where it fits in `max_bytes`;
-    a file that cannot be read or whose first line is longer is left out. A few reads per file, no job."""
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    codecs = jvm_class(spark, "org.apache.hadoop.io.compress.CompressionCodecFactory")(conf)
-    path_of, text, line_reader = (jvm_class(spark, f"org.apache.hadoop.{c}") for c in ("fs.Path", "io.Text",
-                                                                                        "util.LineReader"))
-    out = {}
-    for f in files:
-        stream = None
-        try:
-            path = path_of(f)
-            stream = path.getFileSystem(conf).open(path)
-            codec = codecs.getCodec(path)
-            if codec is not None:
-                stream = codec.createInputStream(stream)
-            line = text()
-            # Lines end at LF alone, as Spark's reader is told (a CR before it is dropped after, as there).
-            read = line_reader(stream, bytearray(b"\n")).readLine(line, max_bytes + 1)
-            if 0 < line.getLength() <= max_bytes and read <= line.getLength() + 1:
-                out[f] = line.toString().removeprefix("\ufeff").removesuffix("\r")
-        except Exception:  # noqa: BLE001 - an unreadable file is found and quarantined by the read itself
-            pass
-        finally:
-            if stream is not None:
-                stream.close()
-    return out
-
-
 def file_statuses(spark: SparkSession, files: list[str]) -> dict[str, tuple[int, int, str | None]]:
     """Each file's (size in bytes, modification time in ms, ETag or None) as its file system reports it now;
     a file that is gone is left out."""

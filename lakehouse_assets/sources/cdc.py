@@ -35,7 +35,7 @@ from ..project import CdcTable
 from ..tables.registry import col
 from ..tables.types import spark_type, type_name
 from .debezium import SCHEMA, Modes, column_encodings, declared_type_of, decode, encodings_of, more_scale
-from .landing import LINEAGE_COLUMNS, MAX_RECORD_BYTES, blank, json_reason
+from .landing import LINEAGE_COLUMNS, MAX_HEADS, MAX_RECORD_BYTES, blank, json_reason
 
 OPS = ("c", "u", "d", "r")
 TOMBSTONE = "t"
@@ -152,13 +152,48 @@ def head_schema(head: str) -> str:
     return head[start.end():end]
 
 
-def _known_schema(heads: Iterable[str]) -> tuple[Column, list[tuple[int, str]]]:
-    """Per line, the index of the known head it begins with (null for none), and the known heads."""
-    known = [(n, head) for n, head in enumerate(dict.fromkeys(heads)) if encodings_of(head_schema(head)) is not None]
+def _normalised(schema_text: str) -> str:
+    """A record schema's text without its whitespace and with its keys in order: the same text for one schema
+    however it was written."""
+    try:
+        return json.dumps(json.loads(schema_text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return schema_text
+
+
+@dataclass(frozen=True)
+class _Known:
+    """The heads whose record schema's encodings are worked out once (`index`: per line, the one it begins
+    with, null for none), and those encodings per distinct schema (`encodings`: the heads' indexes, the literal)."""
+
+    index: Column
+    heads: list[tuple[int, str]]
+    encodings: list[tuple[list[int], Column]]
+
+
+def _known(heads: Iterable[str]) -> _Known:
+    """`heads` decided per distinct schema: heads whose schemas differ only in whitespace or key order share one
+    literal of encodings; a head whose schema is no schema `encodings_of` reads is not known."""
+    by_schema: dict[str, list[tuple[int, str]]] = {}
+    for n, head in enumerate(dict.fromkeys(heads)):
+        by_schema.setdefault(_normalised(head_schema(head)), []).append((n, head))
+    known: list[tuple[int, str]] = []
+    encodings: list[tuple[list[int], Column]] = []
+    for group in by_schema.values():
+        literal = encodings_of(head_schema(group[0][1])) if len(encodings) < MAX_SCHEMAS else None
+        if literal is not None:
+            known += group
+            encodings.append(([n for n, _ in group], literal))
+    known.sort()
+    return _Known(_head_index(known), known, encodings)
+
+
+def _head_index(heads: list[tuple[int, str]]) -> Column:
+    """Per line, the index of the head it begins with (null for none)."""
     index = F.lit(None).cast("int")
-    for n, head in reversed(known):
+    for n, head in reversed(heads):
         index = F.when(F.col("payload").startswith(head), F.lit(n)).otherwise(index)
-    return index, known
+    return index
 
 
 _IMAGE_MAP = T.MapType(T.StringType(), T.StringType())
@@ -273,8 +308,9 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
     """The lineage columns, `clean` (read at once), one struct `u` per line: its envelope, as text, however it
     was written, and `image_keys`, the keys of its images where it begins with none of `heads` (else empty).
 
-    A wrapped record that begins with one of `heads` (how these lines' files' wrapped records begin, up to
-    their payload, as landed: `landed_head`; each worked out once) takes that schema's encodings as a literal.
+    A wrapped record that begins with one of `heads` (how these lines' wrapped records begin, up to their
+    payload, as landed: `landed_head`) takes its schema's encodings as a literal, worked out once for each
+    distinct schema (heads that differ in whitespace or key order share one).
     Lines the line reader parsed (`READ_JSON`) take its parse; the others are parsed here, a wrapped record of a
     known head from its payload on. Any other record Debezium wrote (an object, bare or wrapped as
     `{"schema", "payload"}`, whose images are objects) is parsed once, images included, and decodes a wrapped
@@ -282,19 +318,19 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
     envelope, then each image, parsed as text one by one (a literal `null`, a tombstone, is not parsed).
     """
     text = _text_type(image)
-    index, known = _known_schema(heads)
-    staged = lines.withColumn("k", index)
+    known = _known(heads)
+    staged = lines.withColumn("k", known.index)
     k = F.col("k")
     # Bytes bound characters: a line under the limit in bytes is under it in characters.
     small = F.octet_length("payload") <= MAX_RECORD_BYTES
     if "_json_ok" in lines.columns:
         read = _read_by_reader(image, small)
     else:
-        staged, read = _read_by_spark(staged, k, known, image, small)
+        staged, read = _read_by_spark(staged, k, known.heads, image, small)
     staged = staged.withColumn("clean", F.coalesce(read.clean, F.lit(False)))
     literal = F.lit(None)
-    for n, head in reversed(known):
-        literal = F.when(k == n, encodings_of(head_schema(head))).otherwise(literal)
+    for ids, encodings in reversed(known.encodings):
+        literal = F.when(k.isin(*ids), encodings).otherwise(literal)
     fast_encodings = F.when(k.isNotNull(), literal).otherwise(read.encodings)
     fast_env = read.envelope
 
@@ -449,24 +485,25 @@ class CdcSurvey:
     """What a look at a run's lines finds before they are parsed."""
 
     new_fields: list[tuple[str, str]]  # (column path, type) of image fields the table lacks
-    heads: list[str]  # wrapped records' beginnings up to their payload, as landed (the first line of each file)
+    heads: list[str]  # wrapped records' beginnings up to their payload, as landed (`landed_head`)
 
 
 MAX_SCHEMAS = 16  # literal encodings per run; records of any other schema decode theirs one by one
 
 
-def survey_cdc(lines: DataFrame, table_schema: T.StructType, first_lines: Iterable[str] | None = None) -> CdcSurvey:
-    """The heads of the files' first lines (`first_lines`; read from `lines` when not given), and the fields of
-    their record schemas that the table's image struct lacks (a column added upstream).
+def survey_cdc(lines: DataFrame, table_schema: T.StructType, heads: Iterable[str] | None = None) -> CdcSurvey:
+    """The heads the lines' wrapped records begin with (as the line reader's count finds them, those of the
+    most lines first: `sources/landing.py`; else those of the files' first lines, read from `lines`), and the
+    fields of their record schemas that the table's image struct lacks (a column added upstream).
 
-    A schema is the same on every record of a table until its columns change, so the first line of each
-    file finds it; the records that begin with a schema found have its fields. Fields of other records
-    (bare ones, records of another schema) are found while bronze is written (`new_image_keys`), and typed
+    The records that begin with a head found have its schema's fields. Fields of other records (bare ones,
+    records of a head past the reader's limit) are found while bronze is written (`new_image_keys`), and typed
     after (`typed_new_fields`).
     """
-    if first_lines is None:
-        first_lines = [r.payload for r in lines.where(F.col("source_line") == 1).select("payload").collect()]
-    heads = list(dict.fromkeys(h for line in first_lines if (h := landed_head(line)) is not None))[:MAX_SCHEMAS]
+    if heads is None:
+        first = lines.where(F.col("source_line") == 1).select("payload").collect()
+        heads = [h for r in first if (h := landed_head(r.payload)) is not None]
+    heads = list(dict.fromkeys(heads))[:MAX_HEADS]
     return typed_new_fields(lines, table_schema, [name for h in heads for name, *_ in _schema_columns(head_schema(h))],
                             heads)
 
@@ -492,14 +529,14 @@ def typed_new_fields(lines: DataFrame, table_schema: T.StructType, keys: Iterabl
     heads = list(heads)
     new = sorted({k for k in keys if _DRIFT_NAME.match(k) and k not in known})[:32]
     have = {name for h in heads for name, *_ in _schema_columns(head_schema(h))}
-    if set(new) - have:  # a column added upstream past a file's first line: the records that have it type it
-        index, _ = _known_schema(heads)
+    if set(new) - have:  # a column of records of no head found (bare, or past the limit): the records type it
+        index = _head_index(list(enumerate(heads)))
         named = F.lit(False)
         for name in sorted(set(new) - have):
             named = named | F.col("payload").contains(json.dumps(name))
         later = lines.where(named & index.isNull()).groupBy(F.get_json_object("payload", "$.schema")).agg(
             F.min_by("payload", "source_line").alias("payload")).limit(MAX_SCHEMAS).collect()
-        heads = list(dict.fromkeys([*(h for r in later if (h := landed_head(r.payload))), *heads]))[:MAX_SCHEMAS]
+        heads = list(dict.fromkeys([*heads, *(h for r in later if (h := landed_head(r.payload)))]))[:MAX_HEADS + MAX_SCHEMAS]
     types: dict[str, str] = {}
     for h in heads:
         for name, connect_type, semantic, parameters in _schema_columns(head_schema(h)):

@@ -13,7 +13,7 @@ import json as _json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -26,6 +26,7 @@ from .versions import Content, Stat
 from .zones import escapes
 
 MAX_RECORD_BYTES = 64 * 1024
+MAX_HEADS = 32  # distinct heads a read reports (the line reader lists up to 64 a split)
 LINEAGE_COLUMNS = ["source_file", "source_line", "landing_date", "payload"]
 
 
@@ -49,15 +50,25 @@ def read_lines(spark: SparkSession, files: list[str], json: T.StructType | None 
                head: str | None = None) -> DataFrame:
     """One row per line: source_file, source_line (1-based), landing_date, payload; with `json` and `head`, see
     `_read_lines`."""
-    return _read_lines(spark, files, json=json, head=head)[0]
+    return _read_lines(spark, files, json=json, head=head).lines
+
+
+class Landed(NamedTuple):
+    """Lines read (`_read_lines`): the lines, how many each file has, and with a head, the wrapped records' heads,
+    those of the most lines first."""
+
+    lines: DataFrame
+    line_counts: dict[str, int]
+    heads: list[str]
 
 
 _COMPRESSED = (".gz", ".bz2", ".deflate", ".zst", ".lz4", ".snappy")
 
 
 def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | None = None,
-                json: T.StructType | None = None, head: str | None = None) -> tuple[DataFrame, dict[str, int]]:
-    """`read_lines`, and how many lines each file has. `sizes`: the files' sizes as listed (else listed now).
+                json: T.StructType | None = None, head: str | None = None) -> Landed:
+    """`read_lines`, how many lines each file has and the heads found (with `head`). `sizes`: the files' sizes as
+    listed (else listed now).
 
     Files are read from their bytes, line by line, by the project's line reader (java/lakehouse/JsonLines.java),
     in splits: a large plain file is read by several tasks, and no file is ever held whole in memory. A line's
@@ -70,25 +81,33 @@ def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | N
     twice...), and `_json` and `_json_keys` are then null. With `head` (`"<head>,<body>"`), a wrapped record
     `{"<head>": <object>, "<body>": <object>}` has its body parsed alone (`_json` holds the body only), its head
     passed over (not even read while the split's records begin with the same bytes as the one before), and
-    `_json_head` is the body's byte offset (null for a line parsed whole).
+    `_json_head` is the body's byte offset (null for a line parsed whole); the count pass finds each distinct head
+    (how such a record begins, as bytes, through its body's key), up to `MAX_HEADS` of them, those of the most
+    lines first.
     """
     schema = "source_file string, source_line int, landing_date date, payload string"
     if not files:  # (a parser takes lines without the reader's parse as well)
-        return spark.createDataFrame([], schema), {}
+        return Landed(spark.createDataFrame([], schema), {}, [])
     if sizes is None or any(f not in sizes for f in files):
         sizes = {f: size for f, (size, _, _) in file_statuses(spark, files).items()}
     gone = [f for f in files if f not in sizes]
     if gone:
         raise FileNotFoundError(f"landing file gone since it was listed: {gone[0]}")
     parts = _partitions(spark, files, sizes)
-    counted = dict(tuple(r) for r in _reader(spark, parts, mode="count").collect())  # split index -> lines
+    rows = _reader(spark, parts, mode="count", json=json, head=head).collect()
+    counted = {r.split: r.lines for r in rows}  # split index -> lines
+    heads: dict[str, int] = {}
+    for r in rows if head is not None and json is not None else ():
+        for text, n in r.heads.items():
+            heads[text] = heads.get(text, 0) + n
     by_index = [split for part in parts for split in part]
     before = dict.fromkeys(files, 0)
     for index in sorted(counted, key=lambda i: (by_index[i][0], by_index[i][1])):  # each file's splits in order
         split = by_index[index]
         split[3] = before[split[0]]
         before[split[0]] += counted[index]
-    return _reader(spark, parts, mode="lines", json=json, head=head), before
+    return Landed(_reader(spark, parts, mode="lines", json=json, head=head), before,
+                  sorted(heads, key=lambda h: -heads[h])[:MAX_HEADS])
 
 
 def _partitions(spark: SparkSession, files: list[str], sizes: dict[str, int]) -> list[list[list[Any]]]:
@@ -215,9 +234,9 @@ def _hash_in_spark(spark: SparkSession, files: list[str], prefixes: dict[str, in
 
 def read_landing(spark: SparkSession, files: list[str], sizes: dict[str, int] | None = None,
                  json: T.StructType | None = None, head: str | None = None,
-                 ) -> tuple[DataFrame, dict[str, str], dict[str, int]]:
-    """`read_lines` of the files that can be read, why each other file cannot be (a truncated gzip, say),
-    and how many lines each file read has (`sizes`, `json` and `head` as `_read_lines` takes them): one bad file must
+                 ) -> tuple[Landed, dict[str, str]]:
+    """`_read_lines` of the files that can be read and why each other file cannot be (a truncated gzip, say)
+    (`sizes`, `json` and `head` as `_read_lines` takes them): one bad file must
     not stop the good files of its day, nor be lost without a word. Counting the lines reads every file whole,
     which is where a bad one fails.
 
@@ -225,8 +244,7 @@ def read_landing(spark: SparkSession, files: list[str], sizes: dict[str, int] | 
     holding every line in memory beside the judged rows, which ingest keeps as a local checkpoint).
     """
     try:
-        lines, counts = _read_lines(spark, files, sizes, json, head)
-        return lines, {}, counts
+        return _read_lines(spark, files, sizes, json, head), {}
     except Exception:  # noqa: BLE001 - which file failed is found below, one by one
         pass
     unreadable = {}
@@ -235,8 +253,7 @@ def read_landing(spark: SparkSession, files: list[str], sizes: dict[str, int] | 
             _read_lines(spark, [f], sizes)
         except Exception as exc:  # noqa: BLE001 - the reason is kept with the file
             unreadable[f] = _first_line(exc)
-    lines, counts = _read_lines(spark, [f for f in files if f not in unreadable], sizes, json, head)
-    return lines, unreadable, counts
+    return _read_lines(spark, [f for f in files if f not in unreadable], sizes, json, head), unreadable
 
 
 def _first_line(exc: Exception) -> str:

@@ -17,7 +17,7 @@ from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 from lakehouse_assets.sources import cdc
 from lakehouse_assets.sources.cdc import bronze_cdc_schema, new_image_keys, parse_cdc, survey_cdc, typed_new_fields
 from lakehouse_assets.sources.debezium import Modes, decode, encodings_of
-from lakehouse_assets.sources.landing import read_lines
+from lakehouse_assets.sources.landing import _read_lines, read_lines
 
 from ..shop import SHOP
 
@@ -190,7 +190,40 @@ def test_a_column_added_after_a_files_first_line_is_typed_from_the_schema_that_h
     assert typed.new_fields == [("before.credit", "decimal(9,3)"), ("after.credit", "decimal(9,3)")]
     assert len(typed.heads) == 2  # the new schema is decoded once too
     # A file that begins with the new schema: its columns are known before any line is parsed.
-    assert survey_cdc(lines, schema, [texts[2]]).new_fields == typed.new_fields
+    assert survey_cdc(lines, schema, [cdc.landed_head(texts[2])]).new_fields == typed.new_fields
+
+
+def test_records_of_one_schema_written_differently_mid_file_are_decided_once_for_that_schema(spark, tmp_path):
+    """Whitespace and key order that differ from the file's first line, mid-file (a relay that re-serialises,
+    two writers into one folder): the reader's count finds every head, those of the most lines first; the heads
+    of one schema share one literal of encodings; every record is read at once with it, and its row is the one
+    the compact form gives."""
+    reordered = json.loads(json.dumps(_schema()), object_pairs_hook=lambda pairs: dict(reversed(pairs)))
+    cents = [0, 1999, -1, 12_345_678_901, 10**12, 7, 250, 3]
+    forms = [{}, {}, {"schema": reordered}, {"schema": reordered}, {"schema": reordered},
+             {"separators": (", ", ": ")}, {"schema": reordered, "separators": (", ", ": ")}, {}]
+    texts = [_wrapped(n, c, **form) for n, (c, form) in enumerate(zip(cents, forms, strict=True), 1)]
+    texts[-1] = texts[-1].replace(',"payload":', ' , "payload" : ')
+    folder = tmp_path / "cdc" / "orders" / f"date={DAY}"
+    folder.mkdir(parents=True)
+    (folder / "a.jsonl").write_text("\n".join(texts) + "\n")
+    landed = _read_lines(spark, [f"file:{folder / 'a.jsonl'}"], json=cdc.READ_JSON, head=cdc.READ_HEAD)
+    assert landed.line_counts == {f"file:{folder / 'a.jsonl'}": len(texts)}
+    assert sorted(landed.heads) == sorted({cdc.landed_head(t) for t in texts}) and len(landed.heads) == 5
+    assert landed.heads[0] == cdc.landed_head(texts[2])  # three lines begin with it
+    known = cdc._known(landed.heads)
+    assert len(known.heads) == 5 and [len(ids) for ids, _ in known.encodings] == [5]  # one schema, one literal
+    assert landed.lines.where(known.index.isNull()).count() == 0
+    image = cdc.image_type(ORDERS)
+    assert cdc._envelopes(landed.lines, image, landed.heads).where("clean").count() == len(texts)
+    schema = bronze_cdc_schema(ORDERS)
+    compact = _lines(spark, [_wrapped(n, c) for n, c in enumerate(cents, 1)])
+    want = _rows(parse_cdc(ORDERS, compact, schema, heads=survey_cdc(compact, schema).heads).drop("payload"))
+    survey = survey_cdc(landed.lines, schema, landed.heads)
+    assert survey.new_fields == [] and survey.heads == landed.heads
+    as_compact = F.lit(compact.first().source_file)
+    for lines in (landed.lines.withColumn("source_file", as_compact), _lines(spark, texts)):  # the reader's, Spark's
+        assert _rows(parse_cdc(ORDERS, lines, schema, heads=survey.heads).drop("payload")) == want
 
 
 def _tricky_lines() -> list[str]:
@@ -234,7 +267,9 @@ def test_lines_the_reader_parses_give_the_rows_and_keys_spark_gives(spark, tmp_p
     read = read_lines(spark, files, json=cdc.READ_JSON, head=cdc.READ_HEAD)
     assert read.where("_json_head IS NOT NULL").count() >= 8
     assert read.where("NOT _json_ok").count() >= 12
-    for heads in (survey_cdc(plain, schema).heads, []):
+    counted = _read_lines(spark, files, json=cdc.READ_JSON, head=cdc.READ_HEAD).heads
+    assert len(counted) > 2  # (the file's first line, the spaced ones, those of the added column...)
+    for heads in (survey_cdc(plain, schema).heads, counted, []):
         want, got = parse_cdc(ORDERS, plain, schema, heads=heads), parse_cdc(ORDERS, read, schema, heads=heads)
         assert _rows(got) == _rows(want)
         assert _image_keys(got, schema, heads) == _image_keys(want, schema, heads)

@@ -61,7 +61,8 @@ import org.apache.spark.util.SerializableConfiguration;
  * <p>Options: {@code splits}, a JSON array of partitions, each an array of splits
  * {@code [path, start, end, lines before, landing day]} ({@code end} -1: to the end of the file, which is how a
  * compressed file is read; the landing day in days since 1970-01-01, or null); {@code mode}, {@code count} (one
- * row per split: its index in the order given and how many lines start in it) or {@code lines}; {@code json},
+ * row per split: its index in the order given, how many lines start in it and, with {@code head}, the heads of its
+ * wrapped records, each with how many begin with it) or {@code lines}; {@code json},
  * the schema of the fields to parse (string, map&lt;string,string&gt; and struct fields of those, as deep as
  * wanted; a top-level {@code _corrupt_record} field stays null); {@code head}, two field names
  * {@code <head>,<body>} (the body a struct field): a wrapped record {@code {"<head>": <object>, "<body>": <object>}}
@@ -92,7 +93,10 @@ public final class JsonLines implements TableProvider {
 
     static StructType schema(Map<String, String> options) {
         if ("count".equals(options.get("mode"))) {
-            return new StructType().add("split", DataTypes.IntegerType, false).add("lines", DataTypes.LongType, false);
+            StructType counted = new StructType().add("split", DataTypes.IntegerType, false)
+                    .add("lines", DataTypes.LongType, false);
+            return options.get("head") == null ? counted : counted.add("heads",
+                    DataTypes.createMapType(DataTypes.StringType, DataTypes.LongType, false), false);
         }
         StructType lines = new StructType()
                 .add("source_file", DataTypes.StringType, false)
@@ -230,7 +234,7 @@ public final class JsonLines implements TableProvider {
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
             Split[] splits = ((Part) partition).splits;
             Configuration hadoop = conf.value().value();
-            return count ? new Counter(hadoop, splits)
+            return count ? new Counter(hadoop, splits, head == null ? null : new Heads(head))
                     : new Reader(hadoop, splits, json == null ? null : (StructType) DataType.fromJson(json), head);
         }
     }
@@ -362,15 +366,87 @@ public final class JsonLines implements TableProvider {
         }
     }
 
+    /**
+     * How a wrapped record {@code {"<head>": <object>, "<body>": <object>}} begins, through its body's key and
+     * colon: its head. The last head found is kept: a line that begins with the same bytes is not read again.
+     */
+    static final class Heads {
+        final String headName;
+        final String bodyName;
+        private final byte[] bodyKey; // the body's name as a JSON string
+        byte[] last; // the last head found (a new array for each head read)
+
+        Heads(String names) {
+            String[] both = names.split(",", 2);
+            if (both.length != 2) {
+                throw new IllegalArgumentException("JsonLines: the head option is two field names, <head>,<body>");
+            }
+            this.headName = both[0];
+            this.bodyName = both[1];
+            this.bodyKey = ("\"" + both[1] + "\"").getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        }
+
+        /** Where the line's body begins (its opening brace); 0 for a line that is no such record. */
+        int find(byte[] bytes, int length) {
+            byte[] known = last;
+            if (known != null && length > known.length && Arrays.equals(bytes, 0, known.length, known, 0, known.length)) {
+                return known.length;
+            }
+            try (JsonParser p = Reader.FACTORY.createParser(bytes, 0, length)) {
+                if (p.nextToken() != JsonToken.START_OBJECT || p.nextToken() != JsonToken.FIELD_NAME
+                        || !headName.equals(p.getCurrentName()) || p.nextToken() != JsonToken.START_OBJECT) {
+                    return 0;
+                }
+                p.skipChildren();
+                int end = (int) p.getCurrentLocation().getByteOffset(); // just past the head's closing brace
+                if (end < 1 || end > length || bytes[end - 1] != '}') {
+                    return 0;
+                }
+                int i = space(bytes, end, length);
+                if (i >= length || bytes[i] != ',') {
+                    return 0;
+                }
+                byte[] key = bodyKey;
+                i = space(bytes, i + 1, length);
+                if (length - i < key.length || !Arrays.equals(bytes, i, i + key.length, key, 0, key.length)) {
+                    return 0;
+                }
+                i = space(bytes, i + key.length, length);
+                if (i >= length || bytes[i] != ':') {
+                    return 0;
+                }
+                i = space(bytes, i + 1, length);
+                if (i >= length || bytes[i] != '{') {
+                    return 0;
+                }
+                last = Arrays.copyOf(bytes, i);
+                return i;
+            } catch (IOException | RuntimeException e) {
+                return 0;
+            }
+        }
+
+        static int space(byte[] bytes, int i, int length) {
+            while (i < length && (bytes[i] == ' ' || bytes[i] == '\t' || bytes[i] == '\r' || bytes[i] == '\n')) {
+                i++;
+            }
+            return i;
+        }
+    }
+
+    /** Each split's lines counted; with {@code head}, the distinct heads its lines begin with, each with its lines. */
     static final class Counter implements PartitionReader<InternalRow> {
+        static final int MAX_HEADS = 64; // per split; the lines of any other head are counted, not listed
         private final Configuration conf;
         private final Split[] splits;
+        private final Heads heads;
         private int next;
         private InternalRow row;
 
-        Counter(Configuration conf, Split[] splits) {
+        Counter(Configuration conf, Split[] splits, Heads heads) {
             this.conf = conf;
             this.splits = splits;
+            this.heads = heads;
         }
 
         @Override
@@ -380,12 +456,42 @@ public final class JsonLines implements TableProvider {
             }
             Split split = splits[next++];
             long lines = 0;
+            Map<java.nio.ByteBuffer, long[]> found = new java.util.LinkedHashMap<>();
+            byte[] current = null;
+            long[] tally = null;
             try (LineSource source = new LineSource(conf, split)) {
-                while (source.next(false)) {
+                while (source.next(heads != null)) {
                     lines++;
+                    if (heads == null || heads.find(source.line, source.length) == 0) {
+                        continue;
+                    }
+                    if (heads.last != current) { // a head read anew: one met before, or a new one
+                        current = heads.last;
+                        tally = found.get(java.nio.ByteBuffer.wrap(current));
+                        if (tally == null && found.size() < MAX_HEADS) {
+                            tally = new long[1];
+                            found.put(java.nio.ByteBuffer.wrap(current), tally);
+                        }
+                    }
+                    if (tally != null) {
+                        tally[0]++;
+                    }
                 }
             }
-            row = new GenericInternalRow(new Object[] {split.index, lines});
+            if (heads == null) {
+                row = new GenericInternalRow(new Object[] {split.index, lines});
+                return true;
+            }
+            heads.last = null; // each split finds its own
+            Object[] keys = new Object[found.size()];
+            Object[] counts = new Object[found.size()];
+            int i = 0;
+            for (Map.Entry<java.nio.ByteBuffer, long[]> e : found.entrySet()) {
+                keys[i] = UTF8String.fromBytes(e.getKey().array());
+                counts[i++] = e.getValue()[0];
+            }
+            row = new GenericInternalRow(new Object[] {split.index, lines,
+                    new ArrayBasedMapData(new GenericArrayData(keys), new GenericArrayData(counts))});
             return true;
         }
 
@@ -440,16 +546,14 @@ public final class JsonLines implements TableProvider {
     }
 
     static final class Reader implements PartitionReader<InternalRow> {
-        private static final JsonFactory FACTORY = new JsonFactory();
+        static final JsonFactory FACTORY = new JsonFactory();
         private final Configuration conf;
         private final Split[] splits;
         private final Shape shape;
         private final List<UTF8String> keys = new ArrayList<>();
         private final ByteArrayOutputStream text = new ByteArrayOutputStream();
-        private final String headName; // a wrapped record's first field, whose object is passed over (see head)
+        private final Heads heads; // a wrapped record's head, passed over (see the head option), or null
         private final int bodyAt; // the index of the field that follows it, the one parsed
-        private final byte[] bodyKey; // that field's name as a JSON string
-        private byte[] lastHead; // how the split's last wrapped record began, through its body's key
         private int next;
         private LineSource source;
         private Split split;
@@ -461,15 +565,12 @@ public final class JsonLines implements TableProvider {
             this.conf = conf;
             this.splits = splits;
             this.shape = fields == null ? null : new Shape(fields, true);
-            String[] names = head == null || fields == null ? null : head.split(",", 2);
-            this.headName = names == null ? null : names[0];
-            Integer body = names == null ? null : shape.index.get(names[1]);
-            if (names != null && (body == null || shape.kind[body] != Shape.OBJECT)) {
+            this.heads = head == null || fields == null ? null : new Heads(head);
+            Integer body = heads == null ? null : shape.index.get(heads.bodyName);
+            if (heads != null && (body == null || shape.kind[body] != Shape.OBJECT)) {
                 throw new IllegalArgumentException("JsonLines: the head's second field must be a struct field");
             }
             this.bodyAt = body == null ? -1 : body;
-            this.bodyKey = names == null ? null
-                    : ("\"" + names[1] + "\"").getBytes(java.nio.charset.StandardCharsets.UTF_8);
         }
 
         @Override
@@ -486,7 +587,9 @@ public final class JsonLines implements TableProvider {
                 source = new LineSource(conf, split);
                 file = UTF8String.fromString(split.path);
                 number = split.before;
-                lastHead = null;
+                if (heads != null) {
+                    heads.last = null;
+                }
             }
             number++;
             byte[] bytes = source.line;
@@ -498,9 +601,9 @@ public final class JsonLines implements TableProvider {
             }
             Object[] values = new Object[shape.size];
             keys.clear();
-            int head = head(bytes, length);
+            int head = heads == null ? 0 : heads.find(bytes, length);
             boolean ok = head > 0 ? body(bytes, head, length, values) : parse(bytes, length, values);
-            Object[] out = new Object[headName == null ? 7 : 8];
+            Object[] out = new Object[heads == null ? 7 : 8];
             out[0] = file;
             out[1] = (int) number;
             out[2] = split.day;
@@ -508,66 +611,11 @@ public final class JsonLines implements TableProvider {
             out[4] = ok ? new GenericInternalRow(values) : null;
             out[5] = ok;
             out[6] = ok ? new GenericArrayData(keys.toArray()) : null;
-            if (headName != null) {
+            if (heads != null) {
                 out[7] = ok && head > 0 ? head : null;
             }
             row = new GenericInternalRow(out);
             return true;
-        }
-
-        /**
-         * Where the body of a wrapped record begins: a line {@code {"<head>": <object>, "<body>": <object>}}
-         * is the head's object, passed over, then the body's, parsed. The head of the split's last such line is
-         * kept: a line that begins with the same bytes is parsed from its body on, its head not read again.
-         * 0 for any other line (parsed whole).
-         */
-        private int head(byte[] bytes, int length) {
-            if (headName == null) {
-                return 0;
-            }
-            byte[] last = lastHead;
-            if (last != null && length > last.length && Arrays.equals(bytes, 0, last.length, last, 0, last.length)) {
-                return last.length;
-            }
-            try (JsonParser p = FACTORY.createParser(bytes, 0, length)) {
-                if (p.nextToken() != JsonToken.START_OBJECT || p.nextToken() != JsonToken.FIELD_NAME
-                        || !headName.equals(p.getCurrentName()) || p.nextToken() != JsonToken.START_OBJECT) {
-                    return 0;
-                }
-                p.skipChildren();
-                int end = (int) p.getCurrentLocation().getByteOffset(); // just past the head's closing brace
-                if (end < 1 || end > length || bytes[end - 1] != '}') {
-                    return 0;
-                }
-                int i = space(bytes, end, length);
-                if (i >= length || bytes[i] != ',') {
-                    return 0;
-                }
-                byte[] key = bodyKey;
-                i = space(bytes, i + 1, length);
-                if (length - i < key.length || !Arrays.equals(bytes, i, i + key.length, key, 0, key.length)) {
-                    return 0;
-                }
-                i = space(bytes, i + key.length, length);
-                if (i >= length || bytes[i] != ':') {
-                    return 0;
-                }
-                i = space(bytes, i + 1, length);
-                if (i >= length || bytes[i] != '{') {
-                    return 0;
-                }
-                lastHead = Arrays.copyOf(bytes, i);
-                return i;
-            } catch (IOException | RuntimeException e) {
-                return 0;
-            }
-        }
-
-        private static int space(byte[] bytes, int i, int length) {
-            while (i < length && (bytes[i] == ' ' || bytes[i] == '\t' || bytes[i] == '\r' || bytes[i] == '\n')) {
-                i++;
-            }
-            return i;
         }
 
         /** A wrapped record from its body on: the body's object, then the record's closing brace alone. */
@@ -584,8 +632,8 @@ public final class JsonLines implements TableProvider {
                 if (end < from + 1 || end > length || bytes[end - 1] != '}') {
                     return false;
                 }
-                int i = space(bytes, end, length);
-                return i < length && bytes[i] == '}' && space(bytes, i + 1, length) == length;
+                int i = Heads.space(bytes, end, length);
+                return i < length && bytes[i] == '}' && Heads.space(bytes, i + 1, length) == length;
             } catch (IOException | RuntimeException e) {
                 return false;
             }
