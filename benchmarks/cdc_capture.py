@@ -7,7 +7,8 @@ the capture (`lakehouse capture --until-idle`, a process of its own: JVM start
 included and reported), bronze (parse, decode, quarantine, exactly-once commit)
 and silver (MERGE into current state and SCD2 history). Silver must equal the
 source's row count at the end, or the figure is not written. Bronze is timed
-again, warm, on the same records bare and spaced, and on those of a second
+again, warm, on the same records bare, spaced and mixed (each third record
+spaced or with its schema's keys in another order), and on those of a second
 capture of the same changes with decimal.handling.mode=string.
 """
 
@@ -150,18 +151,19 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
 
     # The same records again once the JVM is warm (the first bronze above paid for compiling the parse, as a run
     # in a process of its own does); bare (the converter's schemas off): each line its payload alone; and
-    # wrapped, spaced as JSON passed on by a relay written in Python is (`", "`, `": "`). Each into a bronze of
-    # its own.
+    # wrapped, spaced as JSON passed on by a relay written in Python is (`", "`, `": "`); mixed, as files that
+    # several writers fed are: line by line, as captured, spaced with the schema's keys reversed, or compact with
+    # them sorted. Each into a bronze of its own.
     forms = {"wrapped": None,
-             "bare": lambda r: json.dumps(r["payload"] if isinstance(r, dict) else r, separators=(",", ":")),
-             "spaced": json.dumps}
+             "bare": lambda r, n: json.dumps(r["payload"] if isinstance(r, dict) else r, separators=(",", ":")),
+             "spaced": lambda r, n: json.dumps(r), "mixed": _mixed}
     for form, write in forms.items():
         for path in (root / "landing").rglob("*.jsonl") if write else ():
             target = root / f"landing_{form}" / path.relative_to(root / "landing")
             target.parent.mkdir(parents=True, exist_ok=True)
             with path.open() as lines, target.open("w") as out:
-                for line in lines:
-                    out.write(write(json.loads(line)) + "\n")
+                for n, line in enumerate(lines):
+                    out.write(write(json.loads(line), n) + "\n")
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.bench_cdc_{form}")
         form_resource = lakehouse(settings, f"bench_cdc_{form}", root / (f"landing_{form}" if write else "landing"))
         started = time.perf_counter()
@@ -190,7 +192,7 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
     # The peer: plain Spark's read.json -> Parquet of the same files (nothing decoded, checked or committed).
     plain = {}
     for form, folder in (("wrapped", root / "landing"), ("spaced", root / "landing_spaced"),
-                         ("string", root_s / "landing")):
+                         ("mixed", root / "landing_mixed"), ("string", root_s / "landing")):
         started = time.perf_counter()
         spark.read.json(str(folder)).write.mode("overwrite").parquet(str(root / f"plain_{form}"))
         plain[form] = time.perf_counter() - started
@@ -201,11 +203,13 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         "bronze_s": timings["bronze"], "silver_s": timings["silver"], "source_rows": source_rows,
         "postgresql": f"{server // 10000}.{server % 10000}",
         "bronze_bare_s": timings["bronze_bare"], "bronze_spaced_s": timings["bronze_spaced"],
+        "bronze_mixed_s": timings["bronze_mixed"],
         "bronze_warm_s": timings["bronze_wrapped"], "bronze_string_s": timings["bronze_string"],
         "plain_spark_s": plain, "bronze_stages_s": stages, "landed_mb": sum(
             p.stat().st_size for p in (root / "landing").rglob("*.jsonl")) / 2**20,
         "bare_mb": sum(p.stat().st_size for p in (root / "landing_bare").rglob("*.jsonl")) / 2**20,
         "spaced_mb": sum(p.stat().st_size for p in (root / "landing_spaced").rglob("*.jsonl")) / 2**20,
+        "mixed_mb": sum(p.stat().st_size for p in (root / "landing_mixed").rglob("*.jsonl")) / 2**20,
         "string_mb": sum(p.stat().st_size for p in (root_s / "landing").rglob("*.jsonl")) / 2**20,
         "rates": {
             "capture_changes_per_s": streamed["records"] / streamed["flowing_seconds"],
@@ -214,11 +218,27 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
             "bronze_warm_records_per_s": records / timings["bronze_wrapped"],
             "bronze_bare_records_per_s": records / timings["bronze_bare"],
             "bronze_spaced_records_per_s": records / timings["bronze_spaced"],
+            "bronze_mixed_records_per_s": records / timings["bronze_mixed"],
             "bronze_string_records_per_s": records / timings["bronze_string"],
             "silver_records_per_s": records / timings["silver"],
             "end_to_end_changes_per_s": made / (streamed["wall_s"] - UNTIL_IDLE + timings["bronze"] + timings["silver"]),
         },
     }
+
+
+def _mixed(record: object, n: int) -> str:
+    """A record as one of three writers of a shared folder writes it: as captured, spaced with its schema's keys
+    reversed, or compact with them sorted (whitespace and key order: one schema, three heads)."""
+    if n % 3 == 0 or not isinstance(record, dict) or not isinstance(record.get("schema"), dict):
+        return json.dumps(record, separators=(",", ":"))
+    def keys(value: object, sort: bool) -> object:
+        if isinstance(value, dict):
+            items = sorted(value.items()) if sort else list(reversed(value.items()))
+            return {k: keys(v, sort) for k, v in items}
+        return [keys(v, sort) for v in value] if isinstance(value, list) else value
+    schema = keys(record["schema"], sort=n % 3 == 2)
+    wrapped = {"schema": schema, "payload": record["payload"]}
+    return json.dumps(wrapped, separators=(",", ":")) if n % 3 == 2 else json.dumps(wrapped)
 
 
 def markdown(results: dict) -> str:
@@ -269,7 +289,7 @@ def _bronze_rates(rates: dict) -> list[float]:
     """The warm forms' rates (results from before the warm wrapped run: the first run stands for it)."""
     wrapped = rates.get("bronze_warm_records_per_s", rates["bronze_records_per_s"])
     return [wrapped, *(rates[k] for k in ("bronze_bare_records_per_s", "bronze_spaced_records_per_s",
-                                          "bronze_string_records_per_s") if k in rates)]
+                                          "bronze_mixed_records_per_s", "bronze_string_records_per_s") if k in rates)]
 
 
 def _warm_rows(results: dict) -> list[str]:
@@ -294,7 +314,22 @@ def _spaced_rows(results: dict) -> list[str]:
         f"{results['bronze_s'] / plain['wrapped']:.2f}x in its first run |",
         f"| plain Spark read.json -> Parquet, spaced (peer) | {plain['spaced']:.1f} | "
         f"bronze {results['bronze_spaced_s'] / plain['spaced']:.2f}x its time warm |",
+        *_mixed_rows(results),
         *_string_rows(results),
+    ]
+
+
+def _mixed_rows(results: dict) -> list[str]:
+    """The mixed form (results from before it was measured have none)."""
+    if "bronze_mixed_s" not in results:
+        return []
+    plain = results["plain_spark_s"]["mixed"]
+    return [
+        f"| bronze, the same records mixed line by line: as captured, spaced with the schema's keys reversed, "
+        f"compact with them sorted ({results['mixed_mb']:,.0f} MB), the JVM warm | {results['bronze_mixed_s']:.1f} | "
+        f"{results['rates']['bronze_mixed_records_per_s']:,.0f} records/s |",
+        f"| plain Spark read.json -> Parquet, mixed (peer) | {plain:.1f} | "
+        f"bronze {results['bronze_mixed_s'] / plain:.2f}x its time warm |",
     ]
 
 
@@ -329,9 +364,10 @@ def _breakdown(results: dict) -> list[str]:
             "its bytes (`read files` is its count of each split's lines, a newline scan) and parses it there, once: "
             "a wrapped record's schema is passed over (not read again while a split's records begin with the same "
             "bytes) and its payload parsed into the envelope, images as maps of their values' texts; Spark parses "
-            "only the lines the reader cannot take exactly. A record that begins with the schema of its file's first "
-            "line (compared byte for byte, spaced or compact as the file writes it) takes that schema's encodings, "
-            "worked out once; a decimal's bytes become its unscaled digits in one call of the project's "
-            "`UnscaledDigits`. The fields the table lacks are known from those schemas before parsing; the image keys "
-            "of every other record (bare ones, records of a schema not seen) are gathered while bronze is written.",
+            "only the lines the reader cannot take exactly. The reader's count finds every head (how a wrapped "
+            "record begins, through `\"payload\":`, as its bytes are) with its lines; the heads of one schema "
+            "(whitespace and key order aside) share that schema's encodings, worked out once, and each record takes "
+            "its head's; a decimal's bytes become its unscaled digits in one call of the project's `UnscaledDigits`. "
+            "The fields the table lacks are known from those schemas before parsing; the image keys of every other "
+            "record (bare ones) are gathered while bronze is written.",
             ""]
