@@ -163,12 +163,30 @@ def _normalised(schema_text: str) -> str:
 
 @dataclass(frozen=True)
 class _Known:
-    """The heads whose record schema's encodings are worked out once (`index`: per line, the one it begins
-    with, null for none), and those encodings per distinct schema (`encodings`: the heads' indexes, the literal)."""
+    """The heads whose record schema's encodings are worked out once, and those encodings per distinct schema
+    (`encodings`: the heads' indexes, the literal)."""
 
-    index: Column
     heads: list[tuple[int, str]]
     encodings: list[tuple[list[int], Column]]
+
+    def index(self, lines: DataFrame) -> Column:
+        """Per line, the index of its head among the known (null for none): as the line reader identified its
+        head (`_json_schema`, a record written body first included), else by the bytes the line begins with."""
+        if "_json_schema" not in lines.columns:
+            return _head_index(self.heads)
+        index = F.lit(None).cast("int")
+        for n, head in reversed(self.heads):
+            index = F.when(F.col("_json_schema") == F.lit(_schema_id(head_schema(head))), F.lit(n)).otherwise(index)
+        return index
+
+
+def _schema_id(text: str) -> int:
+    """The line reader's id of a head's object (java/lakehouse/JsonLines.java: `Heads.id`): a 64-bit FNV-1a hash
+    of its UTF-8 bytes, as a signed long."""
+    h = 0xCBF29CE484222325
+    for b in text.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= 1 << 63 else h
 
 
 def _known(heads: Iterable[str]) -> _Known:
@@ -185,7 +203,7 @@ def _known(heads: Iterable[str]) -> _Known:
             known += group
             encodings.append(([n for n, _ in group], literal))
     known.sort()
-    return _Known(_head_index(known), known, encodings)
+    return _Known(known, encodings)
 
 
 def _head_index(heads: list[tuple[int, str]]) -> Column:
@@ -202,7 +220,7 @@ _READ_ENVELOPE = T.StructType([T.StructField("before", _IMAGE_MAP), T.StructFiel
                                T.StructField("source", _SOURCE)])
 # What the line reader parses a Debezium line into (sources/landing.py: `read_lines`): a wrapped record's schema as
 # text and its payload, or a bare record's envelope; images as maps of their values' texts. READ_HEAD: a wrapped
-# record that begins with the same schema as the one before it is read from its payload on.
+# record, schema first or payload first, has its payload alone parsed and its schema identified (`_json_schema`).
 READ_JSON = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", _READ_ENVELOPE),
                           *_READ_ENVELOPE.fields, T.StructField("_corrupt_record", T.StringType())])
 READ_HEAD = "schema,payload"
@@ -319,7 +337,7 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
     """
     text = _text_type(image)
     known = _known(heads)
-    staged = lines.withColumn("k", known.index)
+    staged = lines.withColumn("k", known.index(lines))
     k = F.col("k")
     # Bytes bound characters: a line under the limit in bytes is under it in characters.
     small = F.octet_length("payload") <= MAX_RECORD_BYTES

@@ -195,25 +195,30 @@ def test_a_column_added_after_a_files_first_line_is_typed_from_the_schema_that_h
 
 def test_records_of_one_schema_written_differently_mid_file_are_decided_once_for_that_schema(spark, tmp_path):
     """Whitespace and key order that differ from the file's first line, mid-file (a relay that re-serialises,
-    two writers into one folder): the reader's count finds every head, those of the most lines first; the heads
-    of one schema share one literal of encodings; every record is read at once with it, and its row is the one
-    the compact form gives."""
+    sorting keys or not; two writers into one folder): the reader's count finds every head, those of the most
+    lines first (a record written payload first under the head it would begin with); the heads of one schema
+    share one literal of encodings; every record is read at once with it, and its row is the compact form's."""
     reordered = json.loads(json.dumps(_schema()), object_pairs_hook=lambda pairs: dict(reversed(pairs)))
-    cents = [0, 1999, -1, 12_345_678_901, 10**12, 7, 250, 3]
+    cents = [0, 1999, -1, 12_345_678_901, 10**12, 7, 250, 3, 41, -42]
     forms = [{}, {}, {"schema": reordered}, {"schema": reordered}, {"schema": reordered},
-             {"separators": (", ", ": ")}, {"schema": reordered, "separators": (", ", ": ")}, {}]
+             {"separators": (", ", ": ")}, {"schema": reordered, "separators": (", ", ": ")}, {}, {}, {}]
     texts = [_wrapped(n, c, **form) for n, (c, form) in enumerate(zip(cents, forms, strict=True), 1)]
-    texts[-1] = texts[-1].replace(',"payload":', ' , "payload" : ')
+    texts[7] = texts[7].replace(',"payload":', ' , "payload" : ')
+    texts[8] = json.dumps(json.loads(texts[8]), sort_keys=True)  # payload first, as `jq -S` or sort_keys write it
+    texts[9] = json.dumps(json.loads(texts[9]), sort_keys=True, separators=(",", ":"))
+    sorted_heads = {'{"schema":' + json.dumps(_schema(), sort_keys=True, separators=separators) + ',"payload":'
+                    for separators in ((", ", ": "), (",", ":"))}
     folder = tmp_path / "cdc" / "orders" / f"date={DAY}"
     folder.mkdir(parents=True)
     (folder / "a.jsonl").write_text("\n".join(texts) + "\n")
     landed = _read_lines(spark, [f"file:{folder / 'a.jsonl'}"], json=cdc.READ_JSON, head=cdc.READ_HEAD)
     assert landed.line_counts == {f"file:{folder / 'a.jsonl'}": len(texts)}
-    assert sorted(landed.heads) == sorted({cdc.landed_head(t) for t in texts}) and len(landed.heads) == 5
-    assert landed.heads[0] == cdc.landed_head(texts[2])  # three lines begin with it
+    assert sorted(landed.heads) == sorted({cdc.landed_head(t) for t in texts[:8]} | sorted_heads)
+    assert len(landed.heads) == 7 and landed.heads[0] == cdc.landed_head(texts[2])  # three lines begin with it
+    assert landed.lines.where("_json_head IS NULL").count() == 0  # all read from their payload
     known = cdc._known(landed.heads)
-    assert len(known.heads) == 5 and [len(ids) for ids, _ in known.encodings] == [5]  # one schema, one literal
-    assert landed.lines.where(known.index.isNull()).count() == 0
+    assert len(known.heads) == 7 and [len(ids) for ids, _ in known.encodings] == [7]  # one schema, one literal
+    assert landed.lines.where(known.index(landed.lines).isNull()).count() == 0
     image = cdc.image_type(ORDERS)
     assert cdc._envelopes(landed.lines, image, landed.heads).where("clean").count() == len(texts)
     schema = bronze_cdc_schema(ORDERS)
@@ -248,6 +253,11 @@ def _tricky_lines() -> list[str]:
         first.replace('"before":null', '"before":{}'), first.replace(',"payload":', ' , "payload" : '),
         first.replace('"status":"paid"', '"status":"\ud800"'),
         _wrapped(9, 900, _schema(credit), credit=_two_complement(1500)), _wrapped(10, 1000, _schema(credit)),
+        *(body_first := [json.dumps(json.loads(line), sort_keys=True, separators=(",", ":")) for line in good]),
+        body_first[0] + " x", body_first[0][:-1] + ',"extra":1}', body_first[0][:-1] + " }  ",
+        '{"payload":' + json.dumps(payload) + ',"schema":"text"}', '{"payload":' + json.dumps(payload) + "}",
+        '{"payload":' + json.dumps(payload) + ',"payload":' + json.dumps(payload) + "}",
+        '{"payload":null,"schema":' + json.dumps(schema) + "}", body_first[1].replace('"op":"c"', '"op":"c","op":"d"'),
         *good,
     ]
 
@@ -266,6 +276,7 @@ def test_lines_the_reader_parses_give_the_rows_and_keys_spark_gives(spark, tmp_p
     plain = read_lines(spark, files)
     read = read_lines(spark, files, json=cdc.READ_JSON, head=cdc.READ_HEAD)
     assert read.where("_json_head IS NOT NULL").count() >= 8
+    assert read.where("_json_head IS NOT NULL AND startswith(payload, '{\"payload\"')").count() == 5  # body first
     assert read.where("NOT _json_ok").count() >= 12
     counted = _read_lines(spark, files, json=cdc.READ_JSON, head=cdc.READ_HEAD).heads
     assert len(counted) > 2  # (the file's first line, the spaced ones, those of the added column...)

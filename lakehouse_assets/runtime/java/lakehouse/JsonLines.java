@@ -67,8 +67,9 @@ import org.apache.spark.util.SerializableConfiguration;
  * wanted; a top-level {@code _corrupt_record} field stays null); {@code head}, two field names
  * {@code <head>,<body>} (the body a struct field): a wrapped record {@code {"<head>": <object>, "<body>": <object>}}
  * has its body parsed alone, its head's object passed over (not even read while the split's records begin with
- * the same bytes as the one before), and {@code _json_head} says where the body began (null for a line parsed
- * whole).
+ * the same bytes as the one before), {@code _json_head} says where the body began (null for a line parsed whole)
+ * and {@code _json_schema} identifies its head's object ({@code Heads.id}); a record written body first
+ * ({@code {"<body>": <object>, "<head>": <object>}}) is read the same way, its tail passed over.
  *
  * <p>A line belongs to the split its first byte is in; a split that does not start the file begins after the
  * first newline at or after its start - 1. A file's UTF-8 byte order mark and a line's one final carriage return
@@ -111,7 +112,8 @@ public final class JsonLines implements TableProvider {
         new Shape(fields, true); // (the field types it takes)
         StructType parsed = lines.add("_json", fields, true).add("_json_ok", DataTypes.BooleanType, false)
                 .add("_json_keys", DataTypes.createArrayType(DataTypes.StringType, false), true);
-        return options.get("head") == null ? parsed : parsed.add("_json_head", DataTypes.IntegerType, true);
+        return options.get("head") == null ? parsed : parsed.add("_json_head", DataTypes.IntegerType, true)
+                .add("_json_schema", DataTypes.LongType, true);
     }
 
     static final class LinesTable implements Table, SupportsRead {
@@ -368,13 +370,24 @@ public final class JsonLines implements TableProvider {
 
     /**
      * How a wrapped record {@code {"<head>": <object>, "<body>": <object>}} begins, through its body's key and
-     * colon: its head. The last head found is kept: a line that begins with the same bytes is not read again.
+     * colon: its head. The last head found is kept: a line that begins with the same bytes is not read again. A
+     * record written body first ({@code {"<body>": <object>, "<head>": <object>}}, as JSON with sorted keys is)
+     * has its tail kept the same way, all that follows its body. Each line found is given its head's schema's id
+     * ({@code id}: a 64-bit FNV-1a hash of the head object's bytes as written).
      */
     static final class Heads {
         final String headName;
         final String bodyName;
-        private final byte[] bodyKey; // the body's name as a JSON string
+        private final byte[] headKey; // the names as JSON strings
+        private final byte[] bodyKey;
         byte[] last; // the last head found (a new array for each head read)
+        private long lastId;
+        private byte[] lastTail; // the last tail found, from just past the body to the line's end
+        private long lastTailId;
+        boolean bodyFirst; // of the line last found
+        long id; // its head object's id
+        int schemaFrom = -1; // where its head object is in the line, when it was read anew (else -1)
+        int schemaTo;
 
         Heads(String names) {
             String[] both = names.split(",", 2);
@@ -383,47 +396,140 @@ public final class JsonLines implements TableProvider {
             }
             this.headName = both[0];
             this.bodyName = both[1];
+            this.headKey = ("\"" + both[0] + "\"").getBytes(java.nio.charset.StandardCharsets.UTF_8);
             this.bodyKey = ("\"" + both[1] + "\"").getBytes(java.nio.charset.StandardCharsets.UTF_8);
         }
 
-        /** Where the line's body begins (its opening brace); 0 for a line that is no such record. */
+        /**
+         * Where the line's body begins (its opening brace); 0 for a line that is no such record. A line written
+         * body first is found by its first key alone: its tail is checked once its body is read ({@code tail}).
+         */
         int find(byte[] bytes, int length) {
+            bodyFirst = false;
+            schemaFrom = -1;
             byte[] known = last;
             if (known != null && length > known.length && Arrays.equals(bytes, 0, known.length, known, 0, known.length)) {
+                id = lastId;
                 return known.length;
             }
             try (JsonParser p = Reader.FACTORY.createParser(bytes, 0, length)) {
-                if (p.nextToken() != JsonToken.START_OBJECT || p.nextToken() != JsonToken.FIELD_NAME
-                        || !headName.equals(p.getCurrentName()) || p.nextToken() != JsonToken.START_OBJECT) {
+                if (p.nextToken() != JsonToken.START_OBJECT || p.nextToken() != JsonToken.FIELD_NAME) {
                     return 0;
                 }
+                String first = p.getCurrentName();
+                if (bodyName.equals(first)) {
+                    if (p.nextToken() != JsonToken.START_OBJECT) {
+                        return 0;
+                    }
+                    int at = (int) p.getTokenLocation().getByteOffset();
+                    bodyFirst = at > 0 && at < length && bytes[at] == '{';
+                    return bodyFirst ? at : 0;
+                }
+                if (!headName.equals(first) || p.nextToken() != JsonToken.START_OBJECT) {
+                    return 0;
+                }
+                int from = (int) p.getTokenLocation().getByteOffset();
                 p.skipChildren();
                 int end = (int) p.getCurrentLocation().getByteOffset(); // just past the head's closing brace
-                if (end < 1 || end > length || bytes[end - 1] != '}') {
+                if (from < 1 || bytes[from] != '{' || end <= from || end > length || bytes[end - 1] != '}') {
                     return 0;
                 }
                 int i = space(bytes, end, length);
                 if (i >= length || bytes[i] != ',') {
                     return 0;
                 }
-                byte[] key = bodyKey;
-                i = space(bytes, i + 1, length);
-                if (length - i < key.length || !Arrays.equals(bytes, i, i + key.length, key, 0, key.length)) {
-                    return 0;
-                }
-                i = space(bytes, i + key.length, length);
-                if (i >= length || bytes[i] != ':') {
-                    return 0;
-                }
-                i = space(bytes, i + 1, length);
-                if (i >= length || bytes[i] != '{') {
+                i = key(bytes, space(bytes, i + 1, length), length, bodyKey);
+                if (i < 0 || (i = space(bytes, i, length)) >= length || bytes[i] != '{') {
                     return 0;
                 }
                 last = Arrays.copyOf(bytes, i);
+                lastId = id = id(bytes, from, end);
+                schemaFrom = from;
+                schemaTo = end;
                 return i;
             } catch (IOException | RuntimeException e) {
                 return 0;
             }
+        }
+
+        /** A line written body first, from just past its body ({@code end}): {@code , "<head>": <object> }} and
+         * nothing more (its id into {@code id}); false for anything else. */
+        boolean tail(byte[] bytes, int end, int length) {
+            schemaFrom = -1;
+            byte[] known = lastTail;
+            if (known != null && length - end == known.length && Arrays.equals(bytes, end, length, known, 0, known.length)) {
+                id = lastTailId;
+                return true;
+            }
+            int i = space(bytes, end, length);
+            if (i >= length || bytes[i] != ',') {
+                return false;
+            }
+            int from = key(bytes, space(bytes, i + 1, length), length, headKey);
+            from = from < 0 ? -1 : space(bytes, from, length);
+            int to = from < 0 ? -1 : objectEnd(bytes, from, length);
+            if (to < 0 || (i = space(bytes, to, length)) >= length || bytes[i] != '}' || space(bytes, i + 1, length) != length) {
+                return false;
+            }
+            lastTail = Arrays.copyOfRange(bytes, end, length);
+            lastTailId = id = id(bytes, from, to);
+            schemaFrom = from;
+            schemaTo = to;
+            return true;
+        }
+
+        /** Just past a JSON string key and its colon at {@code i} ({@code key} as its exact bytes); -1 if not. */
+        private static int key(byte[] bytes, int i, int length, byte[] key) {
+            if (length - i < key.length || !Arrays.equals(bytes, i, i + key.length, key, 0, key.length)) {
+                return -1;
+            }
+            i = space(bytes, i + key.length, length);
+            return i < length && bytes[i] == ':' ? i + 1 : -1;
+        }
+
+        /** Just past the object that begins at {@code from}; -1 where none does. */
+        static int objectEnd(byte[] bytes, int from, int length) {
+            if (from >= length || bytes[from] != '{') {
+                return -1;
+            }
+            try (JsonParser p = Reader.FACTORY.createParser(bytes, from, length - from)) {
+                p.nextToken();
+                p.skipChildren();
+                int end = from + (int) p.getCurrentLocation().getByteOffset(); // offsets count from `from`
+                return end > from && end <= length && bytes[end - 1] == '}' ? end : -1;
+            } catch (IOException | RuntimeException e) {
+                return -1;
+            }
+        }
+
+        /** A 64-bit FNV-1a hash of the bytes [from, to). */
+        static long id(byte[] bytes, int from, int to) {
+            long h = 0xcbf29ce484222325L;
+            for (int i = from; i < to; i++) {
+                h = (h ^ (bytes[i] & 0xFF)) * 0x100000001b3L;
+            }
+            return h;
+        }
+
+        /** The line's head as a head-first record would begin: {@code {"<head>":<object>,"<body>":}}. */
+        byte[] headOf(byte[] bytes) {
+            if (!bodyFirst) {
+                return last;
+            }
+            int n = schemaTo - schemaFrom;
+            byte[] out = new byte[1 + headKey.length + 1 + n + 1 + bodyKey.length + 1];
+            int at = 0;
+            out[at++] = '{';
+            System.arraycopy(headKey, 0, out, at, headKey.length);
+            at += headKey.length;
+            out[at++] = ':';
+            System.arraycopy(bytes, schemaFrom, out, at, n);
+            at += n;
+            out[at++] = ',';
+            System.arraycopy(bodyKey, 0, out, at, bodyKey.length);
+            at += bodyKey.length;
+            out[at] = ':';
+            return out;
         }
 
         static int space(byte[] bytes, int i, int length) {
@@ -434,7 +540,8 @@ public final class JsonLines implements TableProvider {
         }
     }
 
-    /** Each split's lines counted; with {@code head}, the distinct heads its lines begin with, each with its lines. */
+    /** Each split's lines counted; with {@code head}, the distinct heads its lines begin with, each with its lines
+     * (a record written body first is counted under the head it would begin with, written compact). */
     static final class Counter implements PartitionReader<InternalRow> {
         static final int MAX_HEADS = 64; // per split; the lines of any other head are counted, not listed
         private final Configuration conf;
@@ -457,24 +564,32 @@ public final class JsonLines implements TableProvider {
             Split split = splits[next++];
             long lines = 0;
             Map<java.nio.ByteBuffer, long[]> found = new java.util.LinkedHashMap<>();
-            byte[] current = null;
-            long[] tally = null;
+            long[][] tallies = new long[2][]; // the last head's and the last tail's
             try (LineSource source = new LineSource(conf, split)) {
                 while (source.next(heads != null)) {
                     lines++;
-                    if (heads == null || heads.find(source.line, source.length) == 0) {
+                    byte[] line = source.line;
+                    int at = heads == null ? 0 : heads.find(line, source.length);
+                    if (at == 0) {
                         continue;
                     }
-                    if (heads.last != current) { // a head read anew: one met before, or a new one
-                        current = heads.last;
-                        tally = found.get(java.nio.ByteBuffer.wrap(current));
-                        if (tally == null && found.size() < MAX_HEADS) {
-                            tally = new long[1];
-                            found.put(java.nio.ByteBuffer.wrap(current), tally);
+                    int form = heads.bodyFirst ? 1 : 0;
+                    if (heads.bodyFirst) {
+                        int end = Heads.objectEnd(line, at, source.length);
+                        if (end < 0 || !heads.tail(line, end, source.length)) {
+                            continue;
                         }
                     }
-                    if (tally != null) {
-                        tally[0]++;
+                    if (heads.schemaFrom >= 0) { // read anew: a head met before in this split, or a new one
+                        java.nio.ByteBuffer head = java.nio.ByteBuffer.wrap(heads.headOf(line));
+                        tallies[form] = found.get(head);
+                        if (tallies[form] == null && found.size() < MAX_HEADS) {
+                            tallies[form] = new long[1];
+                            found.put(head, tallies[form]);
+                        }
+                    }
+                    if (tallies[form] != null) {
+                        tallies[form][0]++;
                     }
                 }
             }
@@ -483,6 +598,7 @@ public final class JsonLines implements TableProvider {
                 return true;
             }
             heads.last = null; // each split finds its own
+            heads.lastTail = null;
             Object[] keys = new Object[found.size()];
             Object[] counts = new Object[found.size()];
             int i = 0;
@@ -589,6 +705,7 @@ public final class JsonLines implements TableProvider {
                 number = split.before;
                 if (heads != null) {
                     heads.last = null;
+                    heads.lastTail = null;
                 }
             }
             number++;
@@ -603,7 +720,7 @@ public final class JsonLines implements TableProvider {
             keys.clear();
             int head = heads == null ? 0 : heads.find(bytes, length);
             boolean ok = head > 0 ? body(bytes, head, length, values) : parse(bytes, length, values);
-            Object[] out = new Object[heads == null ? 7 : 8];
+            Object[] out = new Object[heads == null ? 7 : 9];
             out[0] = file;
             out[1] = (int) number;
             out[2] = split.day;
@@ -613,12 +730,14 @@ public final class JsonLines implements TableProvider {
             out[6] = ok ? new GenericArrayData(keys.toArray()) : null;
             if (heads != null) {
                 out[7] = ok && head > 0 ? head : null;
+                out[8] = ok && head > 0 ? heads.id : null;
             }
             row = new GenericInternalRow(out);
             return true;
         }
 
-        /** A wrapped record from its body on: the body's object, then the record's closing brace alone. */
+        /** A wrapped record from its body on: the body's object, then the record's closing brace alone (or, written
+         * body first, its head's object and then the brace: {@code Heads.tail}). */
         private boolean body(byte[] bytes, int from, int length, Object[] values) {
             try (JsonParser p = FACTORY.createParser(bytes, from, length - from)) {
                 if (p.nextToken() != JsonToken.START_OBJECT) {
@@ -631,6 +750,9 @@ public final class JsonLines implements TableProvider {
                 int end = from + (int) p.getCurrentLocation().getByteOffset(); // just past the body's closing brace
                 if (end < from + 1 || end > length || bytes[end - 1] != '}') {
                     return false;
+                }
+                if (heads.bodyFirst) {
+                    return heads.tail(bytes, end, length);
                 }
                 int i = Heads.space(bytes, end, length);
                 return i < length && bytes[i] == '}' && Heads.space(bytes, i + 1, length) == length;
