@@ -126,18 +126,30 @@ def _text_type(image: T.StructType) -> T.StructType:
 
 _HEAD_OPEN = re.compile(r'\{[ \t]*"schema"[ \t]*:[ \t]*')
 _HEAD_PAYLOAD = re.compile(r'[ \t]*,[ \t]*"payload"[ \t]*:[ \t]*')
+_BODY_OPEN = re.compile(r'\{[ \t]*"payload"[ \t]*:[ \t]*')
+_BODY_SCHEMA = re.compile(r'[ \t]*,[ \t]*"schema"[ \t]*:[ \t]*')
 
 
 def landed_head(line: str) -> str | None:
     """How a wrapped record (`{"schema": <schema>, "payload": ...}`) begins, exactly as it landed, up to its
     payload's value: its head. Compact as Debezium's JSON converter writes it, or spaced as JSON written by other
-    tools is (`", "` and `": "`): the records of one file share their head byte for byte. None for any other
-    line."""
+    tools is (`", "` and `": "`). A record written payload first (`{"payload": ..., "schema": <schema>}`) has the
+    head it would begin with, compact around its schema as written (as the line reader's count finds it). None
+    for any other line."""
+    decoder = json.JSONDecoder()
     opened = _HEAD_OPEN.match(line)
-    if opened is None:
-        return None
     try:
-        _, end = json.JSONDecoder().raw_decode(line, opened.end())
+        if opened is None:
+            body = _BODY_OPEN.match(line)
+            if body is None or not line.startswith("{", body.end()):
+                return None
+            _, end = decoder.raw_decode(line, body.end())
+            schema = _BODY_SCHEMA.match(line, end)
+            if schema is None or not line.startswith("{", schema.end()):
+                return None
+            _, stop = decoder.raw_decode(line, schema.end())
+            return '{"schema":' + line[schema.end():stop] + ',"payload":'
+        _, end = decoder.raw_decode(line, opened.end())
     except ValueError:
         return None
     payload = _HEAD_PAYLOAD.match(line, end)

@@ -214,6 +214,7 @@ def test_records_of_one_schema_written_differently_mid_file_are_decided_once_for
     landed = _read_lines(spark, [f"file:{folder / 'a.jsonl'}"], json=cdc.READ_JSON, head=cdc.READ_HEAD)
     assert landed.line_counts == {f"file:{folder / 'a.jsonl'}": len(texts)}
     assert sorted(landed.heads) == sorted({cdc.landed_head(t) for t in texts[:8]} | sorted_heads)
+    assert {cdc.landed_head(t) for t in texts} == set(landed.heads)  # found here as the reader finds them
     assert len(landed.heads) == 7 and landed.heads[0] == cdc.landed_head(texts[2])  # three lines begin with it
     assert landed.lines.where("_json_head IS NULL").count() == 0  # all read from their payload
     known = cdc._known(landed.heads)
