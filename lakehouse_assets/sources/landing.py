@@ -80,7 +80,7 @@ def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | N
     keys; `_json_ok` is false where the reader leaves the line to `from_json` (not a strict JSON object, a key given
     twice...), and `_json` and `_json_keys` are then null. With `head` (`"<head>,<body>"`), a wrapped record
     `{"<head>": <object>, "<body>": <object>}` has its body parsed alone (`_json` holds the body only), its head
-    passed over (not even read while the split's records begin with the same bytes as the one before), and
+    passed over (not even read while the split's records begin with the same bytes as one of the last few), and
     `_json_head` is the body's byte offset (null for a line parsed whole); the count pass finds each distinct head
     (how such a record begins, as bytes, through its body's key), up to `MAX_HEADS` of them, those of the most
     lines first.

@@ -199,9 +199,10 @@ def test_records_of_one_schema_written_differently_mid_file_are_decided_once_for
     lines first (a record written payload first under the head it would begin with); the heads of one schema
     share one literal of encodings; every record is read at once with it, and its row is the compact form's."""
     reordered = json.loads(json.dumps(_schema()), object_pairs_hook=lambda pairs: dict(reversed(pairs)))
-    cents = [0, 1999, -1, 12_345_678_901, 10**12, 7, 250, 3, 41, -42]
+    cents = [0, 1999, -1, 12_345_678_901, 10**12, 7, 250, 3, 41, -42, 5, 6]
     forms = [{}, {}, {"schema": reordered}, {"schema": reordered}, {"schema": reordered},
-             {"separators": (", ", ": ")}, {"schema": reordered, "separators": (", ", ": ")}, {}, {}, {}]
+             {"separators": (", ", ": ")}, {"schema": reordered, "separators": (", ", ": ")}, {}, {}, {},
+             {"schema": reordered}, {}]
     texts = [_wrapped(n, c, **form) for n, (c, form) in enumerate(zip(cents, forms, strict=True), 1)]
     texts[7] = texts[7].replace(',"payload":', ' , "payload" : ')
     texts[8] = json.dumps(json.loads(texts[8]), sort_keys=True)  # payload first, as `jq -S` or sort_keys write it
@@ -214,8 +215,10 @@ def test_records_of_one_schema_written_differently_mid_file_are_decided_once_for
     landed = _read_lines(spark, [f"file:{folder / 'a.jsonl'}"], json=cdc.READ_JSON, head=cdc.READ_HEAD)
     assert landed.line_counts == {f"file:{folder / 'a.jsonl'}": len(texts)}
     assert sorted(landed.heads) == sorted({cdc.landed_head(t) for t in texts[:8]} | sorted_heads)
+    # Counted by head, those of the most lines first, however the heads alternate: 4 reordered, 3 compact.
+    assert landed.heads[:2] == [cdc.landed_head(texts[2]), cdc.landed_head(texts[0])]
     assert {cdc.landed_head(t) for t in texts} == set(landed.heads)  # found here as the reader finds them
-    assert len(landed.heads) == 7 and landed.heads[0] == cdc.landed_head(texts[2])  # three lines begin with it
+    assert len(landed.heads) == 7
     assert landed.lines.where("_json_head IS NULL").count() == 0  # all read from their payload
     known = cdc._known(landed.heads)
     assert len(known.heads) == 7 and [len(ids) for ids, _ in known.encodings] == [7]  # one schema, one literal

@@ -67,7 +67,7 @@ import org.apache.spark.util.SerializableConfiguration;
  * wanted; a top-level {@code _corrupt_record} field stays null); {@code head}, two field names
  * {@code <head>,<body>} (the body a struct field): a wrapped record {@code {"<head>": <object>, "<body>": <object>}}
  * has its body parsed alone, its head's object passed over (not even read while the split's records begin with
- * the same bytes as the one before), {@code _json_head} says where the body began (null for a line parsed whole)
+ * the same bytes as one of the last few), {@code _json_head} says where the body began (null for a line parsed whole)
  * and {@code _json_schema} identifies its head's object ({@code Heads.id}); a record written body first
  * ({@code {"<body>": <object>, "<head>": <object>}}) is read the same way, its tail passed over.
  *
@@ -370,22 +370,25 @@ public final class JsonLines implements TableProvider {
 
     /**
      * How a wrapped record {@code {"<head>": <object>, "<body>": <object>}} begins, through its body's key and
-     * colon: its head. The last head found is kept: a line that begins with the same bytes is not read again. A
-     * record written body first ({@code {"<body>": <object>, "<head>": <object>}}, as JSON with sorted keys is)
-     * has its tail kept the same way, all that follows its body. Each line found is given its head's schema's id
-     * ({@code id}: a 64-bit FNV-1a hash of the head object's bytes as written).
+     * colon: its head. The last heads found are kept ({@code RECENT} of them): a line that begins with the
+     * same bytes as one of them is not read again. A record written body first
+     * ({@code {"<body>": <object>, "<head>": <object>}}, as JSON with sorted keys is) has its tail kept the same
+     * way, all that follows its body. Each line found is given its head's schema's id ({@code id}: a 64-bit
+     * FNV-1a hash of the head object's bytes as written) and the slot its head or tail is kept in ({@code slot}:
+     * heads from 0, tails from {@code RECENT}).
      */
     static final class Heads {
         final String headName;
         final String bodyName;
         private final byte[] headKey; // the names as JSON strings
         private final byte[] bodyKey;
-        byte[] last; // the last head found (a new array for each head read)
-        private long lastId;
-        private byte[] lastTail; // the last tail found, from just past the body to the line's end
-        private long lastTailId;
+        static final int RECENT = 8;
+        private final byte[][] kept = new byte[2 * RECENT][]; // heads, then tails (from just past the body on)
+        private final long[] keptIds = new long[2 * RECENT];
+        private final int[] next = new int[2]; // the slot each kind fills next, in turn
         boolean bodyFirst; // of the line last found
         long id; // its head object's id
+        int slot; // where its head (or tail) is kept
         int schemaFrom = -1; // where its head object is in the line, when it was read anew (else -1)
         int schemaTo;
 
@@ -407,10 +410,13 @@ public final class JsonLines implements TableProvider {
         int find(byte[] bytes, int length) {
             bodyFirst = false;
             schemaFrom = -1;
-            byte[] known = last;
-            if (known != null && length > known.length && Arrays.equals(bytes, 0, known.length, known, 0, known.length)) {
-                id = lastId;
-                return known.length;
+            for (int k = 0; k < RECENT && kept[k] != null; k++) {
+                byte[] known = kept[k];
+                if (length > known.length && Arrays.equals(bytes, 0, known.length, known, 0, known.length)) {
+                    id = keptIds[k];
+                    slot = k;
+                    return known.length;
+                }
             }
             try (JsonParser p = Reader.FACTORY.createParser(bytes, 0, length)) {
                 if (p.nextToken() != JsonToken.START_OBJECT || p.nextToken() != JsonToken.FIELD_NAME) {
@@ -442,8 +448,7 @@ public final class JsonLines implements TableProvider {
                 if (i < 0 || (i = space(bytes, i, length)) >= length || bytes[i] != '{') {
                     return 0;
                 }
-                last = Arrays.copyOf(bytes, i);
-                lastId = id = id(bytes, from, end);
+                keep(0, Arrays.copyOf(bytes, i), id(bytes, from, end));
                 schemaFrom = from;
                 schemaTo = end;
                 return i;
@@ -456,10 +461,13 @@ public final class JsonLines implements TableProvider {
          * nothing more (its id into {@code id}); false for anything else. */
         boolean tail(byte[] bytes, int end, int length) {
             schemaFrom = -1;
-            byte[] known = lastTail;
-            if (known != null && length - end == known.length && Arrays.equals(bytes, end, length, known, 0, known.length)) {
-                id = lastTailId;
-                return true;
+            for (int k = RECENT; k < 2 * RECENT && kept[k] != null; k++) {
+                byte[] known = kept[k];
+                if (length - end == known.length && Arrays.equals(bytes, end, length, known, 0, known.length)) {
+                    id = keptIds[k];
+                    slot = k;
+                    return true;
+                }
             }
             int i = space(bytes, end, length);
             if (i >= length || bytes[i] != ',') {
@@ -471,11 +479,23 @@ public final class JsonLines implements TableProvider {
             if (to < 0 || (i = space(bytes, to, length)) >= length || bytes[i] != '}' || space(bytes, i + 1, length) != length) {
                 return false;
             }
-            lastTail = Arrays.copyOfRange(bytes, end, length);
-            lastTailId = id = id(bytes, from, to);
+            keep(1, Arrays.copyOfRange(bytes, end, length), id(bytes, from, to));
             schemaFrom = from;
             schemaTo = to;
             return true;
+        }
+
+        private void keep(int kind, byte[] bytes, long id) {
+            slot = kind * RECENT + next[kind];
+            next[kind] = (next[kind] + 1) % RECENT;
+            kept[slot] = bytes;
+            keptIds[slot] = this.id = id;
+        }
+
+        /** Forgets the heads and tails kept (a new split finds its own). */
+        void reset() {
+            Arrays.fill(kept, null);
+            next[0] = next[1] = 0;
         }
 
         /** Just past a JSON string key and its colon at {@code i} ({@code key} as its exact bytes); -1 if not. */
@@ -514,7 +534,7 @@ public final class JsonLines implements TableProvider {
         /** The line's head as a head-first record would begin: {@code {"<head>":<object>,"<body>":}}. */
         byte[] headOf(byte[] bytes) {
             if (!bodyFirst) {
-                return last;
+                return kept[slot];
             }
             int n = schemaTo - schemaFrom;
             byte[] out = new byte[1 + headKey.length + 1 + n + 1 + bodyKey.length + 1];
@@ -564,7 +584,7 @@ public final class JsonLines implements TableProvider {
             Split split = splits[next++];
             long lines = 0;
             Map<java.nio.ByteBuffer, long[]> found = new java.util.LinkedHashMap<>();
-            long[][] tallies = new long[2][]; // the last head's and the last tail's
+            long[][] tallies = new long[2 * Heads.RECENT][]; // the kept heads' and tails', by slot
             try (LineSource source = new LineSource(conf, split)) {
                 while (source.next(heads != null)) {
                     lines++;
@@ -573,7 +593,6 @@ public final class JsonLines implements TableProvider {
                     if (at == 0) {
                         continue;
                     }
-                    int form = heads.bodyFirst ? 1 : 0;
                     if (heads.bodyFirst) {
                         int end = Heads.objectEnd(line, at, source.length);
                         if (end < 0 || !heads.tail(line, end, source.length)) {
@@ -582,14 +601,15 @@ public final class JsonLines implements TableProvider {
                     }
                     if (heads.schemaFrom >= 0) { // read anew: a head met before in this split, or a new one
                         java.nio.ByteBuffer head = java.nio.ByteBuffer.wrap(heads.headOf(line));
-                        tallies[form] = found.get(head);
-                        if (tallies[form] == null && found.size() < MAX_HEADS) {
-                            tallies[form] = new long[1];
-                            found.put(head, tallies[form]);
+                        long[] tally = found.get(head);
+                        if (tally == null && found.size() < MAX_HEADS) {
+                            tally = new long[1];
+                            found.put(head, tally);
                         }
+                        tallies[heads.slot] = tally;
                     }
-                    if (tallies[form] != null) {
-                        tallies[form][0]++;
+                    if (tallies[heads.slot] != null) {
+                        tallies[heads.slot][0]++;
                     }
                 }
             }
@@ -597,8 +617,7 @@ public final class JsonLines implements TableProvider {
                 row = new GenericInternalRow(new Object[] {split.index, lines});
                 return true;
             }
-            heads.last = null; // each split finds its own
-            heads.lastTail = null;
+            heads.reset();
             Object[] keys = new Object[found.size()];
             Object[] counts = new Object[found.size()];
             int i = 0;
@@ -704,8 +723,7 @@ public final class JsonLines implements TableProvider {
                 file = UTF8String.fromString(split.path);
                 number = split.before;
                 if (heads != null) {
-                    heads.last = null;
-                    heads.lastTail = null;
+                    heads.reset();
                 }
             }
             number++;
