@@ -312,38 +312,21 @@ def _spaced_rows(results: dict) -> list[str]:
         f"{results['bronze_s'] / plain['wrapped']:.2f}x in its first run |",
         f"| plain Spark read.json -> Parquet, spaced (peer) | {plain['spaced']:.1f} | "
         f"bronze {results['bronze_spaced_s'] / plain['spaced']:.2f}x its time warm |",
-        *_mixed_rows(results),
-        *_string_rows(results),
+        *_form_rows(results, "mixed", "bronze, the same records mixed line by line: as captured, spaced with the "
+                    "schema's keys reversed, compact with every key sorted (the payload first; "
+                    f"{results.get('mixed_mb', 0):,.0f} MB)", "mixed"),
+        *_form_rows(results, "string", "bronze, the records of a capture with `decimal.handling.mode=string`, "
+                    f"wrapped as captured ({results.get('string_mb', 0):,.0f} MB)", "those string-mode records"),
     ]
 
 
-def _mixed_rows(results: dict) -> list[str]:
-    """The mixed form (results from before it was measured have none)."""
-    if "bronze_mixed_s" not in results:
+def _form_rows(results: dict, form: str, label: str, peer: str) -> list[str]:
+    """A form's warm bronze and its plain-Spark peer (results from before the form was measured have neither)."""
+    if f"bronze_{form}_s" not in results:
         return []
-    plain = results["plain_spark_s"]["mixed"]
-    return [
-        f"| bronze, the same records mixed line by line: as captured, spaced with the schema's keys reversed, "
-        f"compact with every key sorted (the payload first; {results['mixed_mb']:,.0f} MB), the JVM warm | "
-        f"{results['bronze_mixed_s']:.1f} | "
-        f"{results['rates']['bronze_mixed_records_per_s']:,.0f} records/s |",
-        f"| plain Spark read.json -> Parquet, mixed (peer) | {plain:.1f} | "
-        f"bronze {results['bronze_mixed_s'] / plain:.2f}x its time warm |",
-    ]
-
-
-def _string_rows(results: dict) -> list[str]:
-    """The capture with decimal.handling.mode=string (results from before it was measured have none)."""
-    if "bronze_string_s" not in results:
-        return []
-    plain = results["plain_spark_s"]["string"]
-    return [
-        f"| bronze, the records of a capture with `decimal.handling.mode=string`, wrapped as captured "
-        f"({results['string_mb']:,.0f} MB), the JVM warm | {results['bronze_string_s']:.1f} | "
-        f"{results['rates']['bronze_string_records_per_s']:,.0f} records/s |",
-        f"| plain Spark read.json -> Parquet, those string-mode records (peer) | {plain:.1f} | "
-        f"bronze {results['bronze_string_s'] / plain:.2f}x its time warm |",
-    ]
+    seconds, plain = results[f"bronze_{form}_s"], results["plain_spark_s"][form]
+    return [f"| {label}, the JVM warm | {seconds:.1f} | {results['rates'][f'bronze_{form}_records_per_s']:,.0f} records/s |",
+            f"| plain Spark read.json -> Parquet, {peer} (peer) | {plain:.1f} | bronze {seconds / plain:.2f}x its time warm |"]
 
 
 def _breakdown(results: dict) -> list[str]:
