@@ -99,6 +99,7 @@ $(SUPERSET_VENV)/.installed: constraints-superset.txt
 	touch $@
 
 # The reliability suite at a larger size (SOAK_SCALE, default 20); its figures go to benchmarks/RELIABILITY.md.
+# Then the SQL endpoint's fuzzer with every case it makes, and variants (docs/sql-endpoint.md).
 soak: setup
 	@rm -f $(LAKEHOUSE_HOME)/reliability-figures.jsonl $(LAKEHOUSE_HOME)/reliability-junit.xml; mkdir -p $(LAKEHOUSE_HOME)
 	LAKEHOUSE_SOAK_SCALE=$(or $(SOAK_SCALE),20) LAKEHOUSE_RELIABILITY_FIGURES=$(LAKEHOUSE_HOME)/reliability-figures.jsonl \
@@ -106,6 +107,7 @@ soak: setup
 	$(BIN)/python -m lakehouse_assets_tests.reliability.report $(LAKEHOUSE_HOME)/reliability-figures.jsonl \
 		--junit $(LAKEHOUSE_HOME)/reliability-junit.xml \
 		--outcome "$$( [ $$status = 0 ] && echo 'every test passed' || echo "pytest exit $$status: see its output" )"; \
+	LAKEHOUSE_FUZZ_VARIANTS=1 $(BIN)/pytest -s lakehouse_assets_tests/test_serve.py -k fuzzer || status=$$?; \
 	exit $$status
 
 # The cluster profile on this machine, compared with the local profile on the same input.

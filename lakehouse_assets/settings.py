@@ -152,6 +152,7 @@ ENV_SETTINGS = {
     "serve_catalog_uri": ("LAKEHOUSE_SERVE_CATALOG_URI", ""),
     "serve_query_timeout": ("LAKEHOUSE_SERVE_QUERY_TIMEOUT", "600"),
     "serve_result_cache_rows": ("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", "10000"),
+    "serve_result_cache_mb": ("LAKEHOUSE_SERVE_RESULT_CACHE_MB", "256"),
     "serve_max_rows": ("LAKEHOUSE_SERVE_MAX_ROWS", "1000000"),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
@@ -298,6 +299,8 @@ class Settings:
     serve_query_timeout: int = 600
     # The most rows of a query result the endpoint keeps for the same query on the same snapshots (0: none kept).
     serve_result_cache_rows: int = 10000
+    # The most memory the endpoint's kept results take in all (MiB; a result over an eighth of it is not kept).
+    serve_result_cache_mb: int = 256
     # The most rows a client may fetch of one result from the endpoint; past them, an error (0: no limit).
     serve_max_rows: int = 1_000_000
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
@@ -348,6 +351,7 @@ class Settings:
             "serve_port": _port("LAKEHOUSE_SERVE_PORT", raw["serve_port"]),
             "serve_query_timeout": _seconds("LAKEHOUSE_SERVE_QUERY_TIMEOUT", raw["serve_query_timeout"]),
             "serve_result_cache_rows": _count("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", raw["serve_result_cache_rows"]),
+            "serve_result_cache_mb": _count("LAKEHOUSE_SERVE_RESULT_CACHE_MB", raw["serve_result_cache_mb"]),
             "serve_max_rows": _count("LAKEHOUSE_SERVE_MAX_ROWS", raw["serve_max_rows"]),
         }
         values.update(overrides)
@@ -377,8 +381,9 @@ class Settings:
             "serve": f"{self.serve_host}:{self.serve_port}",
             "serve_catalog": CatalogUri.parse(self.serve_catalog_uri).display if self.serve_catalog_uri else "",
             "serve_query_timeout": f"{self.serve_query_timeout} s" if self.serve_query_timeout else "none",
-            "serve_result_cache": (f"results of up to {self.serve_result_cache_rows:,} rows"
-                                   if self.serve_result_cache_rows else "off"),
+            "serve_result_cache": (f"results of up to {self.serve_result_cache_rows:,} rows, "
+                                   f"{self.serve_result_cache_mb} MiB in all"
+                                   if self.serve_result_cache_rows and self.serve_result_cache_mb else "off"),
             "serve_max_rows": f"{self.serve_max_rows:,}" if self.serve_max_rows else "no limit",
         }
 

@@ -2,11 +2,13 @@
 (HiveServer2's protocol) on the same catalog and settings as the assets.
 
 It only reads, by construction: every statement passes the session extension ReadOnlySql (runtime/java) after
-analysis and before it runs, which lets queries, SHOW, DESCRIBE, EXPLAIN and USE through and refuses every write
-or change before a file is written; SQL on raw files is off; the catalog is opened read-only where the catalog
-database allows it (SQLite) and the tables' files are read with the read-only S3 identity analysts' SQL uses
-(LAKEHOUSE_SQL_S3_ACCESS_KEY) when one is set. Raw tables (bronze, quarantines, the ingest log) are refused
-unless LAKEHOUSE_SQL_RAW=1, as for `lakehouse sql`. Every query reads each table's current snapshot (the
+analysis and before it runs, which allows what reading is made of by name (runtime/java/lakehouse/read-policy.tsv:
+plan nodes, commands, functions, settings) and refuses everything else before a file is written; what a session
+sends when it opens passes the same list (GuardedSessions); variable substitution and SQL on raw files are off;
+the catalog is opened read-only where the catalog database allows it (SQLite) and the tables' files are read with
+the read-only S3 identity analysts' SQL uses (LAKEHOUSE_SQL_S3_ACCESS_KEY) when one is set; the server's JVM starts
+with an environment of its own, without the pipeline's keys. Raw tables (bronze, quarantines, the ingest log) are
+refused unless LAKEHOUSE_SQL_RAW=1, as for `lakehouse sql`. Every query reads each table's current snapshot (the
 catalog keeps no cached metadata), so a commit by a run or the stream shows in the next query.
 """
 
@@ -27,6 +29,12 @@ from pathlib import Path
 from .duckdb_sql import declared_raw, looks_raw, read_only_settings
 from .errors import LakehouseError
 from .runtime.java_jar import EXTENSION_CLASS, PASSWORD_CLASS
+
+# What of its environment the endpoint's JVM is started with: what a JVM and Spark need to start, nothing else
+# (no key, password or credential of the pipeline's: the endpoint's settings reach Spark as its configuration).
+KEPT_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+                    "JAVA_HOME", "SPARK_HOME", "SPARK_LOCAL_IP", "XDG_CACHE_HOME", "LAKEHOUSE_JVM_ARCHIVE")
+PASSWORD_ITERATIONS = 600_000  # PBKDF2-SHA256, as current guidance asks
 from .runtime.spark import ICEBERG_EXTENSIONS, spark_conf
 from .settings import Settings
 
@@ -62,7 +70,11 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
         "spark.sql.extensions": f"{ICEBERG_EXTENSIONS},{EXTENSION_CLASS}",
         "spark.lakehouse.serve.raw": str(settings.sql_raw).lower(),
         "spark.lakehouse.serve.exposed": ",".join(exposed_raw_looking(settings)),
+        "spark.lakehouse.serve.catalog": settings.catalog_name,
         "spark.sql.runSQLOnFiles": "false",
+        "spark.sql.variable.substitute": "false",  # no ${env:...}, ${system:...} or ${spark...} in a statement
+        # Every connection signs in through the users file (PasswordFile): a user added while it runs counts.
+        "spark.hadoop.hive.server2.authentication": "CUSTOM",
         f"{catalog}.default-namespace": settings.namespace,
         "spark.hadoop.hive.server2.thrift.bind.host": endpoint.host,
         "spark.hadoop.hive.server2.thrift.port": str(endpoint.port),
@@ -70,8 +82,6 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
         "spark.sql.thriftServer.incrementalCollect": "true",
         "spark.ui.enabled": "false",
     }
-    if users_file(settings).exists():  # sign-in with a password from the endpoint's users file
-        conf["spark.hadoop.hive.server2.authentication"] = "CUSTOM"
     if settings.catalog.kind == "sqlite":
         conf[f"{catalog}.jdbc.open_mode"] = "1"  # SQLITE_OPEN_READONLY: the catalog database cannot change
     # The jars on the driver's own class path too: a client's session, when it closes, closes the class loader
@@ -90,23 +100,30 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
                              f"add a user first (lakehouse serve --add-user NAME writes {users})")
     if answers(endpoint, timeout_s=0.5):
         raise LakehouseError(f"something already answers on {endpoint.host}:{endpoint.port}")
-    spark = get_spark(endpoint_settings(settings, endpoint))
+    endpoint_conf = endpoint_settings(settings, endpoint)
+    kept = {name: value for name, value in os.environ.items() if name in KEPT_ENVIRONMENT}
+    os.environ.clear()  # the JVM started next inherits only what it needs
+    os.environ.update(kept)
+    spark = get_spark(endpoint_conf)
     jvm = spark._jvm
     assert jvm is not None  # a session started in this process
     logs = settings.home / "serve"
     logs.mkdir(parents=True, exist_ok=True)
     system = jvm.java.lang.System
     system.setProperty("derby.stream.error.file", str(logs / "derby.log"))  # the server's scratch
-    if users.exists():  # Hive's sign-in reads a HiveConf of its own, which takes system properties
-        system.setProperty("hive.server2.authentication", "CUSTOM")
-        system.setProperty("hive.server2.custom.authentication.class", PASSWORD_CLASS)
-        system.setProperty("lakehouse.serve.password.file", str(users))
+    # Hive's sign-in reads a HiveConf of its own, which takes system properties; no client can set one.
+    system.setProperty("hive.server2.authentication", "CUSTOM")
+    system.setProperty("hive.server2.custom.authentication.class", PASSWORD_CLASS)
+    jvm.lakehouse.PasswordFile.configure(str(users), _loopback(endpoint.host))
     if settings.serve_query_timeout:
         jvm.lakehouse.QueryTimeout.install(spark.sparkContext._jsc.sc(), settings.serve_query_timeout)
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext())
-    # JDBC's table tree from the lakehouse's catalog, the cache of query results and the limit on a result's rows
-    jvm.lakehouse.CatalogMetadata.install(server, settings.serve_result_cache_rows, settings.serve_max_rows)
+    # JDBC's table tree from the lakehouse's catalog, the cache of query results and the limit on a result's rows;
+    # then what a session sends when it opens passes the read-only list
+    jvm.lakehouse.CatalogMetadata.install(server, settings.serve_result_cache_rows,
+                                          settings.serve_result_cache_mb * 1024 * 1024, settings.serve_max_rows)
+    jvm.lakehouse.GuardedSessions.install(server)
     deadline = time.monotonic() + 120
     while not answers(endpoint, timeout_s=1):
         if time.monotonic() > deadline:
@@ -143,7 +160,7 @@ def users_file(settings: Settings) -> Path:
     return settings.home / "secrets" / "sql-endpoint-users"
 
 
-def add_user(path: Path, name: str, password: str, iterations: int = 210_000) -> None:
+def add_user(path: Path, name: str, password: str, iterations: int = PASSWORD_ITERATIONS) -> None:
     """Add a user (or change their password) in the users file, as PasswordFile.java reads it: the password
     kept as PBKDF2-SHA256 with a random salt. The file is written whole and renamed into place, readable by its
     owner only."""

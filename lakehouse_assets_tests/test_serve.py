@@ -34,6 +34,7 @@ BEELINE = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]
 pytestmark = pytest.mark.slow  # an endpoint in a JVM of its own
 
 QUERY_TIMEOUT = 10  # the module's endpoint's limit on a query (s)
+CANARY = f"canary-{uuid.uuid4().hex}"  # a secret in the environment `lakehouse serve` is started with
 CACHE_ROWS = 5  # the largest result the module's endpoint keeps: the events table has more rows
 MAX_ROWS = 50  # the most rows a client may fetch of a result from the module's endpoint
 
@@ -53,7 +54,8 @@ def served(lake_settings, tmp_path_factory):
            "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SERVE_PORT": str(port),
            "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1",
            "LAKEHOUSE_SERVE_QUERY_TIMEOUT": str(QUERY_TIMEOUT), "LAKEHOUSE_SERVE_RESULT_CACHE_ROWS": str(CACHE_ROWS),
-           "LAKEHOUSE_SERVE_MAX_ROWS": str(MAX_ROWS)}
+           "LAKEHOUSE_SERVE_MAX_ROWS": str(MAX_ROWS), "LAKEHOUSE_SERVE_RESULT_CACHE_MB": "1",
+           "LAKEHOUSE_FUZZ_CANARY": CANARY, "LAKEHOUSE_PII_KEY": CANARY}
     with endpoint(env, tmp / "serve.log"):
         yield {"settings": settings, "port": port, "env": env, "per_day": per_day, "snapshots": snapshots,
                "catalog": catalog, "log": tmp / "serve.log"}
@@ -75,8 +77,15 @@ def endpoint(env: dict, log: Path):
         server.wait(timeout=60)
 
 
-def _cursor(served):
-    return hive.connect(host="127.0.0.1", port=served["port"], database=served["settings"].namespace).cursor()
+def _cursor(served, **configuration):
+    return hive.connect(host="127.0.0.1", port=served["port"], database=served["settings"].namespace,
+                        configuration=configuration or None).cursor()
+
+
+def _refusal(error: BaseException) -> str:
+    """What the endpoint said when it refused (a statement's or a session's status)."""
+    status = getattr(error.args[0], "status", None) if error.args else None
+    return status.errorMessage if status is not None else str(error)
 
 
 def _rows(served, sql: str) -> list[tuple]:
@@ -177,7 +186,7 @@ def test_every_write_and_change_is_refused_and_the_lake_is_left_as_it_was(served
         "SET spark.sql.runSQLOnFiles=true": "setting spark.sql.runSQLOnFiles",
         "SET spark.sql.thriftServer.incrementalCollect=false": "setting spark.sql.thriftServer.incrementalCollect",
         "SET spark.sql.thriftServer.queryTimeout=0": "setting spark.sql.thriftServer.queryTimeout",
-        "SELECT reflect('java.lang.System', 'exit', 0)": "calling Java methods",
+        "SELECT reflect('java.lang.System', 'exit', 0)": "reflect calls a Java method",
     }
     cursor = _cursor(served)
     for statement, named in statements.items():
@@ -197,6 +206,115 @@ def test_every_write_and_change_is_refused_and_the_lake_is_left_as_it_was(served
     cursor.execute("DESCRIBE events")
     assert [r[0] for r in cursor.fetchall()][:5] == ["event_id", "ts", "user_id", "kind", "amount"]
     assert _rows(served, "SELECT count(*) FROM events") == [(sum(map(len, served["per_day"].values())),)]
+
+
+def _jvm_environment(served) -> str:
+    """The environment of the endpoint's JVM (the process started with its Thrift port in its settings)."""
+    wanted = f"hive.server2.thrift.port={served['port']}"
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and wanted in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                return (proc / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+    raise AssertionError(f"no JVM with {wanted}")
+
+
+def test_what_reading_is_not_made_of_is_refused_by_name_before_it_runs(served, tmp_path):
+    """The analyst's ways out of a query that a list of writes missed: a script, a file relation, a raw table's
+    description, a function that reaches out of the JVM, the server's settings read or bounds passed."""
+    settings = served["settings"]
+    warehouse = settings.local_path(settings.warehouse)
+    before = _hashes(warehouse, Path(settings.catalog.path))
+    probe = tmp_path / "probe"
+    statements = {
+        f"SELECT TRANSFORM(1) USING 'touch {probe}' AS (line STRING)": "ScriptTransformation: runs a process",
+        f"SELECT TRANSFORM(event_id) USING 'touch {probe}' FROM events": "ScriptTransformation",
+        "DESCRIBE TABLE EXTENDED bronze_events": "bronze_events holds raw data",
+        "DESCRIBE bronze_events_quarantine": "bronze_events_quarantine holds raw data",
+        "SHOW CREATE TABLE bronze_events": "bronze_events holds raw data",
+        "SHOW TBLPROPERTIES bronze_events": "bronze_events holds raw data",
+        "SHOW COLUMNS IN bronze_events": "bronze_events holds raw data",
+        "LIST JARS": "ListJarsCommand",
+        "SELECT java_method('java.lang.System', 'getenv', 'LAKEHOUSE_FUZZ_CANARY')": "function java_method or reflect calls",
+        "SELECT xpath_string('<a>x</a>', 'a')": "function xpath_string parses XML",
+        "SET": "SET lists every setting",
+        "SET -v": "may not be read",
+        f"SET spark.sql.catalog.{settings.catalog_name}.uri": "may not be read",
+        "SET spark.lakehouse.serve.raw=true": "may not be changed",
+        "SET spark.sql.variable.substitute=true": "may not be changed",
+        "SET spark.sql.shuffle.partitions=100000": "takes a whole number from 1 64",
+    }
+    cursor = _cursor(served)
+    for statement, named in statements.items():
+        with pytest.raises(hive.OperationalError) as refused:
+            cursor.execute(statement)
+        assert "refused: " in _refusal(refused.value) and named in _refusal(refused.value), (statement,
+                                                                                            _refusal(refused.value))
+    assert not probe.exists() and _hashes(warehouse, Path(settings.catalog.path)) == before
+    # Variables are not substituted: the text is the text, no environment variable's value.
+    assert _rows(served, "SELECT '${env:LAKEHOUSE_FUZZ_CANARY}', '${system:user.dir}'") == [
+        ("${env:LAKEHOUSE_FUZZ_CANARY}", "${system:user.dir}")]
+    # The endpoint's JVM holds none of the pipeline's keys: started with an environment of its own.
+    environment = _jvm_environment(served)
+    assert CANARY not in environment and "LAKEHOUSE_PII_KEY" not in environment and "PATH=" in environment
+    # Reading goes on: a setting on the list within its bounds, a query over functions the list allows.
+    cursor.execute("SET spark.sql.shuffle.partitions=3")
+    assert _rows(served, "SELECT kind, count(*), max(upper(kind)), sum(amount) FROM events GROUP BY kind "
+                         "ORDER BY kind LIMIT 1")
+
+
+def test_a_session_cannot_reconfigure_the_server_when_it_opens(served):
+    """HiveServer2 applies a session's opening settings itself, past SET: each passes the same list here."""
+    namespace = served["settings"].namespace
+    openings = {
+        "set:hiveconf:spark.sql.runSQLOnFiles": ("true", "setting spark.sql.runSQLOnFiles may not be changed"),
+        "set:hiveconf:spark.lakehouse.serve.raw": ("true", "setting spark.lakehouse.serve.raw may not"),
+        "set:hivevar:spark.lakehouse.serve.exposed": ("bronze_events", "setting spark.lakehouse.serve.exposed"),
+        "set:system:hive.server2.custom.authentication.class": (
+            "org.apache.hive.service.auth.AnonymousAuthenticationProviderImpl", "may not open with set:system:"),
+        "set:env:PATH": ("/tmp", "may not open with set:env:PATH"),
+        "hive.server2.proxy.user": ("root", "may not open with hive.server2.proxy.user"),
+        "use:database": (f"{namespace}; DROP TABLE events", "a session's database is a namespace's name"),
+        "set:hiveconf:spark.sql.shuffle.partitions": ("100000", "takes a whole number from 1 64"),
+    }
+    for key, (value, said) in openings.items():
+        with pytest.raises(hive.OperationalError) as refused:
+            _cursor(served, **{key: value})
+        assert "refused: " in _refusal(refused.value) and said in _refusal(refused.value), (key, _refusal(
+            refused.value))
+    # A JDBC URL's settings are sent the same way (beeline, DBeaver): refused as well.
+    done = subprocess.run([str(BEELINE), "-u", f"jdbc:hive2://127.0.0.1:{served['port']}/{namespace}"
+                           "?spark.sql.runSQLOnFiles=true", "-e", "SELECT * FROM text.`/etc/passwd`"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode != 0 and "root:" not in done.stdout
+    assert "setting spark.sql.runSQLOnFiles may not be changed" in done.stdout + done.stderr
+    # What the list allows opens, and shows; raw tables stay refused in every session.
+    cursor = _cursor(served, **{"set:hiveconf:spark.sql.shuffle.partitions": "3"})
+    cursor.execute("SET spark.sql.shuffle.partitions")
+    assert cursor.fetchall() == [("spark.sql.shuffle.partitions", "3")]
+    with pytest.raises(hive.OperationalError, match="holds raw data"):
+        cursor.execute("SELECT count(*) FROM bronze_events")
+
+
+def test_work_on_the_driver_is_bounded_by_the_query_time_limit(served):
+    """A regular expression the optimiser folds on the driver backtracks for hours and never looks at an
+    interrupt: the statement's thread is stopped past the limit, and the endpoint answers the next query."""
+    started = time.monotonic()
+    with pytest.raises(hive.OperationalError) as cut:
+        _rows(served, f"SELECT '{'a' * 60}!' rlike '(.*a){{20}}$'")  # C(60, 20) ways to fail
+    assert QUERY_TIMEOUT <= time.monotonic() - started < QUERY_TIMEOUT + 20, _refusal(cut.value)
+    assert f"longer than the SQL endpoint's limit of {QUERY_TIMEOUT} s" in _refusal(cut.value)
+    assert _rows(served, "SELECT count(*) FROM events WHERE kind IS NOT NULL AND event_id > 1")[0][0] > 0
+
+
+def test_the_result_cache_is_bounded_in_bytes_as_well_as_rows(served):
+    """The module's endpoint keeps 1 MiB in all, a result of an eighth of it at most: one wide row is not kept."""
+    wide = "SELECT repeat(kind, 100000) AS wide FROM events WHERE event_id = 100"
+    assert _rows(served, wide) == _rows(served, wide)
+    assert _cache_said(served, wide) == ["miss", "miss"]
+    narrow = "SELECT repeat(kind, 10) AS narrow FROM events WHERE event_id = 100"
+    assert _rows(served, narrow) == _rows(served, narrow) and _cache_said(served, narrow) == ["miss", "hit"]
 
 
 def test_raw_tables_are_refused_however_they_are_named(served):
@@ -294,27 +412,50 @@ def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings
                           timeout=120)
     assert wide.returncode == 2 and "only with sign-in" in wide.stderr, wide.stderr
 
-    added = subprocess.run([LAKEHOUSE, "serve", "--add-user", "ann"], input="correct horse\n", env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert added.returncode == 0, added.stderr
-    users = home / "secrets" / "sql-endpoint-users"
-    assert users.stat().st_mode & 0o777 == 0o600
-    assert "correct horse" not in users.read_text() and users.read_text().startswith("ann:pbkdf2_sha256$")
-
     port = free_port()
     env["LAKEHOUSE_SERVE_PORT"] = str(port)
+    users = home / "secrets" / "sql-endpoint-users"
     with endpoint(env, tmp_path / "serve.log") as said:
-        assert "sign-in with a password" in said
+        assert "sign-in" not in said  # no user yet: on this machine alone, any client
+        anyone = hive.connect(host="127.0.0.1", port=port, database=settings.namespace).cursor()
+        anyone.execute("SELECT 1 + 1")
+        assert anyone.fetchall() == [(2,)]
+
+        # Users added while the endpoint runs: from the next connection on, every client signs in.
+        for name, password in [("ann", "correct horse"), ("cat", "battery staple")]:
+            added = subprocess.run([LAKEHOUSE, "serve", "--add-user", name], input=password + "\n", env=env,
+                                   capture_output=True, text=True, timeout=120)
+            assert added.returncode == 0, added.stderr
+        assert users.stat().st_mode & 0o777 == 0o600
+        assert "correct horse" not in users.read_text() and users.read_text().startswith("ann:pbkdf2_sha256$600000$")
+        with pytest.raises(TTransportException):
+            hive.connect(host="127.0.0.1", port=port, database=settings.namespace)  # no password at all
+
         signed = hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
                               username="ann", password="correct horse").cursor()
         signed.execute("SELECT 1 + 1")
         assert signed.fetchall() == [(2,)]
-        for user, password in [("ann", "wrong horse"), ("bob", "correct horse")]:
+        # A session that asks to switch sign-in off is refused, and sign-in stays on for everyone.
+        with pytest.raises(hive.OperationalError, match="may not open with set:system:"):
+            hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM", username="ann",
+                         password="correct horse", configuration={
+                             "set:system:hive.server2.custom.authentication.class":
+                             "org.apache.hive.service.auth.AnonymousAuthenticationProviderImpl"})
+        for user, password in [("ann", "wrong horse"), ("bob", "correct horse"), ("nobody", "x" * 12)]:
             with pytest.raises(TTransportException):  # the server closes the connection: no session
                 hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
                              username=user, password=password)
+
+        # Failed sign-ins are limited per user: past five a minute, even the right password waits; others not.
+        for _ in range(5):
+            with pytest.raises(TTransportException):
+                hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
+                             username="cat", password="wrong staple")
         with pytest.raises(TTransportException):
-            hive.connect(host="127.0.0.1", port=port, database=settings.namespace)  # no password at all
+            hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
+                         username="cat", password="battery staple")
+        signed.execute("SELECT 2 + 2")  # another user's sessions go on
+        assert signed.fetchall() == [(4,)]
 
         check = subprocess.run([LAKEHOUSE, "serve", "--check"], capture_output=True, text=True, timeout=120,
                                env={**env, "LAKEHOUSE_SERVE_USER": "ann", "LAKEHOUSE_SERVE_PASSWORD": "correct horse"})
@@ -359,3 +500,59 @@ def test_on_a_postgresql_catalog_the_endpoint_reads_as_a_role_that_may_only_read
         cur.execute("UPDATE iceberg_tables SET metadata_location = metadata_location")
     as_reader.close()
     db.close()
+
+
+FUZZ_VARIANTS = os.environ.get("LAKEHOUSE_FUZZ_VARIANTS") == "1"  # `make soak`: every case, with its variants
+
+
+def test_no_statement_or_session_the_fuzzer_makes_writes_runs_a_process_leaks_or_stops_the_endpoint(
+        served, tmp_path, record_property):
+    """Statements and session settings from Spark's grammar, functions and settings (serve_fuzz.py), against the
+    module's endpoint: nothing written (the lake's files and catalog byte-identical, no probe file), no canary
+    from its environment nor a raw table's row in any answer or error, the endpoint answering throughout; and
+    no documented example of a function the list allows refused (the list misses nothing reading needs)."""
+    from .serve_fuzz import corpus, function_examples, spark_settings
+
+    settings = served["settings"]
+    warehouse = settings.local_path(settings.warehouse)
+    before = _hashes(warehouse, Path(settings.catalog.path))
+    probe = tmp_path / "fuzz-probe"
+    cases = corpus(namespace=settings.namespace, catalog=settings.catalog_name, raw_tables=["bronze_events",
+                   "bronze_events_quarantine"], tables=["events", f"{settings.namespace}.users"], probe=probe,
+                   examples=function_examples(), settings=spark_settings(), variants=FUZZ_VARIANTS)
+    policy = Path(__file__).parents[1] / "lakehouse_assets" / "runtime" / "java" / "lakehouse" / "read-policy.tsv"
+    refused_functions = {line.split("\t")[1] for line in policy.read_text().splitlines()
+                         if line.startswith("function\t") and "\trefuse\t" in line}
+    said, wrongly_refused, not_refused, outcomes = [], [], [], {"answered": 0, "refused": 0, "failed": 0}
+    cursor = _cursor(served)
+    for n, case in enumerate(cases):
+        try:
+            current = _cursor(served, **case.session) if case.session else cursor
+            current.execute(case.statement)
+            said.append(repr(current.fetchall()) if current.description else "")
+            outcomes["answered"] += 1
+        except hive.OperationalError as error:
+            message = _refusal(error)
+            said.append(message)
+            outcomes["refused" if "refused: " in message else "failed"] += 1
+            if (case.function and case.function not in refused_functions and "refused: " in message
+                    and case.statement.upper().startswith("SELECT")):
+                wrongly_refused.append((case.statement, message[:300]))
+        except (TTransportException, TypeError, AssertionError) as error:  # PyHive on an odd result; a new session
+            said.append(str(error))
+            outcomes["failed"] += 1
+            cursor = _cursor(served)
+        else:
+            if case.function in refused_functions:
+                not_refused.append(case.statement)
+        if n % 250 == 0:
+            assert _rows(served, "SELECT count(*) FROM events WHERE event_id > 0")[0][0] > 0, case
+    record_property("fuzz", f"{len(cases)} cases: {outcomes}")
+    print(f"fuzzer: {len(cases)} cases tried: {outcomes}")
+    assert len(cases) > 3000 and sum(outcomes.values()) == len(cases) and outcomes["answered"] > 1000
+    assert wrongly_refused == [] and not_refused == [], (wrongly_refused, not_refused)
+    answers = "\n".join(said)
+    assert CANARY not in answers and RAW_ROW["email"] not in answers and RAW_ROW["ip"] not in answers
+    assert not probe.exists() and _hashes(warehouse, Path(settings.catalog.path)) == before
+    assert CANARY not in _jvm_environment(served)
+    assert _rows(served, "SELECT count(*) FROM events WHERE event_id > 0")[0][0] > 0

@@ -28,9 +28,17 @@ LINES_FORMAT = "lakehouse.JsonLines"
 UNSCALED_CLASS = "lakehouse.UnscaledDigits"
 
 
+def _root() -> Path:
+    return Path(str(resources.files("lakehouse_assets.runtime").joinpath("java")))
+
+
 def _sources() -> list[Path]:
-    root = Path(str(resources.files("lakehouse_assets.runtime").joinpath("java")))
-    return sorted(root.rglob("*.java"))
+    return sorted(_root().rglob("*.java"))
+
+
+def _resources() -> list[Path]:
+    """Files the classes read from the jar (the SQL endpoint's read-only list)."""
+    return sorted(_root().rglob("*.tsv"))
 
 
 @functools.cache  # every Spark session's settings ask for it; the sources do not change while a process runs
@@ -39,7 +47,7 @@ def jar_file() -> Path:
     import pyspark
 
     digest = hashlib.sha256(pyspark.__version__.encode())
-    for source in _sources():
+    for source in [*_sources(), *_resources()]:
         digest.update(source.name.encode() + source.read_bytes())
     return _folder() / f"lakehouse-java-{digest.hexdigest()[:16]}.jar"
 
@@ -71,6 +79,8 @@ def build() -> Path:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
             for path in sorted(classes.rglob("*.class")):
                 jar.write(path, path.relative_to(classes).as_posix())
+            for path in _resources():
+                jar.write(path, path.relative_to(_root()).as_posix())
         os.replace(partial, target)
     return target
 

@@ -96,6 +96,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                 setState(OperationState.RUNNING);
             }
             context.sparkContext().setJobGroup(statementId(), statement, true);
+            QueryTimeout.atWork(statementId());
             String how = "hit";
             ResultCache.Entry kept = cache.get(key);
             if (kept == null) {
@@ -139,10 +140,12 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                     // the state moved on meanwhile
                 }
                 Throwable cause = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+                String late = QueryTimeout.expired(statementId());
                 throw CachedStatement.<RuntimeException>raise(cause instanceof HiveSQLException ? cause
-                    : new HiveSQLException("Error running query: " + cause, cause));
+                    : new HiveSQLException(late != null ? late : "Error running query: " + cause, cause));
             }
         } finally {
+            QueryTimeout.done();
             context.sparkContext().clearJobGroup();
         }
     }
@@ -161,7 +164,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
             return null;
         }
         ResultCache.Entry entry = new ResultCache.Entry(schema, List.copyOf(first));
-        if (key != null) {
+        if (key != null && cache.keeps(entry)) {
             cache.put(key, entry);
         }
         return entry;
@@ -175,7 +178,13 @@ final class CachedStatement extends SparkExecuteStatementOperation {
     @Override
     public TRowSet getNextRowSet(FetchOrientation order, long maxRows) {
         if (!ours) {
-            TRowSet rows = super.getNextRowSet(order, maxRows);
+            TRowSet rows;
+            QueryTimeout.atWork(statementId());
+            try {
+                rows = super.getNextRowSet(order, maxRows);
+            } finally {
+                QueryTimeout.done();
+            }
             fetched = (order == FetchOrientation.FETCH_FIRST ? 0 : fetched) + size(rows);
             if (rowLimit > 0 && fetched > rowLimit) {
                 throw CachedStatement.<RuntimeException>raise(tooLarge());
@@ -187,10 +196,12 @@ final class CachedStatement extends SparkExecuteStatementOperation {
             public TRowSet apply() {
                 try {
                     context.sparkContext().setJobGroup(statementId(), statement, true);
+                    QueryTimeout.atWork(statementId());
                     return rowSet(order, maxRows);
                 } catch (HiveSQLException e) {
                     throw CachedStatement.<RuntimeException>raise(e);
                 } finally {
+                    QueryTimeout.done();
                     context.sparkContext().clearJobGroup();
                 }
             }

@@ -6,7 +6,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.regex.Pattern;
+import java.util.function.Predicate;
 
 import org.apache.hive.service.Service;
 import org.apache.hive.service.cli.CLIService;
@@ -43,17 +43,17 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     private final ResultCache cache;  // null: results are not kept
     private final long rowLimit;
 
-    private CatalogMetadata(int cacheRows, long rowLimit) {
-        this.cache = cacheRows > 0 ? new ResultCache(cacheRows) : null;
+    private CatalogMetadata(int cacheRows, long cacheBytes, long rowLimit) {
+        this.cache = cacheRows > 0 && cacheBytes > 0 ? new ResultCache(cacheRows, cacheBytes) : null;
         this.rowLimit = rowLimit;
     }
 
     /**
      * Put this in place of the started Thrift server's operation manager (before any client has connected):
-     * query results of at most cacheRows rows are kept (ResultCache; none when it is 0), and a client may fetch
+     * query results of at most cacheRows rows are kept, in all at most cacheBytes (ResultCache; none when 0), and a client may fetch
      * at most rowLimit rows of a result (0: no limit).
      */
-    public static void install(HiveThriftServer2 server, int cacheRows, long rowLimit)
+    public static void install(HiveThriftServer2 server, int cacheRows, long cacheBytes, long rowLimit)
             throws ReflectiveOperationException {
         CLIService cli = null;
         for (Service service : server.getServices()) {
@@ -65,7 +65,7 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
             throw new IllegalStateException("the Thrift server has no CLI service");
         }
         SessionManager sessions = cli.getSessionManager();
-        CatalogMetadata manager = new CatalogMetadata(cacheRows, rowLimit);
+        CatalogMetadata manager = new CatalogMetadata(cacheRows, cacheBytes, rowLimit);
         // Spark's manager reads Hive's map of operations from its superclass's field when it is made, which for a
         // subclass is its own (still empty) field: hand it Hive's map.
         Field operations = OperationManager.class.getDeclaredField("handleToOperation");
@@ -126,25 +126,56 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
         return register(new Columns(session, context(session), schema, table, column));
     }
 
-    /** A JDBC search pattern (% any run, _ any one character, \ escapes) as a regular expression; null: all. */
-    static Pattern pattern(String jdbc) {
+    /**
+     * A JDBC search pattern (% or * any run, _ any one character, \\ escapes) as a test of a name, ignoring case;
+     * null or empty: all. Matched in time proportional to the pattern's length times the name's (no regular
+     * expression: a client's pattern of many runs cannot make it backtrack without end).
+     */
+    static Predicate<String> pattern(String jdbc) {
         if (jdbc == null || jdbc.isEmpty() || jdbc.equals("*")) {
-            return Pattern.compile(".*");
+            return name -> true;
         }
-        StringBuilder regex = new StringBuilder();
+        StringBuilder tokens = new StringBuilder();  // '\u0001' any run, '\u0002' any one, else the character
         for (int i = 0; i < jdbc.length(); i++) {
             char c = jdbc.charAt(i);
             if (c == '\\' && i + 1 < jdbc.length()) {
-                regex.append(Pattern.quote(String.valueOf(jdbc.charAt(++i))));
+                tokens.append(Character.toLowerCase(jdbc.charAt(++i)));
             } else if (c == '%' || c == '*') {
-                regex.append(".*");
+                tokens.append('\u0001');
             } else if (c == '_') {
-                regex.append('.');
+                tokens.append('\u0002');
             } else {
-                regex.append(Pattern.quote(String.valueOf(c)));
+                tokens.append(Character.toLowerCase(c));
             }
         }
-        return Pattern.compile(regex.toString(), Pattern.CASE_INSENSITIVE);
+        String wanted = tokens.toString();
+        return name -> glob(wanted, name.toLowerCase(Locale.ROOT));
+    }
+
+    private static boolean glob(String pattern, String name) {
+        int p = 0;
+        int n = 0;
+        int star = -1;  // the pattern's position after its last run, and where in the name that run now ends
+        int resume = 0;
+        while (n < name.length()) {
+            if (p < pattern.length() && (pattern.charAt(p) == '\u0002'
+                    || (pattern.charAt(p) != '\u0001' && pattern.charAt(p) == name.charAt(n)))) {
+                p++;
+                n++;
+            } else if (p < pattern.length() && pattern.charAt(p) == '\u0001') {
+                star = ++p;
+                resume = n;
+            } else if (star >= 0) {
+                p = star;
+                n = ++resume;
+            } else {
+                return false;
+            }
+        }
+        while (p < pattern.length() && pattern.charAt(p) == '\u0001') {
+            p++;
+        }
+        return p == pattern.length();
     }
 
     static String quoted(String name) {
@@ -152,11 +183,11 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     }
 
     static List<String> namespaces(SQLContext context, String schemaPattern) {
-        Pattern wanted = pattern(schemaPattern);
+        Predicate<String> wanted = pattern(schemaPattern);
         List<String> out = new ArrayList<>();
         for (Row row : context.sql("SHOW NAMESPACES").collectAsList()) {
             String name = row.getString(0);
-            if (wanted.matcher(name).matches()) {
+            if (wanted.test(name)) {
                 out.add(name);
             }
         }
@@ -164,12 +195,12 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     }
 
     static List<String> tables(SQLContext context, String namespace, String tablePattern) {
-        Pattern wanted = pattern(tablePattern);
+        Predicate<String> wanted = pattern(tablePattern);
         List<String> out = new ArrayList<>();
         // The endpoint's SHOW TABLES: the names alone, without the raw tables this reader may not read.
         for (Row row : context.sql("SHOW TABLES IN " + quoted(namespace)).collectAsList()) {
             String name = row.getString(0);
-            if (wanted.matcher(name).matches()) {
+            if (wanted.test(name)) {
                 out.add(name);
             }
         }
@@ -261,12 +292,12 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
         public void runInternal() throws HiveSQLException {
             setState(OperationState.RUNNING);
             try {
-                Pattern wanted = pattern(column);
+                Predicate<String> wanted = pattern(column);
                 for (String namespace : namespaces(context, schema)) {
                     for (String name : tables(context, namespace, table)) {
                         StructField[] fields = context.table(quoted(namespace) + "." + quoted(name)).schema().fields();
                         for (int i = 0; i < fields.length; i++) {
-                            if (wanted.matcher(fields[i].name()).matches()) {
+                            if (wanted.test(fields[i].name())) {
                                 rowSet.addRow(row(namespace, name, fields[i], i + 1));
                             }
                         }

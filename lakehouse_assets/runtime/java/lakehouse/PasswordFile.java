@@ -3,50 +3,127 @@ package lakehouse;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.security.GeneralSecurityException;
 import java.security.MessageDigest;
+import java.security.SecureRandom;
+import java.util.ArrayDeque;
 import java.util.Base64;
+import java.util.Deque;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
+import javax.crypto.Mac;
 import javax.crypto.SecretKeyFactory;
 import javax.crypto.spec.PBEKeySpec;
+import javax.crypto.spec.SecretKeySpec;
 import javax.security.sasl.AuthenticationException;
 
 import org.apache.hive.service.auth.PasswdAuthenticationProvider;
 
 /**
- * The SQL endpoint's users and passwords: the file named by the system property lakehouse.serve.password.file,
- * one user a line as `name:pbkdf2_sha256$iterations$salt$hash` (salt and hash in base64), written by
- * `lakehouse serve --add-user`. Read at each sign-in, so a user added or removed counts at once.
+ * The SQL endpoint's sign-in: every connection is decided here, from the users file, read at each sign-in, so
+ * a user added or removed counts at once. The file has one user a line as `name:pbkdf2_sha256$iterations$salt$hash`
+ * (salt and hash in base64), written by `lakehouse serve --add-user` (sql_endpoint.py: add_user). With no user
+ * in it (or no file), an endpoint that listens on this machine alone takes any client, and one that listens
+ * beyond refuses everyone. Where the file is and which of the two applies are the server's, set when it starts
+ * (configure), never a system property a client could change.
+ *
+ * <p>A user's failed sign-ins are limited: past MAX_FAILURES within WINDOW_MS, their sign-ins are refused without
+ * a look at the password until the window has passed. A successful check is remembered for REMEMBER_MS by a keyed
+ * digest of the name, password and the user's line (a password changed in the file is checked anew), so that a
+ * dashboard opening connections pays the key derivation once, not at each.
  */
 public class PasswordFile implements PasswdAuthenticationProvider {
-    public static final String FILE = "lakehouse.serve.password.file";
+    static final int MAX_FAILURES = 5;
+    static final long WINDOW_MS = 60_000L;
+    static final long REMEMBER_MS = 600_000L;
+
+    private static volatile Path file;
+    private static volatile boolean openWithoutUsers;
+    private static final byte[] KEY = new SecureRandom().generateSeed(32);
+    private static final Map<String, Deque<Long>> FAILURES = new ConcurrentHashMap<>();
+    private static final Map<String, Long> REMEMBERED = new ConcurrentHashMap<>();
+
+    /** Where the users are, and whether anyone may sign in while there are none (an endpoint on loopback). */
+    public static void configure(String path, boolean open) {
+        file = Paths.get(path);
+        openWithoutUsers = open;
+    }
 
     @Override
     public void Authenticate(String user, String password) throws AuthenticationException {
-        String path = System.getProperty(FILE, "");
-        if (path.isEmpty() || user == null || password == null) {
-            throw new AuthenticationException("sign-in refused");
+        Path path = file;
+        if (path == null) {
+            throw new AuthenticationException("sign-in refused: the endpoint has no users file");
         }
         List<String> lines;
         try {
-            lines = Files.readAllLines(Paths.get(path), StandardCharsets.UTF_8);
+            lines = Files.exists(path) ? Files.readAllLines(path, StandardCharsets.UTF_8) : List.of();
         } catch (IOException e) {
             throw new AuthenticationException("sign-in refused: the password file cannot be read");
         }
-        for (String line : lines) {
-            int colon = line.indexOf(':');
-            if (colon <= 0 || !line.substring(0, colon).equals(user)) {
+        String line = null;
+        boolean anyUser = false;
+        for (String candidate : lines) {
+            int colon = candidate.indexOf(':');
+            if (colon <= 0) {
                 continue;
             }
-            String[] parts = line.substring(colon + 1).trim().split("\\$");
-            if (parts.length == 4 && parts[0].equals("pbkdf2_sha256") && matches(password, parts)) {
+            anyUser = true;
+            if (user != null && candidate.substring(0, colon).equals(user)) {
+                line = candidate.substring(colon + 1).trim();
+            }
+        }
+        if (!anyUser) {
+            if (openWithoutUsers) {
                 return;
             }
-            break;
+            throw new AuthenticationException("sign-in refused: the endpoint has no users");
+        }
+        if (user == null || password == null) {
+            throw new AuthenticationException("sign-in refused");
+        }
+        long now = System.currentTimeMillis();
+        Deque<Long> failures = FAILURES.computeIfAbsent(user, name -> new ArrayDeque<>());
+        synchronized (failures) {
+            while (!failures.isEmpty() && now - failures.peekFirst() > WINDOW_MS) {
+                failures.pollFirst();
+            }
+            if (failures.size() >= MAX_FAILURES) {
+                throw new AuthenticationException("sign-in refused for " + user + ": too many failed sign-ins, "
+                    + "try again in a minute");
+            }
+        }
+        String remembered = line == null ? null : digest(user + "\u0000" + password + "\u0000" + line);
+        Long until = remembered == null ? null : REMEMBERED.get(remembered);
+        if (until != null && until > now) {
+            return;
+        }
+        String[] parts = line == null ? new String[0] : line.split("\\$");
+        if (parts.length == 4 && parts[0].equals("pbkdf2_sha256") && matches(password, parts)) {
+            if (REMEMBERED.size() > 10_000) {
+                REMEMBERED.clear();
+            }
+            REMEMBERED.put(remembered, now + REMEMBER_MS);
+            return;
+        }
+        synchronized (failures) {
+            failures.addLast(now);
         }
         throw new AuthenticationException("sign-in refused for " + user);
+    }
+
+    private static String digest(String text) {
+        try {
+            Mac mac = Mac.getInstance("HmacSHA256");
+            mac.init(new SecretKeySpec(KEY, "HmacSHA256"));
+            return Base64.getEncoder().encodeToString(mac.doFinal(text.getBytes(StandardCharsets.UTF_8)));
+        } catch (GeneralSecurityException e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     private static boolean matches(String password, String[] parts) {

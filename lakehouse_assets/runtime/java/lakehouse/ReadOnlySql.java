@@ -9,6 +9,7 @@ import java.util.Set;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.analysis.ResolvedPersistentView;
 import org.apache.spark.sql.catalyst.analysis.ResolvedTable;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Attribute;
@@ -16,14 +17,17 @@ import org.apache.spark.sql.catalyst.expressions.EndsWith;
 import org.apache.spark.sql.catalyst.expressions.EqualTo;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.InheritAnalysisRules;
 import org.apache.spark.sql.catalyst.expressions.Literal$;
 import org.apache.spark.sql.catalyst.expressions.Lower;
 import org.apache.spark.sql.catalyst.expressions.NamedExpression;
 import org.apache.spark.sql.catalyst.expressions.Not;
 import org.apache.spark.sql.catalyst.expressions.Or;
 import org.apache.spark.sql.catalyst.expressions.StartsWith;
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
 import org.apache.spark.sql.catalyst.plans.logical.DescribeRelation;
+import org.apache.spark.sql.catalyst.plans.logical.DeserializeToObject;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
@@ -50,13 +54,15 @@ import scala.runtime.AbstractFunction1;
 import scala.runtime.BoxedUnit;
 
 /**
- * The SQL endpoint's session extension: a check every statement passes after analysis and before it runs, so
- * that nothing is written. Statements that only read (queries, SHOW, DESCRIBE, EXPLAIN, USE, reading a setting
- * or setting one of a few harmless ones) pass; every other command (INSERT, MERGE, UPDATE, DELETE, CREATE, DROP,
- * ALTER, CALL, CACHE, ADD JAR, writes to paths, ...) is refused, as is calling Java methods by reflection. Raw
- * tables (named bronze_* or *_quarantine, as the declaration names them) are refused to every reader, but for
- * those named in spark.lakehouse.serve.exposed (declared tables of other layers named so) and unless
- * spark.lakehouse.serve.raw is true (the engineer's setting).
+ * The SQL endpoint's session extension: a check every statement passes after analysis and before it runs, that
+ * allows what reading is made of, by name (ReadPolicy's list): plan nodes of queries over the lakehouse's
+ * catalog, the commands that show or describe, built-in functions but those that reach out of the query (Java
+ * methods, XML documents), and a few session settings within bounds. Anything else, a kind the list has never
+ * heard of included, is refused before it runs, named in the error. Raw tables (named bronze_* or
+ * *_quarantine, as the declaration names them) are refused to every reader, in a query, a DESCRIBE or a SHOW
+ * alike, but for those named in spark.lakehouse.serve.exposed (declared tables of other layers named so) and
+ * unless spark.lakehouse.serve.raw is true. Both are the server's settings, read from its Spark context's
+ * configuration, never a client's session.
  *
  * <p>SHOW TABLES answers as HiveServer2 does, one column of table names, and without the raw tables a reader
  * may not read: clients of the protocol (PyHive's SQLAlchemy dialect, and through it Superset) take a table's
@@ -68,21 +74,7 @@ import scala.runtime.BoxedUnit;
 public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
     public static final String RAW = "spark.lakehouse.serve.raw";
     public static final String EXPOSED = "spark.lakehouse.serve.exposed";
-
-    static final Set<String> READING_COMMANDS = new HashSet<>(Arrays.asList(
-        "ShowTables", "ShowTablesExtended", "ShowTablesCommand", "ShowNamespaces", "ShowViews", "ShowViewsCommand",
-        "ShowColumns", "ShowColumnsCommand", "ShowTableProperties", "ShowTablePropertiesCommand",
-        "ShowCreateTable", "ShowCreateTableCommand", "ShowPartitions", "ShowPartitionsCommand", "ShowFunctions",
-        "ShowFunctionsCommand", "ShowCatalogsCommand", "ShowCurrentNamespace", "ShowCurrentNamespaceCommand",
-        "DescribeRelation", "DescribeTableCommand", "DescribeColumn", "DescribeColumnCommand",
-        "DescribeNamespace", "DescribeDatabaseCommand", "DescribeFunction", "DescribeFunctionCommand",
-        "DescribeQueryCommand", "ExplainCommand", "SetCatalogAndNamespace", "SetCatalogCommand",
-        "SetNamespaceCommand", "ResetCommand"));
-
-    // Session settings a client may change: how results look and are computed, never where data is.
-    static final String[] SETTABLE = {"spark.sql.session.timezone", "spark.sql.shuffle.partitions",
-        "spark.sql.ansi.", "spark.sql.adaptive.", "spark.scheduler.pool", "spark.sql.thriftserver.scheduler.pool",
-        "spark.sql.legacy.timeparserpolicy", "spark.sql.datetime.java8api.enabled"};
+    public static final String CATALOG = "spark.lakehouse.serve.catalog";
 
     @Override
     public BoxedUnit apply(SparkSessionExtensions extensions) {
@@ -107,18 +99,31 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
         return BoxedUnit.UNIT;
     }
 
+    /** The engineer's setting, the server's own: a client's session cannot change it. */
     static boolean rawVisible(SparkSession session) {
-        return Boolean.parseBoolean(session.conf().get(RAW, "false"));
+        return Boolean.parseBoolean(session.sparkContext().conf().get(RAW, "false"));
+    }
+
+    /** The lakehouse's catalog: the one catalog whose tables a statement may read. */
+    static String catalogName(SparkSession session) {
+        return session.sparkContext().conf().get(CATALOG, "");
     }
 
     static Set<String> exposed(SparkSession session) {
         Set<String> names = new HashSet<>();
-        for (String name : session.conf().get(EXPOSED, "").split(",")) {
+        for (String name : session.sparkContext().conf().get(EXPOSED, "").split(",")) {
             if (!name.trim().isEmpty()) {
                 names.add(name.trim().toLowerCase(Locale.ROOT));
             }
         }
         return names;
+    }
+
+    /** Whether a table of this name holds raw data a reader of this endpoint may not read. */
+    static boolean raw(SparkSession session, String name) {
+        String lower = name.toLowerCase(Locale.ROOT);
+        return !rawVisible(session) && (lower.startsWith("bronze_") || lower.endsWith("_quarantine"))
+            && !exposed(session).contains(lower);
     }
 
     /** SHOW TABLES as the table names alone, the raw ones a reader may not read left out. */
@@ -136,7 +141,7 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
             }
             Attribute name = ((ShowTables) plan).output().apply(1);
             LogicalPlan listed = plan;
-            if (!rawVisible(session)) {
+            if (!rawVisible(session)) {  // the same rule as raw(): bronze_* or *_quarantine, but the exposed
                 Expression lower = new Lower(name);
                 Expression raw = new Or(new StartsWith(lower, Literal$.MODULE$.apply("bronze_")),
                     new EndsWith(lower, Literal$.MODULE$.apply("_quarantine")));
@@ -211,8 +216,14 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
         }
     }
 
+    /**
+     * The check every statement passes after analysis: each node of its plan (subqueries' too) a plan node or
+     * command the list allows, each expression an allowed function's or an analyser's own, each table one of the
+     * lakehouse's catalog that the reader may read, each setting one the list lets a client set, in its bounds.
+     */
     static final class Check extends AbstractFunction1<LogicalPlan, BoxedUnit> {
         private final SparkSession session;
+        private final ReadPolicy policy = ReadPolicy.get();
 
         Check(SparkSession session) {
             this.session = session;
@@ -220,6 +231,7 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
 
         @Override
         public BoxedUnit apply(LogicalPlan plan) {
+            QueryTimeout.statementThread(session);
             visit(plan);
             return BoxedUnit.UNIT;
         }
@@ -228,17 +240,31 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
             String kind = node.getClass().getSimpleName();
             if (node instanceof SetCommand) {
                 checkSetting((SetCommand) node);
-            } else if (node instanceof Command && !READING_COMMANDS.contains(kind)) {
-                throw refused(kind + " is a write or a change: this endpoint only reads");
+            } else if (node instanceof Command) {
+                if (!policy.commands.contains(kind)) {
+                    throw refused(kind + ": " + policy.why("command", kind) + "; this endpoint only reads");
+                }
+            } else if (!policy.plans.contains(kind)) {
+                throw refused(kind + ": " + policy.why("plan", kind) + "; this endpoint only reads tables of "
+                    + "the lakehouse's catalog");
             }
             if (node instanceof DataSourceV2Relation) {
-                Option<Identifier> id = ((DataSourceV2Relation) node).identifier();
-                if (id.isDefined()) {
-                    checkTable(id.get());
+                DataSourceV2Relation relation = (DataSourceV2Relation) node;
+                Option<Identifier> id = relation.identifier();
+                if (id.isEmpty() || relation.catalog().isEmpty()
+                        || !relation.catalog().get().name().equals(catalogName(session))) {
+                    throw refused("a relation outside the lakehouse's catalog (" + relation.name() + ")");
                 }
+                checkTable(id.get());
+            } else if (node instanceof ResolvedTable) {
+                checkTable(((ResolvedTable) node).identifier());
+            } else if (node instanceof ResolvedPersistentView) {
+                checkName(((ResolvedPersistentView) node).identifier().name());
             }
+            // A result read back as rows (collect, toLocalIterator) is analysed again under a DeserializeToObject that
+            // Spark makes from its encoder: SQL cannot write one, and its expressions are the encoder's.
             Iterator<Expression> expressions = node.expressions().iterator();
-            while (expressions.hasNext()) {
+            while (expressions.hasNext() && !(node instanceof DeserializeToObject)) {
                 visitExpression(expressions.next());
             }
             Iterator<LogicalPlan> children = node.children().iterator();
@@ -249,51 +275,51 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
 
         private void visitExpression(Expression expression) {
             String kind = expression.getClass().getSimpleName();
-            if (kind.equals("CallMethodViaReflection")) {
-                throw refused("calling Java methods (reflect, java_method) is not allowed on this endpoint");
+            if (!policy.expressionClasses.contains(kind)) {
+                Set<String> functions = policy.expressionFunction.get(kind);
+                throw refused(functions == null
+                    ? "expression " + kind + " is not on the endpoint's list of what reading is made of"
+                    : "function " + String.join(" or ", functions) + " "
+                        + policy.why("function", functions.iterator().next()));
             }
-            if (expression instanceof org.apache.spark.sql.catalyst.expressions.SubqueryExpression) {
-                visit(((org.apache.spark.sql.catalyst.expressions.SubqueryExpression) expression).plan());
+            if (expression instanceof SubqueryExpression) {
+                visit(((SubqueryExpression) expression).plan());
             }
-            Iterator<Expression> children = expression.children().iterator();
+            // A function written as another (nvl2 as if(isnotnull...)) is decided by its name: its arguments are
+            // checked, the internal expressions it is carried out with are Spark's own.
+            Iterator<Expression> children = expression instanceof InheritAnalysisRules
+                ? ((InheritAnalysisRules) expression).parameters().iterator() : expression.children().iterator();
             while (children.hasNext()) {
                 visitExpression(children.next());
             }
         }
 
         private void checkTable(Identifier id) {
-            if (rawVisible(session)) {
-                return;
-            }
-            Set<String> exposed = exposed(session);
+            checkName(id.name());
             String[] namespace = id.namespace();
-            java.util.List<String> names = new java.util.ArrayList<>();
-            names.add(id.name());
             if (namespace.length > 1) {
-                names.add(namespace[namespace.length - 1]);  // the table of a metadata table (ns.table.files)
+                checkName(namespace[namespace.length - 1]);  // the table of a metadata table (ns.table.files)
             }
-            for (String name : names) {
-                String lower = name.toLowerCase(Locale.ROOT);
-                boolean raw = lower.startsWith("bronze_") || lower.endsWith("_quarantine");
-                if (raw && !exposed.contains(lower)) {
-                    throw refused("table " + name + " holds raw data and is not exposed on this endpoint "
-                        + "(an engineer's endpoint exposes it: LAKEHOUSE_SQL_RAW=1)");
-                }
+        }
+
+        private void checkName(String name) {
+            if (raw(session, name)) {
+                throw refused("table " + name + " holds raw data and is not exposed on this endpoint "
+                    + "(an engineer's endpoint exposes it: LAKEHOUSE_SQL_RAW=1)");
             }
         }
 
         private void checkSetting(SetCommand command) {
             Option<Tuple2<String, Option<String>>> kv = command.kv();
-            if (kv.isEmpty() || kv.get()._2().isEmpty()) {
-                return;  // SET, SET -v, SET key: reading settings
+            if (kv.isEmpty()) {
+                throw refused("SET lists every setting of the server, its credentials too: ask for one setting "
+                    + "by name");
             }
-            String key = kv.get()._1().toLowerCase(Locale.ROOT);
-            for (String allowed : SETTABLE) {
-                if (key.equals(allowed) || (allowed.endsWith(".") && key.startsWith(allowed))) {
-                    return;
-                }
+            String key = kv.get()._1();
+            String why = policy.settingRefused(key, kv.get()._2().isEmpty() ? null : kv.get()._2().get());
+            if (why != null && (kv.get()._2().isDefined() || why.startsWith("setting " + key + " may not"))) {
+                throw refused(kv.get()._2().isDefined() ? why : why.replace("may not be changed", "may not be read"));
             }
-            throw refused("setting " + kv.get()._1() + " may not be changed on this endpoint");
         }
     }
 

@@ -35,7 +35,7 @@ import scala.collection.JavaConverters;
  * query would compute now, and the next commit to any table read (a run, the stream, a forget, a rollback)
  * leaves it unreachable. Only queries are cached, and only when nothing in them depends on anything else:
  * every table an Iceberg table (or literal rows), no nondeterministic function, no current time, date or user.
- * A result of more rows than the limit is not kept. Clients asking the same uncached query at once share one
+ * A result of more rows than the limit, or larger than an eighth of the bytes the cache may hold, is not kept. Clients asking the same uncached query at once share one
  * computation. Entries are dropped least recently used first beyond the bounds.
  */
 public final class ResultCache {
@@ -46,22 +46,67 @@ public final class ResultCache {
     static final class Entry {
         final StructType schema;
         final List<Row> rows;
+        final long bytes;  // about what the rows take in memory
 
         Entry(StructType schema, List<Row> rows) {
             this.schema = schema;
             this.rows = rows;
+            long bytes = 64;
+            for (Row row : rows) {
+                bytes += 16 + size(row);
+            }
+            this.bytes = bytes;
         }
+    }
+
+    /** About the bytes a value takes in memory: what bounds the cache, however wide or long the rows. */
+    static long size(Object value) {
+        if (value == null) {
+            return 8;
+        }
+        if (value instanceof String) {
+            return 40 + 2L * ((String) value).length();
+        }
+        if (value instanceof byte[]) {
+            return 16 + ((byte[]) value).length;
+        }
+        if (value instanceof Row) {
+            long bytes = 16;
+            Row row = (Row) value;
+            for (int i = 0; i < row.length(); i++) {
+                bytes += size(row.get(i));
+            }
+            return bytes;
+        }
+        if (value instanceof scala.collection.Iterable) {
+            long bytes = 16;
+            scala.collection.Iterator<?> items = ((scala.collection.Iterable<?>) value).iterator();
+            while (items.hasNext()) {
+                Object item = items.next();
+                bytes += item instanceof scala.Tuple2
+                    ? size(((scala.Tuple2<?, ?>) item)._1()) + size(((scala.Tuple2<?, ?>) item)._2()) : size(item);
+            }
+            return bytes;
+        }
+        return 24;
     }
 
     final int maxRows;  // the most rows a kept result has
     final long maxTotalRows;  // the most rows kept in all
+    final long maxBytes;  // the most bytes kept in all (a kept result takes at most an eighth of it)
     private long totalRows;
+    private long totalBytes;
     private final LinkedHashMap<String, Entry> entries = new LinkedHashMap<>(64, 0.75f, true);
     final Map<String, CompletableFuture<Entry>> computing = new ConcurrentHashMap<>();
 
-    public ResultCache(int maxRows) {
+    public ResultCache(int maxRows, long maxBytes) {
         this.maxRows = maxRows;
         this.maxTotalRows = Math.max(20L * maxRows, 200_000L);
+        this.maxBytes = maxBytes;
+    }
+
+    boolean keeps(Entry entry) {
+        return entry.bytes <= maxBytes / 8;
     }
 
     synchronized Entry get(String key) {
@@ -71,9 +116,12 @@ public final class ResultCache {
     synchronized void put(String key, Entry entry) {
         Entry old = entries.put(key, entry);
         totalRows += entry.rows.size() - (old == null ? 0 : old.rows.size());
+        totalBytes += entry.bytes - (old == null ? 0 : old.bytes);
         Iterator<Map.Entry<String, Entry>> eldest = entries.entrySet().iterator();
-        while ((totalRows > maxTotalRows || entries.size() > 4096) && eldest.hasNext()) {
-            totalRows -= eldest.next().getValue().rows.size();
+        while ((totalRows > maxTotalRows || totalBytes > maxBytes || entries.size() > 4096) && eldest.hasNext()) {
+            Entry dropped = eldest.next().getValue();
+            totalRows -= dropped.rows.size();
+            totalBytes -= dropped.bytes;
             eldest.remove();
         }
     }
