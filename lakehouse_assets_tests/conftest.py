@@ -22,7 +22,7 @@ from lakehouse_assets.settings import CatalogUri, Settings
 from lakehouse_services.s3server import SeaweedS3
 
 # Tests choose their own settings; a developer's LAKEHOUSE_* variables must not leak in.
-_TEST_SETTINGS = ("LAKEHOUSE_TEST_PG_DSN", "LAKEHOUSE_SOAK_SCALE", "LAKEHOUSE_RELIABILITY_FIGURES")
+_TEST_SETTINGS = ("LAKEHOUSE_TEST_PG_DSN", "LAKEHOUSE_SOAK_SCALE", "LAKEHOUSE_RELIABILITY_FIGURES", "LAKEHOUSE_FUZZ_VARIANTS")
 for _var in [v for v in os.environ if v.startswith("LAKEHOUSE_") and v not in _TEST_SETTINGS]:
     del os.environ[_var]
 

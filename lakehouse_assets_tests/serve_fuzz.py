@@ -68,6 +68,8 @@ STATEMENTS = [
     "SELECT * FROM {t} LATERAL VIEW explode(array(1, 2)) x AS y", "SELECT * FROM {t}.snapshots",
     "SELECT * FROM {t}.files", "SELECT * FROM {t} VERSION AS OF 1", "SELECT * FROM IDENTIFIER('{t}')",
     "SELECT '${{env:LAKEHOUSE_FUZZ_CANARY}}'", "SELECT '${{system:user.dir}}'", "SELECT '${{hiveconf:user.name}}'",
+    "SELECT '${{spark:spark.lakehouse.fuzz.held}}'", "SELECT '${{sparkconf:spark.lakehouse.fuzz.held}}'",
+    "SELECT '${{spark.lakehouse.fuzz.held}}'", "SET spark.lakehouse.fuzz.held", "SET", "SET -v",
     "SELECT reflect('java.lang.System', 'getenv', 'LAKEHOUSE_FUZZ_CANARY')",
     "SELECT java_method('java.lang.Runtime', 'getRuntime')", "SELECT xpath('<a>1</a>', 'a')",
     "SELECT input_file_name() FROM {t}", "SELECT * FROM range(3)", "SELECT * FROM sql_keywords()",
