@@ -29,14 +29,14 @@ from pathlib import Path
 from .duckdb_sql import declared_raw, looks_raw, read_only_settings
 from .errors import LakehouseError
 from .runtime.java_jar import EXTENSION_CLASS, PASSWORD_CLASS
+from .runtime.spark import ICEBERG_EXTENSIONS, spark_conf
+from .settings import Settings
 
 # What of its environment the endpoint's JVM is started with: what a JVM and Spark need to start, nothing else
 # (no key, password or credential of the pipeline's: the endpoint's settings reach Spark as its configuration).
 KEPT_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
                     "JAVA_HOME", "SPARK_HOME", "SPARK_LOCAL_IP", "XDG_CACHE_HOME", "LAKEHOUSE_JVM_ARCHIVE")
 PASSWORD_ITERATIONS = 600_000  # PBKDF2-SHA256, as current guidance asks
-from .runtime.spark import ICEBERG_EXTENSIONS, spark_conf
-from .settings import Settings
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakehouse_assets.runtime.java_jar import build
 from lakehouse_assets.runtime.jars import iceberg_runtime_jar
+from lakehouse_assets.runtime.java_jar import build
 
 SPARK_JARS = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / \
     "site-packages" / "pyspark" / "jars"
