@@ -84,10 +84,42 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
     }
     if settings.catalog.kind == "sqlite":
         conf[f"{catalog}.jdbc.open_mode"] = "1"  # SQLITE_OPEN_READONLY: the catalog database cannot change
+    master = own_executors(settings.spark_master, settings.serve_executor_memory)
+    if master != settings.spark_master:
+        settings = settings.with_(spark_master=master)
+        conf["spark.executor.memory"] = settings.serve_executor_memory
+        # A task that ignores its cancellation (a regular expression backtracking over a table's values) has its
+        # executor ended after this long, and a new one started: the core it held is free again.
+        conf["spark.task.reaper.enabled"] = "true"
+        conf["spark.task.reaper.killTimeout"] = "30s"
+        # The query whose task ran out of memory fails at its second try; others' tasks lost with the executor
+        # are tried again on the next.
+        conf["spark.task.maxFailures"] = "2"
+    conf["spark.driver.maxResultSize"] = "512m"  # a partition's rows read back at once: fails alone past it
     # The jars on the driver's own class path too: a client's session, when it closes, closes the class loader
     # Spark adds jars with (Hive's session state does), and Iceberg's classes not loaded yet would be lost.
     conf["spark.driver.extraClassPath"] = spark_conf(settings)["spark.jars"].replace(",", os.pathsep)
     return settings.with_(spark_conf=tuple({**dict(settings.spark_conf), **conf}.items()))
+
+
+def own_executors(master: str, memory: str) -> str:
+    """In local mode (`local[N]`), Spark's master and worker in the endpoint's JVM and its executor in a JVM of its
+    own (`local-cluster[1,N,MB]`): a query that runs its executor out of memory fails alone, the executor is
+    started again, and the endpoint and the other clients' sessions go on. A cluster's master is kept."""
+    found = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master.strip())
+    if not found:
+        return master
+    given = found.group(1)
+    cores = 1 if given is None else (os.cpu_count() or 1) if given == "*" else int(given)
+    return f"local-cluster[1,{cores},{_megabytes(memory)}]"
+
+
+def _megabytes(memory: str) -> int:
+    found = re.fullmatch(r"(\d+)\s*([kmgt]?)b?", memory.strip().lower())
+    if not found:
+        raise ValueError(f"LAKEHOUSE_SERVE_EXECUTOR_MEMORY: {memory!r} is not a size like 2g or 1536m")
+    scale = {"k": 1 / 1024, "": 1 / 1024 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}[found.group(2)]
+    return max(1, int(int(found.group(1)) * scale))
 
 
 def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], None] = print) -> None:
@@ -104,6 +136,11 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
     kept = {name: value for name, value in os.environ.items() if name in KEPT_ENVIRONMENT}
     os.environ.clear()  # the JVM started next inherits only what it needs
     os.environ.update(kept)
+    if endpoint_conf.spark_master.startswith("local-cluster"):  # its worker starts executors with spark-class
+        from .runtime.jvm_archive import _spark_home
+
+        os.environ.setdefault("SPARK_HOME", str(_spark_home()))
+        os.environ["SPARK_WORKER_DIR"] = str(settings.home / "serve" / "executors")
     spark = get_spark(endpoint_conf)
     jvm = spark._jvm
     assert jvm is not None  # a session started in this process

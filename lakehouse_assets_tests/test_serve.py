@@ -55,6 +55,7 @@ def served(lake_settings, tmp_path_factory):
            "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1",
            "LAKEHOUSE_SERVE_QUERY_TIMEOUT": str(QUERY_TIMEOUT), "LAKEHOUSE_SERVE_RESULT_CACHE_ROWS": str(CACHE_ROWS),
            "LAKEHOUSE_SERVE_MAX_ROWS": str(MAX_ROWS), "LAKEHOUSE_SERVE_RESULT_CACHE_MB": "1",
+           "LAKEHOUSE_SERVE_EXECUTOR_MEMORY": "512m",
            "LAKEHOUSE_FUZZ_CANARY": CANARY, "LAKEHOUSE_PII_KEY": CANARY,
            # A value the endpoint holds in its Spark configuration under a name Spark does not redact (as an S3
            # access key id, `s3.access-key-id`, is)
@@ -309,6 +310,20 @@ def test_work_on_the_driver_is_bounded_by_the_query_time_limit(served):
     assert QUERY_TIMEOUT <= time.monotonic() - started < QUERY_TIMEOUT + 20, _refusal(cut.value)
     assert f"longer than the SQL endpoint's limit of {QUERY_TIMEOUT} s" in _refusal(cut.value)
     assert _rows(served, "SELECT count(*) FROM events WHERE kind IS NOT NULL AND event_id > 1")[0][0] > 0
+
+
+def test_a_query_that_runs_out_of_memory_fails_alone_and_the_endpoint_goes_on(served):
+    """Its tasks run in the endpoint's own executor (512 MiB here), not in the endpoint's JVM: the executor runs out
+    of memory and is started again, the query fails with the reason, and another client's session goes on."""
+    other = _cursor(served)
+    other.execute("SELECT count(*) FROM events WHERE event_id > 3")
+    before = other.fetchall()
+    with pytest.raises(hive.OperationalError) as failed:
+        _rows(served, "SELECT max(length(repeat(kind, 300000000))) FROM events WHERE event_id > 0")
+    assert "OutOfMemoryError" in _refusal(failed.value) or "exited with code 52" in _refusal(failed.value), \
+        _refusal(failed.value)[:2000]
+    other.execute("SELECT count(*) FROM events WHERE event_id > 3")
+    assert other.fetchall() == before and _rows(served, "SELECT count(*) FROM users") == [(3,)]
 
 
 def test_the_result_cache_is_bounded_in_bytes_as_well_as_rows(served):

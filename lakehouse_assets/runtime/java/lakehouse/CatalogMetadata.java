@@ -50,8 +50,8 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
 
     /**
      * Put this in place of the started Thrift server's operation manager (before any client has connected):
-     * query results of at most cacheRows rows are kept, in all at most cacheBytes (ResultCache; none when 0), and a client may fetch
-     * at most rowLimit rows of a result (0: no limit).
+     * query results of at most cacheRows rows are kept, at most cacheBytes in all (ResultCache; none when either
+     * is 0), and a client may fetch at most rowLimit rows of a result (0: no limit).
      */
     public static void install(HiveThriftServer2 server, int cacheRows, long cacheBytes, long rowLimit)
             throws ReflectiveOperationException {

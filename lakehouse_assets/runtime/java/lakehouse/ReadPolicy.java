@@ -20,6 +20,7 @@ import java.util.zip.ZipFile;
 import org.apache.spark.sql.catalyst.FunctionIdentifier;
 import org.apache.spark.sql.catalyst.analysis.FunctionRegistry$;
 import org.apache.spark.sql.catalyst.analysis.SimpleFunctionRegistry;
+import org.apache.spark.sql.catalyst.analysis.SimpleTableFunctionRegistry;
 import org.apache.spark.sql.catalyst.analysis.TableFunctionRegistry$;
 import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
 
@@ -103,7 +104,7 @@ public final class ReadPolicy {
 
     /** The classes of the allowed functions, as Spark's registries name them: what expressions may be. */
     private void resolveFunctionClasses() {
-        for (SimpleFunctionRegistryLike registry : registries()) {
+        for (Registry registry : registries()) {
             for (String name : registry.names()) {
                 String simple = registry.className(name);
                 if (simple == null) {
@@ -178,17 +179,16 @@ public final class ReadPolicy {
     }
 
     /** Spark's function registries (built-in scalar/aggregate functions and table functions). */
-    private static SimpleFunctionRegistryLike[] registries() {
-        return new SimpleFunctionRegistryLike[] {
-            new SimpleFunctionRegistryLike(FunctionRegistry$.MODULE$.builtin()),
-            new SimpleFunctionRegistryLike(TableFunctionRegistry$.MODULE$.builtin())};
+    private static Registry[] registries() {
+        return new Registry[] {new Registry(FunctionRegistry$.MODULE$.builtin()),
+            new Registry(TableFunctionRegistry$.MODULE$.builtin())};
     }
 
-    /** The two registries, read alike. */
-    static final class SimpleFunctionRegistryLike {
+    /** One of the two registries; they share no interface that lists and looks up. */
+    static final class Registry {
         private final Object registry;
 
-        SimpleFunctionRegistryLike(Object registry) {
+        Registry(Object registry) {
             this.registry = registry;
         }
 
@@ -196,39 +196,40 @@ public final class ReadPolicy {
             Set<String> names = new TreeSet<>();
             scala.collection.Iterator<FunctionIdentifier> ids = registry instanceof SimpleFunctionRegistry
                 ? ((SimpleFunctionRegistry) registry).listFunction().iterator()
-                : ((org.apache.spark.sql.catalyst.analysis.SimpleTableFunctionRegistry) registry).listFunction()
-                    .iterator();
+                : ((SimpleTableFunctionRegistry) registry).listFunction().iterator();
             while (ids.hasNext()) {
                 names.add(ids.next().funcName());
             }
             return names;
         }
 
-        String examples(String name) {
+        private ExpressionInfo info(String name) {
             FunctionIdentifier id = FunctionIdentifier.apply(name);
             Option<ExpressionInfo> info = registry instanceof SimpleFunctionRegistry
                 ? ((SimpleFunctionRegistry) registry).lookupFunction(id)
-                : ((org.apache.spark.sql.catalyst.analysis.SimpleTableFunctionRegistry) registry).lookupFunction(id);
-            return info.isEmpty() || info.get().getExamples() == null ? "" : info.get().getExamples();
+                : ((SimpleTableFunctionRegistry) registry).lookupFunction(id);
+            return info.isEmpty() ? null : info.get();
         }
 
+        String examples(String name) {
+            ExpressionInfo info = info(name);
+            return info == null || info.getExamples() == null ? "" : info.getExamples();
+        }
+
+        /** The simple name of the class the function is, or null. */
         String className(String name) {
-            FunctionIdentifier id = FunctionIdentifier.apply(name);
-            Option<ExpressionInfo> info = registry instanceof SimpleFunctionRegistry
-                ? ((SimpleFunctionRegistry) registry).lookupFunction(id)
-                : ((org.apache.spark.sql.catalyst.analysis.SimpleTableFunctionRegistry) registry).lookupFunction(id);
-            if (info.isEmpty() || info.get().getClassName() == null) {
+            ExpressionInfo info = info(name);
+            if (info == null || info.getClassName() == null) {
                 return null;
             }
-            String full = info.get().getClassName();
-            return full.substring(full.lastIndexOf('.') + 1);
+            return info.getClassName().substring(info.getClassName().lastIndexOf('.') + 1);
         }
     }
 
     /** `universe JAR...`: every plan node, command and built-in function a statement could be made of. */
     public static void main(String[] args) throws Exception {
         if (args.length == 1 && args[0].equals("examples")) {
-            for (SimpleFunctionRegistryLike registry : registries()) {
+            for (Registry registry : registries()) {
                 for (String name : registry.names()) {
                     System.out.println(name + "\t" + registry.examples(name).replace("\\", "\\\\")
                         .replace("\n", "\\n").replace("\t", "\\t"));
@@ -273,7 +274,7 @@ public final class ReadPolicy {
                 }
             }
         }
-        for (SimpleFunctionRegistryLike registry : registries()) {
+        for (Registry registry : registries()) {
             for (String name : registry.names()) {
                 out.add("function\t" + name);
             }

@@ -35,8 +35,9 @@ import scala.collection.JavaConverters;
  * query would compute now, and the next commit to any table read (a run, the stream, a forget, a rollback)
  * leaves it unreachable. Only queries are cached, and only when nothing in them depends on anything else:
  * every table an Iceberg table (or literal rows), no nondeterministic function, no current time, date or user.
- * A result of more rows than the limit, or larger than an eighth of the bytes the cache may hold, is not kept. Clients asking the same uncached query at once share one
- * computation. Entries are dropped least recently used first beyond the bounds.
+ * A result of more rows than the limit, or larger than an eighth of the bytes the cache may hold, is not kept.
+ * Clients asking the same uncached query at once share one computation. Entries are dropped least recently used
+ * first beyond the bounds (rows and bytes).
  */
 public final class ResultCache {
     static final Logger LOG = LoggerFactory.getLogger("lakehouse.ResultCache");
