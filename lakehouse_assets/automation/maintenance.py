@@ -150,7 +150,7 @@ def _health_sensor(names: list[str], maintenance: Maintenance, asset_tables: set
             seen[name] = health.snapshot_id
             if health.needs_compaction:
                 requests.append(RunRequest(
-                    partition_key=name, run_key=f"compact:{name}:{health.snapshot_id}",
+                    job_name=COMPACT_JOB, partition_key=name, run_key=f"compact:{name}:{health.snapshot_id}",
                     tags={"lakehouse/health": "; ".join(health.problems)[:200]},
                 ))
             if health.needs_thinning:  # at most once per snapshot_detail span: a stream commits all the time

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, RunRequest, build_sensor_context
+from dagster import DagsterInstance, Definitions, RunRequest, build_sensor_context
 from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -69,7 +69,13 @@ def test_the_health_sensor_requests_compaction_and_it_keeps_data_and_history(lak
     instance = DagsterInstance.ephemeral()
     result = sensor(build_sensor_context(instance=instance, resources={"lakehouse": lakehouse}))
     requests = [r for r in result.run_requests if isinstance(r, RunRequest)]
-    assert [(r.partition_key, r.run_key) for r in requests] == [(SPEC.name, f"compact:{SPEC.name}:{before.snapshot_id}")]
+    assert [(r.job_name, r.partition_key, r.run_key) for r in requests] == [
+        (compact_job.name, SPEC.name, f"compact:{SPEC.name}:{before.snapshot_id}")]
+    # As the daemon evaluates a tick: a sensor of two jobs must name each request's (it raised before, every tick).
+    daemon_view = Definitions(jobs=jobs, sensors=[sensor], resources={"lakehouse": lakehouse})
+    tick = sensor.evaluate_tick(build_sensor_context(instance=instance, definitions=daemon_view,
+                                                     resources={"lakehouse": lakehouse}))
+    assert [(r.job_name, r.partition_key) for r in tick.run_requests] == [(compact_job.name, SPEC.name)]
     # The sensor also reports the table's health as a (failed, warning) check.
     checks = [e for e in result.asset_events if getattr(e, "check_name", None) == CHECK]
     assert len(checks) == 1 and not checks[0].passed
