@@ -154,6 +154,7 @@ ENV_SETTINGS = {
     "serve_result_cache_rows": ("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", "10000"),
     "serve_result_cache_mb": ("LAKEHOUSE_SERVE_RESULT_CACHE_MB", "256"),
     "serve_executor_memory": ("LAKEHOUSE_SERVE_EXECUTOR_MEMORY", "2g"),
+    "serve_os_user": ("LAKEHOUSE_SERVE_OS_USER", ""),
     "serve_max_rows": ("LAKEHOUSE_SERVE_MAX_ROWS", "1000000"),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
@@ -304,6 +305,8 @@ class Settings:
     serve_result_cache_mb: int = 256
     # The memory of the endpoint's own executor in local mode (its queries' tasks run there, not in its JVM).
     serve_executor_memory: str = "2g"
+    # The operating-system user the endpoint runs as, when started by root (empty: the one that starts it).
+    serve_os_user: str = ""
     # The most rows a client may fetch of one result from the endpoint; past them, an error (0: no limit).
     serve_max_rows: int = 1_000_000
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
@@ -389,6 +392,7 @@ class Settings:
                                    if self.serve_result_cache_rows and self.serve_result_cache_mb else "off"),
             "serve_max_rows": f"{self.serve_max_rows:,}" if self.serve_max_rows else "no limit",
             "serve_executor_memory": self.serve_executor_memory,
+            "serve_os_user": self.serve_os_user or "(the one that starts it)",
         }
 
     @property

@@ -136,16 +136,15 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
     kept = {name: value for name, value in os.environ.items() if name in KEPT_ENVIRONMENT}
     os.environ.clear()  # the JVM started next inherits only what it needs
     os.environ.update(kept)
-    if endpoint_conf.spark_master.startswith("local-cluster"):  # its worker starts executors with spark-class
-        from .runtime.jvm_archive import _spark_home
-
-        os.environ.setdefault("SPARK_HOME", str(_spark_home()))
-        os.environ["SPARK_WORKER_DIR"] = str(settings.home / "serve" / "executors")
+    logs = settings.home / "serve"
+    logs.mkdir(parents=True, exist_ok=True)
+    if endpoint_conf.spark_master.startswith("local-cluster"):
+        os.environ["SPARK_HOME"] = str(_spark_home_of_its_own(logs))
+    if settings.serve_os_user:
+        become(settings.serve_os_user, logs, users)
     spark = get_spark(endpoint_conf)
     jvm = spark._jvm
     assert jvm is not None  # a session started in this process
-    logs = settings.home / "serve"
-    logs.mkdir(parents=True, exist_ok=True)
     system = jvm.java.lang.System
     system.setProperty("derby.stream.error.file", str(logs / "derby.log"))  # the server's scratch
     # Hive's sign-in reads a HiveConf of its own, which takes system properties; no client can set one.
@@ -166,9 +165,51 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
         if time.monotonic() > deadline:
             raise LakehouseError(f"the SQL endpoint did not open {endpoint.host}:{endpoint.port}")
         time.sleep(0.2)
+    jvm.lakehouse.PasswordFile.watchAddresses(server)  # failed sign-ins are limited per address too
     started(endpoint)
     while True:
         time.sleep(3600)
+
+
+def _spark_home_of_its_own(logs: Path) -> Path:
+    """Spark's worker in the endpoint's JVM starts executors from its Spark home (`bin`, `jars`) and gives each a
+    folder under the home's `work`: a home of the endpoint's own, whose `bin` and `jars` are pyspark's, keeps
+    those folders (and their copies of the jars) in the endpoint's folder, not in the installation."""
+    from .runtime.jvm_archive import _spark_home
+
+    home = logs / "spark-home"
+    home.mkdir(exist_ok=True)
+    for part in ("bin", "jars"):
+        if not (home / part).is_symlink():
+            (home / part).symlink_to(_spark_home() / part)
+    return home
+
+
+def become(name: str, logs: Path, users: Path) -> None:
+    """Go on (and start the endpoint's JVM) as this operating-system user, who may write the endpoint's own folder
+    and read the users file, and nothing of the lakehouse's more than any other user: not the warehouse, the
+    landing zone or the rest of the secrets folder, whose files are the pipeline's user's alone."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise LakehouseError(f"LAKEHOUSE_SERVE_OS_USER: no operating-system user {name!r}") from None
+    if os.geteuid() == entry.pw_uid:
+        return
+    if os.geteuid() != 0:
+        raise LakehouseError(f"LAKEHOUSE_SERVE_OS_USER={name}: only root can start the endpoint as another user")
+    for path in [logs, *logs.rglob("*")]:
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+    if users.exists():  # the users file readable by the endpoint's group, the folder only passable
+        os.chown(users.parent, 0, entry.pw_gid)
+        users.parent.chmod(0o710)
+        os.chown(users, 0, entry.pw_gid)
+        users.chmod(0o640)
+    os.setgroups([])
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+    os.environ.update(HOME=str(logs), USER=name, LOGNAME=name)
 
 
 def check(endpoint: Endpoint, user: str = "", password: str = "") -> str:
@@ -213,9 +254,13 @@ def add_user(path: Path, name: str, password: str, iterations: int = PASSWORD_IT
             if kept.strip() and kept.split(":", 1)[0] != name]
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
+    before = path.stat() if path.exists() else None  # an endpoint of its own user reads it through its group
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write("\n".join([*kept, line]) + "\n")
+    if before is not None:
+        os.chown(partial, before.st_uid, before.st_gid)
+        partial.chmod(before.st_mode & 0o640)
     os.replace(partial, path)
 
 

@@ -7,8 +7,10 @@ import contextlib
 import datetime as dt
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -212,16 +214,24 @@ def test_every_write_and_change_is_refused_and_the_lake_is_left_as_it_was(served
     assert _rows(served, "SELECT count(*) FROM events") == [(sum(map(len, served["per_day"].values())),)]
 
 
-def _jvm_environment(served) -> str:
-    """The environment of the endpoint's JVM (the process started with its Thrift port in its settings)."""
+def _jvm_file(served, name: str) -> str:
+    """A file of /proc of the endpoint's JVM (the process started with its Thrift port in its settings)."""
     wanted = f"hive.server2.thrift.port={served['port']}"
     for proc in Path("/proc").iterdir():
         try:
             if proc.name.isdigit() and wanted in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                return (proc / "environ").read_bytes().decode(errors="replace")
+                return (proc / name).read_bytes().decode(errors="replace")
         except OSError:
             continue
     raise AssertionError(f"no JVM with {wanted}")
+
+
+def _jvm_environment(served) -> str:
+    return _jvm_file(served, "environ")
+
+
+def _jvm_status(served) -> str:
+    return _jvm_file(served, "status")
 
 
 def test_what_reading_is_not_made_of_is_refused_by_name_before_it_runs(served, tmp_path):
@@ -481,6 +491,58 @@ def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings
         refused = subprocess.run([LAKEHOUSE, "serve", "--check"], env=env, capture_output=True, text=True,
                                  timeout=120)
         assert refused.returncode == 1 and "sign-in refused" in refused.stdout, refused.stdout
+
+        # And per address: names guessed from one address, twenty failures a minute, then no sign-in from it.
+        for n in range(20):
+            with pytest.raises(TTransportException):
+                hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
+                             username=f"guess{n}", password="x" * 12)
+        with pytest.raises(TTransportException):
+            hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
+                         username="ann", password="correct horse")
+        signed.execute("SELECT 3 + 3")  # a session opened before goes on
+        assert signed.fetchall() == [(6,)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root starts the endpoint as another user (CI runs as root)")
+def test_started_by_root_the_endpoint_runs_as_its_own_user_who_can_write_nothing_of_the_lake(lake_settings):
+    """LAKEHOUSE_SERVE_OS_USER=nobody: the JVM answering queries is nobody's, reads the users file through its group,
+    and that user can neither write the warehouse or the catalog nor read the pipeline's PII key."""
+    home = Path(tempfile.mkdtemp(dir="/tmp", prefix="lakehouse-serve-user-"))
+    try:
+        home.chmod(0o755)  # passable, as a lakehouse home's parents are; its files as the pipeline writes them
+        settings = lake_settings.with_(home=home, catalog_uri="", warehouse="")
+        per_day, _ = fill_lake(catalog_for(settings), settings.namespace)
+        key = home / "secrets" / "pii.key"
+        key.parent.mkdir(mode=0o700)
+        key.write_text(CANARY)
+        key.chmod(0o600)
+        env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_NAMESPACE": settings.namespace,
+               "LAKEHOUSE_PROJECT": str(home / "none.yaml"), "LAKEHOUSE_SPARK_MASTER": "local[1]",
+               "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SERVE_EXECUTOR_MEMORY": "512m",
+               "LAKEHOUSE_SERVE_PORT": str(free_port()), "LAKEHOUSE_SERVE_OS_USER": "nobody"}
+        added = subprocess.run([LAKEHOUSE, "serve", "--add-user", "ann"], input="correct horse\n", env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert added.returncode == 0, added.stderr
+        warehouse = settings.local_path(settings.warehouse)
+        before = _hashes(warehouse, Path(settings.catalog.path))
+        with endpoint(env, home / "serve.log"):
+            port = int(env["LAKEHOUSE_SERVE_PORT"])
+            cursor = hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
+                                  username="ann", password="correct horse").cursor()
+            cursor.execute("SELECT count(*) FROM events")
+            assert cursor.fetchall() == [(sum(map(len, per_day.values())),)]
+            status = _jvm_status({"port": port})
+            assert re.search(r"^Uid:\s+65534\s", status, re.M), status
+        for command in [["touch", str(warehouse / "probe")], ["touch", str(Path(settings.catalog.path))],
+                        ["cat", str(key)], ["touch", str(home / "secrets" / "probe")]]:
+            done = subprocess.run(["runuser", "-u", "nobody", "--", *command], capture_output=True, text=True)
+            assert done.returncode != 0 and CANARY not in done.stdout, command
+        assert _hashes(warehouse, Path(settings.catalog.path)) == before
+        users = home / "secrets" / "sql-endpoint-users"
+        assert users.stat().st_mode & 0o777 == 0o640 and key.stat().st_mode & 0o777 == 0o600
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_on_a_postgresql_catalog_the_endpoint_reads_as_a_role_that_may_only_read(lake_settings, tmp_path,

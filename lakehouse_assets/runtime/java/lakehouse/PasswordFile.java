@@ -1,6 +1,7 @@
 package lakehouse;
 
 import java.io.IOException;
+import java.lang.reflect.Field;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -21,7 +22,14 @@ import javax.crypto.spec.PBEKeySpec;
 import javax.crypto.spec.SecretKeySpec;
 import javax.security.sasl.AuthenticationException;
 
+import org.apache.hive.service.Service;
 import org.apache.hive.service.auth.PasswdAuthenticationProvider;
+import org.apache.hive.service.cli.thrift.ThriftBinaryCLIService;
+import org.apache.spark.sql.hive.thriftserver.HiveThriftServer2;
+import org.apache.thrift.server.TServer;
+import org.apache.thrift.transport.TSocket;
+import org.apache.thrift.transport.TTransport;
+import org.apache.thrift.transport.TTransportFactory;
 
 /**
  * The SQL endpoint's sign-in: every connection is decided here, from the users file, read at each sign-in, so
@@ -31,13 +39,16 @@ import org.apache.hive.service.auth.PasswdAuthenticationProvider;
  * beyond refuses everyone. Where the file is and which of the two applies are the server's, set when it starts
  * (configure), never a system property a client could change.
  *
- * <p>A user's failed sign-ins are limited: past MAX_FAILURES within WINDOW_MS, their sign-ins are refused without
- * a look at the password until the window has passed. A successful check is remembered for REMEMBER_MS by a keyed
- * digest of the name, password and the user's line (a password changed in the file is checked anew), so that a
- * dashboard opening connections pays the key derivation once, not at each.
+ * <p>Failed sign-ins are limited: past MAX_FAILURES of a user's, or MAX_ADDRESS_FAILURES from one address (any
+ * user names), within WINDOW_MS, sign-ins of that user or from that address are refused without a look at the
+ * password until the window has passed. The address is the connection's, noted when its transport opens
+ * (watchAddresses). A successful check is remembered for REMEMBER_MS by a keyed digest of the name, password and
+ * the user's line (a password changed in the file is checked anew), so that a dashboard opening connections pays
+ * the key derivation once, not at each.
  */
 public class PasswordFile implements PasswdAuthenticationProvider {
     static final int MAX_FAILURES = 5;
+    static final int MAX_ADDRESS_FAILURES = 20;
     static final long WINDOW_MS = 60_000L;
     static final long REMEMBER_MS = 600_000L;
 
@@ -46,6 +57,7 @@ public class PasswordFile implements PasswdAuthenticationProvider {
     private static final byte[] KEY = new SecureRandom().generateSeed(32);
     private static final Map<String, Deque<Long>> FAILURES = new ConcurrentHashMap<>();
     private static final Map<String, Long> REMEMBERED = new ConcurrentHashMap<>();
+    private static final ThreadLocal<String> ADDRESS = new ThreadLocal<>();  // of the connection signing in here
 
     /** Where the users are, and whether anyone may sign in while there are none (an endpoint on loopback). */
     public static void configure(String path, boolean open) {
@@ -87,14 +99,22 @@ public class PasswordFile implements PasswdAuthenticationProvider {
             throw new AuthenticationException("sign-in refused");
         }
         long now = System.currentTimeMillis();
-        Deque<Long> failures = FAILURES.computeIfAbsent(user, name -> new ArrayDeque<>());
-        synchronized (failures) {
-            while (!failures.isEmpty() && now - failures.peekFirst() > WINDOW_MS) {
-                failures.pollFirst();
-            }
-            if (failures.size() >= MAX_FAILURES) {
-                throw new AuthenticationException("sign-in refused for " + user + ": too many failed sign-ins, "
-                    + "try again in a minute");
+        String address = ADDRESS.get();
+        List<Deque<Long>> counted = new java.util.ArrayList<>();
+        counted.add(FAILURES.computeIfAbsent("user " + user, name -> new ArrayDeque<>()));
+        if (address != null) {
+            counted.add(FAILURES.computeIfAbsent("address " + address, name -> new ArrayDeque<>()));
+        }
+        for (int i = 0; i < counted.size(); i++) {
+            Deque<Long> failures = counted.get(i);
+            synchronized (failures) {
+                while (!failures.isEmpty() && now - failures.peekFirst() > WINDOW_MS) {
+                    failures.pollFirst();
+                }
+                if (failures.size() >= (i == 0 ? MAX_FAILURES : MAX_ADDRESS_FAILURES)) {
+                    throw new AuthenticationException("sign-in refused for " + user + ": too many failed sign-ins "
+                        + (i == 0 ? "of this user" : "from " + address) + ", try again in a minute");
+                }
             }
         }
         String remembered = line == null ? null : digest(user + "\u0000" + password + "\u0000" + line);
@@ -110,10 +130,48 @@ public class PasswordFile implements PasswdAuthenticationProvider {
             REMEMBERED.put(remembered, now + REMEMBER_MS);
             return;
         }
-        synchronized (failures) {
-            failures.addLast(now);
+        for (Deque<Long> failures : counted) {
+            synchronized (failures) {
+                failures.addLast(now);
+            }
+        }
+        if (FAILURES.size() > 100_000) {  // names and addresses seen once, long ago
+            FAILURES.entrySet().removeIf(entry -> entry.getValue().isEmpty());
         }
         throw new AuthenticationException("sign-in refused for " + user);
+    }
+
+    /**
+     * Note each connection's address for its sign-in: the started Thrift server's transport factory (which runs
+     * the SASL exchange, and so the sign-in, in the connection's thread) is wrapped to keep it while it runs.
+     */
+    public static void watchAddresses(HiveThriftServer2 hive) throws ReflectiveOperationException {
+        for (Service service : hive.getServices()) {
+            if (!(service instanceof ThriftBinaryCLIService)) {
+                continue;
+            }
+            Field serverField = ThriftBinaryCLIService.class.getDeclaredField("server");
+            serverField.setAccessible(true);
+            TServer server = (TServer) serverField.get(service);
+            Field factoryField = TServer.class.getDeclaredField("inputTransportFactory_");
+            factoryField.setAccessible(true);
+            TTransportFactory inner = (TTransportFactory) factoryField.get(server);
+            factoryField.set(server, new TTransportFactory() {
+                @Override
+                public TTransport getTransport(TTransport transport) {
+                    if (transport instanceof TSocket && ((TSocket) transport).getSocket().getInetAddress() != null) {
+                        ADDRESS.set(((TSocket) transport).getSocket().getInetAddress().getHostAddress());
+                    }
+                    try {
+                        return inner.getTransport(transport);
+                    } finally {
+                        ADDRESS.remove();
+                    }
+                }
+            });
+            return;
+        }
+        throw new IllegalStateException("the Thrift server has no binary transport to watch");
     }
 
     private static String digest(String text) {
