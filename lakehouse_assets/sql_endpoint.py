@@ -166,6 +166,7 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
             raise LakehouseError(f"the SQL endpoint did not open {endpoint.host}:{endpoint.port}")
         time.sleep(0.2)
     jvm.lakehouse.PasswordFile.watchAddresses(server)  # failed sign-ins are limited per address too
+    jvm.lakehouse.PasswordFile.ready()  # the guards are in place: no session was opened without them
     started(endpoint)
     while True:
         time.sleep(3600)

@@ -55,16 +55,7 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
      */
     public static void install(HiveThriftServer2 server, int cacheRows, long cacheBytes, long rowLimit)
             throws ReflectiveOperationException {
-        CLIService cli = null;
-        for (Service service : server.getServices()) {
-            if (service instanceof CLIService) {
-                cli = (CLIService) service;
-            }
-        }
-        if (cli == null) {
-            throw new IllegalStateException("the Thrift server has no CLI service");
-        }
-        SessionManager sessions = cli.getSessionManager();
+        SessionManager sessions = cliService(server).getSessionManager();
         CatalogMetadata manager = new CatalogMetadata(cacheRows, cacheBytes, rowLimit);
         // Spark's manager reads Hive's map of operations from its superclass's field when it is made, which for a
         // subclass is its own (still empty) field: hand it Hive's map.
@@ -75,6 +66,16 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
         manager.start();
         replace(SessionManager.class, sessions, "operationManager", manager);
         replace(SparkSQLSessionManager.class, sessions, "sparkSqlOperationManager", manager);
+    }
+
+    /** The started Thrift server's CLI service (its sessions and operations). */
+    static CLIService cliService(HiveThriftServer2 server) {
+        for (Service service : server.getServices()) {
+            if (service instanceof CLIService) {
+                return (CLIService) service;
+            }
+        }
+        throw new IllegalStateException("the Thrift server has no CLI service");
     }
 
     private static void replace(Class<?> owner, Object target, String name, Object value)

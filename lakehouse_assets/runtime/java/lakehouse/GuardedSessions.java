@@ -6,7 +6,6 @@ import java.util.Map;
 import java.util.regex.Pattern;
 
 import org.apache.hadoop.hive.conf.HiveConf;
-import org.apache.hive.service.Service;
 import org.apache.hive.service.cli.CLIService;
 import org.apache.hive.service.cli.HiveSQLException;
 import org.apache.hive.service.cli.SessionHandle;
@@ -39,15 +38,7 @@ public final class GuardedSessions extends SessionManager {
      * service asks this one, which checks a session's opening and hands everything else to Spark's.
      */
     public static void install(HiveThriftServer2 server) throws ReflectiveOperationException {
-        CLIService cli = null;
-        for (Service service : server.getServices()) {
-            if (service instanceof CLIService) {
-                cli = (CLIService) service;
-            }
-        }
-        if (cli == null) {
-            throw new IllegalStateException("the Thrift server has no CLI service");
-        }
+        CLIService cli = CatalogMetadata.cliService(server);
         Field field = CLIService.class.getDeclaredField("sessionManager");
         field.setAccessible(true);
         field.set(cli, new GuardedSessions(server, cli.getSessionManager()));

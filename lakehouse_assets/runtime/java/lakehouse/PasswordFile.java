@@ -54,6 +54,7 @@ public class PasswordFile implements PasswdAuthenticationProvider {
 
     private static volatile Path file;
     private static volatile boolean openWithoutUsers;
+    private static volatile boolean ready;  // the endpoint's guards are in place: sign-ins may succeed
     private static final byte[] KEY = new SecureRandom().generateSeed(32);
     private static final Map<String, Deque<Long>> FAILURES = new ConcurrentHashMap<>();
     private static final Map<String, Long> REMEMBERED = new ConcurrentHashMap<>();
@@ -65,11 +66,19 @@ public class PasswordFile implements PasswdAuthenticationProvider {
         openWithoutUsers = open;
     }
 
+    /**
+     * From now on sign-ins may succeed: the endpoint's guards (sessions, statements) are in place. Before, while
+     * the Thrift server has started and is given them, every sign-in is refused.
+     */
+    public static void ready() {
+        ready = true;
+    }
+
     @Override
     public void Authenticate(String user, String password) throws AuthenticationException {
         Path path = file;
-        if (path == null) {
-            throw new AuthenticationException("sign-in refused: the endpoint has no users file");
+        if (path == null || !ready) {
+            throw new AuthenticationException("sign-in refused: the endpoint is starting");
         }
         List<String> lines;
         try {

@@ -316,9 +316,16 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
                     + "by name");
             }
             String key = kv.get()._1();
-            String why = policy.settingRefused(key, kv.get()._2().isEmpty() ? null : kv.get()._2().get());
-            if (why != null && (kv.get()._2().isDefined() || why.startsWith("setting " + key + " may not"))) {
-                throw refused(kv.get()._2().isDefined() ? why : why.replace("may not be changed", "may not be read"));
+            Option<String> value = kv.get()._2();
+            if (value.isEmpty()) {  // reading one setting: only those a client may set, none of the server's
+                if (!policy.settings.containsKey(key.toLowerCase(Locale.ROOT))) {
+                    throw refused("setting " + key + " may not be read on this endpoint");
+                }
+                return;
+            }
+            String why = policy.settingRefused(key, value.get());
+            if (why != null) {
+                throw refused(why);
             }
         }
     }
