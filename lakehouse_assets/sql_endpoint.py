@@ -200,8 +200,8 @@ def become(name: str, logs: Path, users: Path) -> None:
         return
     if os.geteuid() != 0:
         raise LakehouseError(f"LAKEHOUSE_SERVE_OS_USER={name}: only root can start the endpoint as another user")
-    for path in [logs, *logs.rglob("*")]:
-        os.chown(path, entry.pw_uid, entry.pw_gid)
+    for path in [logs, *logs.rglob("*")]:  # its own links (to pyspark's bin and jars) as links: not their targets
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
     if users.exists():  # the users file readable by the endpoint's group, the folder only passable
         os.chown(users.parent, 0, entry.pw_gid)
         users.parent.chmod(0o710)

@@ -527,6 +527,8 @@ def test_started_by_root_the_endpoint_runs_as_its_own_user_who_can_write_nothing
         assert added.returncode == 0, added.stderr
         warehouse = settings.local_path(settings.warehouse)
         before = _hashes(warehouse, Path(settings.catalog.path))
+        installation = [BEELINE.parent, BEELINE.parents[1] / "jars"]  # pyspark's, which its own Spark home links to
+        owners = [(p.stat().st_uid, p.stat().st_gid) for p in installation]
         with endpoint(env, home / "serve.log"):
             port = int(env["LAKEHOUSE_SERVE_PORT"])
             cursor = hive.connect(host="127.0.0.1", port=port, database=settings.namespace, auth="CUSTOM",
@@ -540,6 +542,7 @@ def test_started_by_root_the_endpoint_runs_as_its_own_user_who_can_write_nothing
             done = subprocess.run(["runuser", "-u", "nobody", "--", *command], capture_output=True, text=True)
             assert done.returncode != 0 and CANARY not in done.stdout, command
         assert _hashes(warehouse, Path(settings.catalog.path)) == before
+        assert [(p.stat().st_uid, p.stat().st_gid) for p in installation] == owners  # the installation stays root's
         users = home / "secrets" / "sql-endpoint-users"
         assert users.stat().st_mode & 0o777 == 0o640 and key.stat().st_mode & 0o777 == 0o600
     finally:

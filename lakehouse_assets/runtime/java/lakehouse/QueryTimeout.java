@@ -21,7 +21,7 @@ import org.apache.spark.scheduler.SparkListenerJobStart;
  * endpoint's own statement operation) with the statement's group; past the limit it is interrupted, and if it
  * is still at the statement's work a grace period later (a regular expression does not look at interrupts) it
  * is stopped, and the client gets the error. Tasks in executors are cancelled and interrupted; one that ignores
- * its interruption runs on until it ends.
+ * its interruption has its executor ended by Spark's task reaper (the endpoint's own executor, sql_endpoint.py).
  *
  * <p>Spark's own spark.sql.thriftServer.queryTimeout cannot serve here: with incremental collect a statement is
  * finished as soon as its result iterator exists, and the jobs that compute the result run while the client
@@ -34,7 +34,7 @@ public final class QueryTimeout extends SparkListener {
     static final long GRACE_MS = 3_000L;  // after its interrupt, how long a statement's thread has to give up
 
     private static volatile QueryTimeout installed;
-    // The thread at a statement's work on the driver -> the statement's group, and when it was interrupted (0: not)
+    // The thread at a statement's work on the driver -> the statement's group; a thread interrupted -> when
     private static final Map<Thread, String> THREADS = new ConcurrentHashMap<>();
     private static final Map<Thread, Long> INTERRUPTED = new ConcurrentHashMap<>();
 
@@ -143,6 +143,8 @@ public final class QueryTimeout extends SparkListener {
     @SuppressWarnings({"deprecation", "removal"})
     private void stop(Thread thread, String group, long now) {
         if (!thread.isAlive() || !atStatementWork(thread)) {
+            THREADS.remove(thread, group);  // its statement's work ended (Spark's operation does not say so)
+            INTERRUPTED.remove(thread);
             return;
         }
         Long interrupted = INTERRUPTED.putIfAbsent(thread, now);
