@@ -4,23 +4,105 @@ The landing sensors run bronze. Silver, gold and ML follow by automation
 conditions: a partition is requested when an upstream partition it reads was
 updated since it was last handled (late data for an old day included: silver's
 event day E reads the bronze landing days E..E+late_days, so a late file
-re-runs the event days it can hold), and a BI table's latest partition when its
+re-runs the event days it can hold); an update handles a parent's commit only if
+it read that commit (ReadItsParentsNewest), so a parent's commit made while its
+child runs requests the child again, and a BI table's latest partition when its
 freshness window has just failed. Nothing is requested while upstream is
 running or the asset already runs, so a short freshness window does not become a
 loop; BI day partitions also wait while an upstream partition is missing.
 """
 
 import warnings
+from typing import Any
 
 from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
     AutomationCondition,
     AutomationConditionSensorDefinition,
+    AutomationContext,
+    AutomationResult,
     BetaWarning,
+    DagsterInstance,
     DefaultSensorStatus,
     TimeWindowPartitionMapping,
 )
 
-UPSTREAM_UPDATED = AutomationCondition.any_deps_updated().since_last_handled().with_label("upstream updated")
+
+class ReadItsParentsNewest(AutomationCondition):
+    """True for a partition whose newest materialization read every parent table's newest commit.
+
+    A materialization records the parent snapshots its step read (`read_snapshots`: {table: [snapshot id, read
+    at ms]}). A parent materialized after that read, with another snapshot than the one read, made a commit its
+    child has not seen: the child's update does not handle it, however the daemon's ticks ordered the events.
+    A materialization that recorded nothing is taken as having read everything (as Dagster's own rule does).
+    """
+
+    @property
+    def name(self) -> str:
+        return "read_its_parents_newest"
+
+    @property
+    def description(self) -> str:
+        return "its newest materialization read each parent's newest commit"
+
+    def evaluate(self, context: AutomationContext) -> AutomationResult:  # type: ignore[override]
+        if context.candidate_subset.is_empty:
+            return AutomationResult(context, context.get_empty_subset())
+        instance = context.asset_graph_view.instance
+        key = context.key
+        parents = context.asset_graph.get(key).parent_keys
+        newest_of: dict[AssetKey, tuple[str, int, float] | None] = {}
+        kept = set()
+        for part in context.candidate_subset.expensively_compute_asset_partitions():
+            if _read_the_newest(instance, key, part.partition_key, parents, newest_of):
+                kept.add(part)
+        return AutomationResult(context, context.asset_graph_view.get_asset_subset_from_asset_partitions(key, kept))
+
+
+def _newest_commit(instance: DagsterInstance, parent: AssetKey) -> tuple[str, int, float] | None:
+    """The table, snapshot id and time of a parent's newest materialization (any partition: a child reads the
+    parent table's current snapshot), or None when it recorded no snapshot."""
+    found = instance.fetch_materializations(AssetRecordsFilter(asset_key=parent), limit=1).records
+    if not found:
+        return None
+    metadata = found[0].asset_materialization.metadata if found[0].asset_materialization else {}
+    table, snapshot = metadata.get("table"), metadata.get("snapshot_id")
+    if table is None or snapshot is None or not isinstance(snapshot.value, int):
+        return None
+    return str(table.value), snapshot.value, found[0].timestamp
+
+
+def _read_the_newest(instance: DagsterInstance, key: AssetKey, partition: str | None, parents: Any,
+                     newest_of: dict[AssetKey, tuple[str, int, float] | None]) -> bool:
+    found = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
+    materialization = found[0].asset_materialization if found else None
+    read = materialization.metadata.get("read_snapshots") if materialization else None
+    if read is None or not isinstance(read.value, dict):
+        return True
+    for parent in parents:
+        if parent not in newest_of:
+            newest_of[parent] = _newest_commit(instance, parent)
+        newest = newest_of[parent]
+        if newest is None or newest[0] not in read.value:
+            continue
+        table, snapshot, at = newest
+        read_snapshot, read_at_ms = read.value[table]
+        if snapshot != read_snapshot and at * 1000 > read_at_ms:
+            return False  # the parent committed after the child read it
+    return True
+
+
+# A parent's update is handled by an update of the partition that read that commit, or by a request of it made
+# after it (a request on the previous tick, with no parent updated since: Dagster's boolean conditions carry no
+# times, so a request and a later update seen on one tick would otherwise count as handled).
+HANDLED = (
+    AutomationCondition.initial_evaluation()
+    | (AutomationCondition.newly_requested() & ~AutomationCondition.any_deps_updated())
+    | (AutomationCondition.newly_updated() & ReadItsParentsNewest())
+).with_label("handled")
+UPSTREAM_UPDATED = AutomationCondition.any_deps_updated().since(HANDLED).with_label("upstream updated")
 FRESHNESS_FAILED = (
     AutomationCondition.in_latest_time_window() & AutomationCondition.freshness_failed().newly_true()
 ).with_label("freshness failed")
@@ -67,6 +149,7 @@ def automation_sensor(assets) -> AutomationConditionSensorDefinition:
         default_status=DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=30,
         description="Evaluates the automation conditions of silver, gold and ML (upstream updated, freshness failed).",
+        use_user_code_server=True,  # a condition of this project's own (ReadItsParentsNewest) is evaluated here
     )
 
 # A whole-table asset over partitioned parents: most parent partitions are

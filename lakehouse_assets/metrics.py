@@ -260,11 +260,14 @@ class LakehouseCollector:
                 refused = refused_files([f.uri for f in listed], source_root(self.settings, name), first, today)
                 newest = taken.get(name, {})
                 waiting = sum(f.uri not in refused and needs_a_look(f.stat, newest.get(f.uri)) for f in listed)
+                ahead = sum(f.modified > time.time() for f in listed)
             except Exception as exc:  # noqa: BLE001
                 errors += self._failed(f"the landing zone of {name}", exc)
                 continue
             out.gauge("source_landing_files_waiting", "Files landed, or changed, and not ingested yet as they are now "
                       "(the backlog)", s, waiting)
+            out.gauge("source_landing_files_ahead_of_clock", "Files whose modification time is ahead of this "
+                      "machine's clock (a writer's clock runs ahead): they settle by being seen unchanged", s, ahead)
             out.gauge("source_landing_files_refused", "Files that will not be ingested: outside a day folder or the "
                       "partition range (the landing sensor reports each)", s, len(refused))
             if name in streamed and (self.settings.home / "streams" / name).exists():

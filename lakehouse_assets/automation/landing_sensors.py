@@ -7,8 +7,9 @@ folders that changed since its last look (local zones: by the folders' inode cha
 time, which copies that keep old file times still move), and every
 FULL_LISTING_SECONDS the whole source folder, so a file with any time, in any day
 folder, is found. A file is requested once it has settled (unchanged for the
-declared `landing.settle`, its folder marked ready when a marker is declared); a
-request is remembered for RETRY_SECONDS, after which a file the log still does not
+declared `landing.settle`: by its modification time, or as seen tick after tick,
+which is all a time ahead of the clock counts for; its folder marked ready when a
+marker is declared); a request is remembered for RETRY_SECONDS, after which a file the log still does not
 hold (a failed run, a file still being written) is requested again. Requests are
 safe to repeat anyway: bronze decides each file against the log, and publishes the
 log with the rows in one commit. While `lakehouse stream` runs for the source (its
@@ -40,7 +41,7 @@ from ..bronze.ingest import LandingSource
 from ..bronze.taken import TakenIndex
 from ..runtime.resource import LakehouseResource
 from ..runtime.status import stream_is_running
-from ..sources.versions import Stat, needs_a_look, settled
+from ..sources.versions import Sightings, Stat, needs_a_look, settled
 from ..sources.zones import LandedFile, landing_zone, refusals, source_root
 from ..times import UTC
 
@@ -108,10 +109,18 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
             candidates = [f for f in candidates if needs_a_look(f.stat, taken.get(f.uri))]
         now_dt = dt.datetime.fromtimestamp(now, UTC)
         ready = _ready(zone, candidates, source.policy.ready_marker)
-        new = [f for f in candidates
-               if settled(Stat(f.size, round(max(f.modified, f.changed) * 1000)), now_dt, source.policy,
-                          ready.get(f.uri.rsplit("/", 1)[0], True))]
+        # How long each file has been seen as it is, tick after tick: a file whose time is ahead of the clock
+        # settles by being seen unchanged for the settle time.
+        sightings = Sightings({uri: tuple(seen) for uri, seen in state.get("seen", {}).items()})  # type: ignore[misc]
+        new = []
+        for f in candidates:
+            stat = Stat(f.size, round(max(f.modified, f.changed) * 1000))
+            if settled(stat, now_dt, source.policy, ready.get(f.uri.rsplit("/", 1)[0], True),
+                       sightings.see(f.uri, stat, now)):
+                new.append(f)
         unsettled = [f for f in candidates if f not in new]
+        sightings.keep({f.uri for f in unsettled})
+        state["seen"] = sightings.seen
         # The next partial listing starts where this one's newest file is, but not past a file still settling.
         newest = max((f.changed for f in files), default=watermark)
         state["watermark"] = min([max(watermark, newest), *(f.changed for f in unsettled)])

@@ -71,8 +71,11 @@ from ..sources.versions import (
     WAIT,
     Content,
     Decision,
+    Sightings,
     Stat,
     Taken,
+    age_ms,
+    ahead_of_clock,
     decide,
     needs_a_look,
     settled,
@@ -154,6 +157,7 @@ class IngestReport:
     new_columns: list[str] = field(default_factory=list)
     retries: int = 0
     newest_landed_at: dt.datetime | None = None
+    ahead_of_clock: int = 0  # files listed whose modification time is ahead of the clock
     seconds: dict[str, float] = field(default_factory=dict)  # wall time by stage, where the run spent it
 
     @contextmanager
@@ -169,6 +173,7 @@ class IngestReport:
             "landing_files_listed": MetadataValue.int(self.files_listed),
             "landing_files_taken": MetadataValue.int(self.files_read),
             "landing_files_waiting": MetadataValue.int(len(self.waiting)),
+            "landing_files_ahead_of_clock": MetadataValue.int(self.ahead_of_clock),
             "records_in": MetadataValue.int(self.records_in),
             "records_kept": MetadataValue.int(self.kept.added_records if self.kept else 0),
             "records_quarantined": MetadataValue.int(self.quarantined.added_records if self.quarantined else 0),
@@ -226,6 +231,9 @@ class Take:
     line_counts: dict[str, int] = field(default_factory=dict)
     heads: list[str] = field(default_factory=list)  # the wrapped records' heads the read found (read_landing)
     unreadable: dict[str, str] = field(default_factory=dict)
+    ahead_of_clock: int = 0  # files listed whose modification time is ahead of this machine's clock
+    seen_ms: dict[str, float] = field(default_factory=dict)  # how long each file was seen as it is (Sightings)
+    now: dt.datetime | None = None  # when the decisions were made
 
     @property
     def files(self) -> list[str]:
@@ -277,35 +285,77 @@ def _history(ingest_log: TableHandle, source: str, files: list[str], base: int |
 
 
 def look(lakehouse: LakehouseResource, source: LandingSource, ingest_log: TableHandle, files: list[str],
-         now: dt.datetime) -> Take:
+         now: dt.datetime, sightings: Sightings | None = None, wait_until: float | None = None,
+         log: Callable[[str], None] = print) -> Take:
     """Decide what to take of each file: those the log holds as they are now are skipped without a read; the
-    others, once settled, are hashed and decided against the log's newest row (sources/versions.py)."""
+    others, once settled, are hashed and decided against the log's newest row (sources/versions.py). With
+    `wait_until` (seconds since the epoch), files not settled yet are watched until they are, or until then."""
     spark, policy = lakehouse.spark, source.policy
+    sightings = sightings if sightings is not None else Sightings()
     base = ingest_log.snapshot_id()
     take = Take(base, _history(ingest_log, source.name, files, base))
     statuses = file_statuses(spark, files)
     ready = _ready_folders(spark, statuses, policy.ready_marker)
-    candidates = []
+    candidates: list[str] = []
+    settling: list[str] = []
     for f, (size, modified_ms, etag) in statuses.items():
         stat = Stat(size, modified_ms, etag)
+        take.ahead_of_clock += ahead_of_clock(stat, now)
         if not needs_a_look(stat, take.history.get(f)):
             continue
-        if settled(stat, now, policy, ready.get(f.rsplit("/", 1)[0], True)):
+        marked = ready.get(f.rsplit("/", 1)[0], True)
+        if settled(stat, now, policy, marked, sightings.see(f, stat, now.timestamp())):
             candidates.append(f)
         else:
-            take.waiting.append(f)
+            (settling if marked else take.waiting).append(f)
+    if settling and wait_until is not None:
+        candidates += _wait_to_settle(spark, source, settling, statuses, sightings, wait_until, log)
+        now = dt.datetime.now(UTC)
+        settling = [f for f in settling if f not in candidates]
+    take.waiting += settling
+    take.now = now
     prefixes = {f: t.size for f in candidates if (t := take.history.get(f)) is not None and t.size is not None}
     # Spark's file scans skip empty files: their content is known without a read.
     contents = {f: Content(Stat(0, statuses[f][1]), EMPTY_SHA256) for f in candidates if statuses[f][0] == 0}
     contents.update(read_contents(spark, [f for f in candidates if f not in contents], prefixes, statuses))
     for f, content in contents.items():
         content = replace(content, stat=replace(content.stat, etag=statuses[f][2]))  # Spark's read has no ETag
-        decision = decide(f, content, take.history.get(f), now, policy)
+        take.seen_ms[f] = sightings.see(f, content.stat, now.timestamp())
+        decision = decide(f, content, take.history.get(f), now, policy, take.seen_ms[f])
         if decision.change == WAIT:
             take.waiting.append(f)
         else:
             take.decisions[f], take.contents[f] = decision, content
     return take
+
+
+def _wait_to_settle(spark: Any, source: LandingSource, files: list[str], statuses: dict[str, Any],
+                    sightings: Sightings, wait_until: float, log: Callable[[str], None]) -> list[str]:
+    """Watch `files` (not settled yet) until each has been unchanged for the settle time, or until `wait_until`;
+    the ones that settled, their `statuses` as they are now."""
+    settle_ms = source.policy.settle.total_seconds() * 1000
+    log(f"{source.name}: {len(files)} files not settled yet: waiting for them, at most "
+        f"{max(0.0, wait_until - time.time()):.0f} s")
+    pending, done = list(files), []
+    while pending and time.time() < wait_until:
+        now = dt.datetime.now(UTC)
+        soonest = min(settle_ms - age_ms(Stat(*statuses[f][:2]), now, sightings.see(
+            f, Stat(*statuses[f][:2]), now.timestamp())) for f in pending) / 1000
+        time.sleep(min(max(soonest, 0.2), max(wait_until - time.time(), 0.0)))
+        now = dt.datetime.now(UTC)
+        fresh = file_statuses(spark, pending)
+        for f in list(pending):
+            if f not in fresh:  # gone meanwhile
+                pending.remove(f)
+                continue
+            statuses[f] = fresh[f]
+            stat = Stat(*fresh[f][:2])
+            if settled(stat, now, source.policy, True, sightings.see(f, stat, now.timestamp())):
+                pending.remove(f)
+                done.append(f)
+    log(f"{source.name}: {len(done)} of them settled" + (f", {len(pending)} still changing: left for a later run"
+                                                          if pending else ""))
+    return done
 
 
 def _ready_folders(spark: Any, statuses: dict[str, Any], marker: str | None) -> dict[str, bool]:
@@ -327,7 +377,7 @@ def read_take(lakehouse: LakehouseResource, source: LandingSource, take: Take, n
     after = file_statuses(spark, todo)
     moved = {f for f in todo if after.get(f, (None, None))[:2] != (take.contents[f].stat.size,
                                                                      take.contents[f].stat.modified_ms)}
-    young = {f for f in take.unreadable if within_grace(take.contents[f].stat, now, policy)}
+    young = {f for f in take.unreadable if within_grace(take.contents[f].stat, now, policy, take.seen_ms.get(f, 0.0))}
     for f in sorted(moved | young):
         log(f"{source.name}: {f}: {'changed while it was read' if f in moved else 'still being written'}: "
             "left for the next run")
@@ -351,18 +401,23 @@ def read_take(lakehouse: LakehouseResource, source: LandingSource, take: Take, n
 
 def ingest(
     lakehouse: LakehouseResource, source: LandingSource, files: list[str], run_id: str, label: str,
-    log: Callable[[str], None] = print, properties: dict[str, str] | None = None,
+    log: Callable[[str], None] = print, properties: dict[str, str] | None = None, wait: bool = False,
 ) -> IngestReport:
     """Take what the landing `files` hold that the ingest log does not; `properties` go into the summary of every
-    snapshot published."""
+    snapshot published. With `wait`, files not settled yet are waited for (at most the settle time and the
+    incomplete grace) rather than left for a later run."""
     report = IngestReport(files_listed=len(files))
     ingest_log, bronze, quarantine = (lakehouse.table(s).create()
                                       for s in (INGEST_LOG, source.bronze, source.quarantine))
+    sightings = Sightings()
+    policy = source.policy
+    wait_until = time.time() + (policy.settle + policy.incomplete_grace).total_seconds() if wait else None
 
     def attempt() -> list[CommitResult] | None:
-        now = dt.datetime.now(UTC)
         with report.timed("files to take: identities and hashes"):
-            take = look(lakehouse, source, ingest_log, files, now)
+            take = look(lakehouse, source, ingest_log, files, dt.datetime.now(UTC), sightings, wait_until, log)
+        now = take.now or dt.datetime.now(UTC)
+        report.ahead_of_clock = take.ahead_of_clock
         log(f"{source.name} {label}: {len(files)} landing files, {len(take.decisions)} to take"
             f"{f', {len(take.waiting)} not settled yet' if take.waiting else ''}")
         if take.decisions:
@@ -602,7 +657,7 @@ def landing_asset(source: LandingSource, partitions: PartitionsDefinition,
             source_root(lakehouse.settings, source.name))
         for path, why in refused.items():
             context.log.warning(f"{source.name}: not ingested: {path}: {why}")
-        report = ingest(lakehouse, source, files, context.run_id, window.label, log=context.log.info)
+        report = ingest(lakehouse, source, files, context.run_id, window.label, log=context.log.info, wait=True)
         metadata = report.metadata(report.kept)
         if report.files_read and report.kept is not None and report.kept.snapshot_id is not None:
             # Which event days this commit holds rows of, however old: the days silver must decide again.

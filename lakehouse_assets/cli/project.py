@@ -52,11 +52,13 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     """What differs between the declaration and the tables in the catalog; exit 1 when anything does."""
     _, result = _declared_plan(settings)
     if args.json:
-        print(json.dumps({"changes": [c.as_dict() for c in result.changes], "not_created": result.not_created},
-                         indent=2))
+        print(json.dumps({"changes": [c.as_dict() for c in result.changes], "not_created": result.not_created,
+                          "kept": [c.as_dict() for c in result.kept]}, indent=2))
     else:
         for change in result.changes:
             print(change.text())
+        for column in result.kept:
+            print(f"{column.table}: keeps column {column.subject} ({column.before}), {column.operation}")
         if result.not_created:
             print(f"not created yet (their first run creates them as declared): {', '.join(result.not_created)}")
         if not result.changes:
@@ -71,7 +73,7 @@ def cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_apply(args: argparse.Namespace, settings: Settings) -> int:
     """Make the plan's differences (dropped columns only with --allow-drop), one metadata commit per table; all
     or nothing: while any difference is held, none is made and the exit code is 1."""
-    from ..tables.evolution import apply
+    from ..tables.evolution import DROPPING, apply
 
     catalog, planned = _declared_plan(settings)
     done = apply(catalog, settings.namespace, planned, allow_drop=args.allow_drop)
@@ -81,7 +83,7 @@ def cmd_apply(args: argparse.Namespace, settings: Settings) -> int:
     elif done.held:
         print(f"nothing applied: {len(done.held)} of the {len(done.left)} differences cannot be made as asked")
         for change in done.held:
-            why = "needs --allow-drop" if change.kind == "drop column" else "not possible in place"
+            why = "needs --allow-drop" if change.kind in DROPPING else "not possible in place"
             print(f"  held ({why}): {change.text()}")
         print("the plan:")
         for change in done.left:

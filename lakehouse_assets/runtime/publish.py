@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import ConcurrentCommitError, PublishedError
+from ..tables.handle import forget_reads
 from ..times import EPOCH, UTC
 from .catalog import swap_pointers
 from .conflicts import CATALOG_BUSY, CONFLICT, commit_failure, failure_message
@@ -272,6 +273,7 @@ def publish_all(writes: list[StagedWrite]) -> list[CommitResult]:
             write.discard(quietly=True)  # nothing was published; what the branches held is gone with them
         raise
     # Published: nothing from here on may send the caller to write again (it would write twice).
+    forget_reads()
     for write in writes:
         failpoint(f"{write.table.name}:after-publish")
     try:

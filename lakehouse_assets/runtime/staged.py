@@ -13,6 +13,7 @@ A write's `scope` is what it was decided against: `EVERYTHING` (the whole table)
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ..tables.handle import TableHandle
+from ..tables.handle import TableHandle, reads
 from ..times import UTC
 from .freshness import derived_watermarks, watermark_properties
 from .schema import conform
@@ -36,6 +37,9 @@ WRITE_ID = "lakehouse.write-id"
 RUN_ID = "dagster.run-id"
 ASSET = "dagster.asset"
 PARTITIONS = "dagster.partitions"
+# The upstream tables' snapshots the writing step read, {table: [snapshot id, read at (ms)]}: automation tells
+# from it whether a parent's commit came after what its child read (conditions.py).
+READ_SNAPSHOTS = "lakehouse.read-snapshots"
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ class CommitResult:
             "bytes_added": MetadataValue.int(self._int("added-files-size")),
             "table_data_files": MetadataValue.int(self._int("total-data-files")),
             "commit_replays": MetadataValue.int(self.replays),
+            **({"read_snapshots": MetadataValue.json(json.loads(self.summary[READ_SNAPSHOTS]))}
+               if self.summary.get(READ_SNAPSHOTS) else {}),
             **({"declaration_applied": MetadataValue.md("\n".join(f"- {c}" for c in self.evolved))}
                if self.evolved else {}),
         }
@@ -185,9 +191,10 @@ class StagedWrite:
         return self.with_watermarks(max(events, default=None), max(landed, default=None))
 
     def stamp(self) -> dict[str, str]:
-        """The snapshot summary properties of this write's commits."""
+        """The snapshot summary properties of this write's commits, with the upstream snapshots its step read."""
+        read = reads()
         return {WRITE_ID: self.write_id, RUN_ID: self.run_id, ASSET: self.asset, PARTITIONS: self.label,
-                **self.properties}
+                **({READ_SNAPSHOTS: json.dumps(read, sort_keys=True)} if read else {}), **self.properties}
 
     def _writer(self, df: DataFrame, fanout: bool = False):
         writer = conform(self.spark, self.table_id, df, evolve=self.evolve).writeTo(self.target)

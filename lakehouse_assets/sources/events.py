@@ -57,15 +57,20 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
 
     # Three projections: the texts, the typed values, then the reasons over both. A value is computed once;
     # in a single projection, a typed value used both as a column and inside the reason's CASE was computed twice.
+    # A column the table keeps that the declaration does not name (the data brought it, or a former declaration
+    # did): filled from the record's key of its name, typed as the column is, never cast from another type.
+    kept = {f.name: f.dataType for f in drifted_columns(source, table_schema)}
     texts = parsed.select(*LINEAGE_COLUMNS, TOP_KEYS, F.col("text._corrupt_record").alias("__corrupt"), at_first.alias("__first"),
                           *(text(name).alias(f"__text_{name}") for name in source.fields),
+                          *(F.get_json_object("payload", f"$.{name}").alias(f"__text_{name}") for name in kept),
                           *(F.col("first")[source.paths[name]].alias(f"__map_{name}") for name in maps))
 
     def typed(name: str, dtype: T.DataType) -> Column:
         value = typed_value(F.col(f"__text_{name}"), dtype)
         return F.when(F.col("__first"), F.col(f"__map_{name}")).otherwise(value) if name in maps else value
 
-    typed_columns = texts.select("*", *(typed(name, dtype).alias(name) for name, dtype in source.fields.items()))
+    typed_columns = texts.select("*", *(typed(name, dtype).alias(name) for name, dtype in source.fields.items()),
+                                 *(typed_value(F.col(f"__text_{name}"), dtype).alias(name) for name, dtype in kept.items()))
 
     reason = json_reason(F.col("payload"), F.col("__corrupt"))
     for name in source.required:
@@ -73,18 +78,18 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
         if name in maps:  # parsed as a map at once: absent or null, or (parsed as text) blank
             missing = F.when(F.col("__first"), F.col(name).isNull()).otherwise(missing)
         reason = reason.when(missing, F.lit(f"missing required field {name}"))
-    for name, dtype in source.fields.items():
+    for name, dtype in [*source.fields.items(), *kept.items()]:
         what = "a JSON object" if isinstance(dtype, T.MapType) else f"a {dtype.simpleString()}"
         raw_text = F.col(f"__text_{name}")
+        held = "" if name in source.fields else " (a column bronze keeps though the declaration no longer names it)"
         reason = reason.when(
             raw_text.isNotNull() & F.col(name).isNull(),
-            F.concat(F.lit(f"{name} is not {what}: "), F.substring(raw_text, 1, 200)),
+            F.concat(F.lit(f"{name}{held} is not {what}: "), F.substring(raw_text, 1, 200)),
         )
     return typed_columns.select(
         *source.fields,
         *LINEAGE_COLUMNS,
-        *(F.get_json_object("payload", f"$.{f.name}").cast(f.dataType).alias(f.name)
-          for f in drifted_columns(source, table_schema)),
+        *kept,
         reason.alias("reason"),
         TOP_KEYS,  # computed only where asked for (new_event_keys)
     )

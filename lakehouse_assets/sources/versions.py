@@ -98,21 +98,52 @@ def needs_a_look(stat: Stat, taken: Taken | None) -> bool:
     return taken is None or (not taken.legacy and not stat.same_as(taken))
 
 
-def settled(stat: Stat, now: dt.datetime, policy: LandingPolicy, ready: bool = True) -> bool:
-    """Unchanged for the declared settle time (a file modified in the future waits for its time to pass), and
-    its folder marked ready when the declaration names a marker."""
-    age_ms = now.timestamp() * 1000 - stat.modified_ms
-    return ready and age_ms >= policy.settle.total_seconds() * 1000
+def age_ms(stat: Stat, now: dt.datetime, seen_for_ms: float = 0.0) -> float:
+    """How long the file has been as it is: since its modification time by the clock, or, as long as it was
+    seen unchanged (`seen_for_ms`, by a sensor's ticks or a run's looks), whichever is longer. A modification
+    time ahead of the clock (a writer whose clock runs ahead) counts for nothing: only observation settles it."""
+    return max(now.timestamp() * 1000 - stat.modified_ms, seen_for_ms, 0.0)
 
 
-def within_grace(stat: Stat, now: dt.datetime, policy: LandingPolicy) -> bool:
+def ahead_of_clock(stat: Stat, now: dt.datetime) -> bool:
+    return stat.modified_ms > now.timestamp() * 1000
+
+
+def settled(stat: Stat, now: dt.datetime, policy: LandingPolicy, ready: bool = True, seen_for_ms: float = 0.0) -> bool:
+    """Unchanged for the declared settle time (`age_ms`), and its folder marked ready when the declaration names
+    a marker."""
+    return ready and age_ms(stat, now, seen_for_ms) >= policy.settle.total_seconds() * 1000
+
+
+def within_grace(stat: Stat, now: dt.datetime, policy: LandingPolicy, seen_for_ms: float = 0.0) -> bool:
     """Changed so recently that a file ending mid-record is taken for one still being written."""
-    return now.timestamp() * 1000 - stat.modified_ms < policy.incomplete_grace.total_seconds() * 1000
+    return age_ms(stat, now, seen_for_ms) < policy.incomplete_grace.total_seconds() * 1000
 
 
-def decide(uri: str, content: Content, taken: Taken | None, now: dt.datetime, policy: LandingPolicy) -> Decision:
+class Sightings:
+    """When each file was first seen as it is now (size and modification time): how long it has been seen
+    unchanged, whatever its modification time says. A change starts its count again."""
+
+    def __init__(self, seen: dict[str, tuple[int, int, float]] | None = None):
+        self.seen = dict(seen or {})  # uri -> (size, modified_ms, first seen, seconds since the epoch)
+
+    def see(self, uri: str, stat: Stat, at: float) -> float:
+        """Record a look at `uri` at `at`; how long (ms) it has been seen as it is now."""
+        size, modified_ms, first = self.seen.get(uri, (-1, -1, at))
+        if (size, modified_ms) != (stat.size, stat.modified_ms):
+            first = at
+        self.seen[uri] = (stat.size, stat.modified_ms, first)
+        return (at - first) * 1000
+
+    def keep(self, uris: set[str]) -> None:
+        self.seen = {u: v for u, v in self.seen.items() if u in uris}
+
+
+def decide(uri: str, content: Content, taken: Taken | None, now: dt.datetime, policy: LandingPolicy,
+           seen_for_ms: float = 0.0) -> Decision:
     """What to take of a settled file whose identity the log does not hold yet."""
-    if content.stat.size and not compressed(uri) and not content.ends_line and within_grace(content.stat, now, policy):
+    if content.stat.size and not compressed(uri) and not content.ends_line and \
+            within_grace(content.stat, now, policy, seen_for_ms):
         return Decision(WAIT)  # its last line is still being written
     if taken is None:
         return Decision(NEW)

@@ -150,7 +150,10 @@ def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: li
                                       f"UpdateSchema.update_column({path}, {want})", declared=field))
             else:
                 changes.append(Change(name, "change type", path, have_type, want, False,
-                                      "refused in place: add a new column (or a new table) and backfill it"))
+                                      f"with --allow-drop: UpdateSchema.delete_column({path}) then add_column({path}, "
+                                      f"{want}): a new field id; the values held leave the current schema (older "
+                                      "snapshots still read them) and rows written before read null",
+                                      declared=field))
         if have.required and field.nullable:
             changes.append(Change(name, "make optional", path, "required", "optional", True,
                                   f"UpdateSchema.make_column_optional({path})"))
@@ -216,6 +219,9 @@ def _property_changes(spec: TableSpec, table: Any) -> list[Change]:
 class Plan:
     changes: list[Change]
     not_created: list[str]  # declared tables their first run creates as declared: not a difference
+    # Columns a table that takes its data's columns holds though the declaration does not name them (the data
+    # brought them, or a former declaration did): kept, not a difference ("keep column").
+    kept: list[Change] = dataclasses.field(default_factory=list)
 
     @property
     def destructive(self) -> list[Change]:
@@ -226,14 +232,34 @@ def plan(specs: dict[str, TableSpec], catalog: Any, namespace: str,
          takes_data_columns: frozenset[str] = frozenset()) -> Plan:
     """Every difference between the declared tables and the catalog's."""
     changes: list[Change] = []
+    kept: list[Change] = []
     missing = []
     for name, spec in sorted(specs.items()):
         identifier = (namespace, name)
         if not catalog.table_exists(identifier):
             missing.append(name)
             continue
-        changes += plan_table(spec, catalog.load_table(identifier), name in takes_data_columns)
-    return Plan(changes, missing)
+        table = catalog.load_table(identifier)
+        changes += plan_table(spec, table, name in takes_data_columns)
+        if name in takes_data_columns:
+            kept += kept_columns(spec, table)
+    return Plan(changes, missing, kept)
+
+
+def kept_columns(spec: TableSpec, table: Any) -> list[Change]:
+    """The top-level columns `table` holds that `spec` does not declare (nor renames), and what becomes of the
+    values records still carry under their names: they fill the column as its type reads them."""
+    declared = set(spec.schema.fieldNames()) | set(spec.renamed.values())
+    kept = []
+    for field in table.schema().fields:
+        if field.name in declared:
+            continue
+        held = iceberg_type_string(field.field_type)
+        what = (f"a record that still carries {field.name} fills it as {held}; a value that is not one is "
+                "quarantined with the reason (the raw record keeps it)") if spec.layer == "bronze" else \
+            f"bronze's values of {field.name} still fill it"
+        kept.append(Change(spec.name, "keep column", field.name, held, held, True, f"not declared, kept: {what}"))
+    return kept
 
 
 def iceberg_type(dtype: T.DataType) -> IT.IcebergType:
@@ -260,7 +286,9 @@ def iceberg_type(dtype: T.DataType) -> IT.IcebergType:
 
 
 # Differences `apply` never makes: Iceberg cannot make them in place (the plan says what to do instead).
-REFUSED = {"change type", "make required"}
+REFUSED = {"make required"}
+# Destructive differences `apply` makes only when told to (--allow-drop): values leave the current schema.
+DROPPING = {"drop column", "change type"}
 
 
 @dataclass(frozen=True)
@@ -275,7 +303,7 @@ def _applicable(change: Change, allow_drop: bool) -> bool:
         return False
     if change.kind == "set property" and not change.safe:
         return False
-    return change.safe or (allow_drop and change.kind == "drop column")
+    return change.safe or (allow_drop and change.kind in DROPPING)
 
 
 def bring_to_declaration(catalog: Any, identifier: tuple[str, str], spec: TableSpec) -> list[Change]:
@@ -349,6 +377,15 @@ def apply(catalog: Any, namespace: str, planned: Plan, allow_drop: bool = False)
                           if c.kind in ("set property", "document table")}
             if properties:
                 tx.set_properties(properties)
+            retyped = [c for c in changes if c.kind == "change type"]
+            if retyped:  # the held column goes, then one of the declared type takes its name (a new field id)
+                with tx.update_schema() as update:
+                    for c in retyped:
+                        update.delete_column(tuple(c.subject.split(".")))
+                with tx.update_schema() as update:
+                    for c in retyped:
+                        update.add_column(tuple(c.subject.split(".")), iceberg_type(c.declared.dataType),
+                                          doc=c.declared.metadata.get("comment") or None)
             renames = [c for c in changes if c.kind == "rename column"]
             if renames:  # after the changes above, which name the columns as the table held them
                 with tx.update_schema() as update:

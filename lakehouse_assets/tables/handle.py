@@ -11,6 +11,8 @@ table made on the fly.
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from typing import Protocol
 
 from pyiceberg.catalog.sql import SqlCatalog
@@ -42,6 +44,25 @@ class Engine(Protocol):
     def catalog(self) -> SqlCatalog: ...
 
     def table_id(self, table: str | TableSpec) -> str: ...
+
+
+_thread = threading.local()
+
+
+def _noted() -> dict[str, list[int]]:
+    if not hasattr(_thread, "reads"):
+        _thread.reads = {}
+    return _thread.reads
+
+
+def reads() -> dict[str, list[int]]:
+    """What the upstream reads of this thread's current step read: {table: [snapshot id, read at (ms)]}."""
+    return dict(_noted())
+
+
+def forget_reads() -> None:
+    """A step's writes are published: the next step's reads are its own."""
+    _noted().clear()
 
 
 class TableHandle:
@@ -103,8 +124,14 @@ class TableHandle:
         return sorted(days)
 
     def read(self, snapshot_id: int | None = None, branch: str | None = None, reader: str = "") -> DataFrame:
-        """The table's rows (main now, at a snapshot, or on a branch); UpstreamMissingError if it does not exist."""
+        """The table's rows (main now, at a snapshot, or on a branch); UpstreamMissingError if it does not exist.
+        A `reader` (the asset reading its upstream) reads main at its current snapshot, fixed now, and the
+        snapshot is noted among what this thread read (`reads`): its next commits record it."""
         self.require(reader)
+        if reader and branch is None:
+            snapshot_id = self.snapshot_id() if snapshot_id is None else snapshot_id
+            if snapshot_id is not None:
+                _noted().update({self.name: [snapshot_id, round(time.time() * 1000)]})
         df = self.spark.read
         if snapshot_id is not None:
             df = df.option("snapshot-id", snapshot_id)

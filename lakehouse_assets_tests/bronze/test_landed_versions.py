@@ -132,13 +132,38 @@ def test_files_copied_with_old_times_are_taken_like_any_other(lakehouse, tmp_pat
     assert balanced(lakehouse) == 4
 
 
-def _take(lakehouse, policy):
+def _take(lakehouse, policy, wait=False, log=lambda _: None):
     source = event_landing_source(EVENTS, policy)
     day = dt.date.fromisoformat(DAY)
     files, _ = list_landing_files(lakehouse.spark, day_folders(lakehouse.settings.landing, "events", day,
                                                                day + dt.timedelta(days=1)),
                                   f"{lakehouse.settings.landing}/events")
-    return take(lakehouse, source, files, f"test-{time.time_ns()}", DAY, log=lambda _: None)
+    return take(lakehouse, source, files, f"test-{time.time_ns()}", DAY, log=log, wait=wait)
+
+
+def test_a_run_waits_for_a_file_landed_just_before_it_and_one_whose_time_is_a_day_ahead_settles_by_observation(
+        lakehouse):
+    policy = LandingPolicy(settle=dt.timedelta(seconds=2))
+    ahead = folder(lakehouse) / "ahead.jsonl"
+    ahead.write_text(lines(0, 3))
+    tomorrow = time.time() + 86_400
+    os.utime(ahead, (tomorrow, tomorrow))  # its writer's clock runs a day ahead
+    # Without waiting, a run leaves it (not settled yet) and counts it ahead of the clock.
+    left = _take(lakehouse, policy)
+    assert (left.records_in, left.waiting, left.ahead_of_clock) == (0, [f"file:{ahead}"], 1)
+    # A run that waits sees it unchanged for the settle time and takes it, a day before its time; a file
+    # landed just before the run (the README's newcomer) is waited for too.
+    (folder(lakehouse) / "now.jsonl").write_text(lines(10, 2))
+    said: list[str] = []
+    started = time.monotonic()
+    report = _take(lakehouse, policy, wait=True, log=said.append)
+    assert (report.records_in, report.waiting, report.ahead_of_clock) == (5, [], 1)
+    assert 2 <= time.monotonic() - started < 60
+    assert any("2 files not settled yet: waiting for them" in line for line in said), said
+    assert any("2 of them settled" in line for line in said), said
+    assert "landing_files_ahead_of_clock" in report.metadata(report.kept)
+    assert rows(lakehouse, "bronze_events") == [("ahead.jsonl", n) for n in (1, 2, 3)] + [("now.jsonl", 1), ("now.jsonl", 2)]
+    assert balanced(lakehouse) == 5
 
 
 def test_a_declared_settle_time_and_ready_marker_hold_a_file_until_it_is_complete(lakehouse):

@@ -11,6 +11,7 @@ from lakehouse_assets.sources.versions import (
     TOUCHED,
     WAIT,
     Content,
+    Sightings,
     Stat,
     Taken,
     decide,
@@ -60,3 +61,22 @@ def test_identity_and_settling():
     assert not settled(Stat(1, epoch_ms(NOW + dt.timedelta(hours=1))), NOW, POLICY)  # a time in the future waits
     assert not settled(Stat(1, OLD_MS), NOW, POLICY, ready=False)  # its folder's ready marker is missing
     assert epoch_ms(dt.datetime(2024, 11, 25, 5, 25, 45, 123000, tzinfo=dt.timezone.utc)) == 1732512345123
+
+
+def test_a_file_whose_time_is_ahead_of_the_clock_settles_once_seen_unchanged_for_the_settle_time():
+    sightings, ahead = Sightings(), Stat(1, epoch_ms(NOW + dt.timedelta(days=1)))
+    start = NOW.timestamp()
+    assert sightings.see("a", ahead, start) == 0
+    assert not settled(ahead, NOW, POLICY, seen_for_ms=sightings.see("a", ahead, start + 4.9))
+    later = NOW + dt.timedelta(seconds=5)
+    assert settled(ahead, later, POLICY, seen_for_ms=sightings.see("a", ahead, start + 5))
+    # A change starts the count again: the grown file is seen for 0 s, and a day ahead counts for nothing.
+    grown = Stat(2, ahead.modified_ms)
+    assert sightings.see("a", grown, start + 6) == 0 and not settled(grown, later, POLICY)
+    assert not settled(ahead, later, POLICY, ready=False, seen_for_ms=60_000)  # the ready marker still rules
+    # Ending mid-record: the grace counts from when it was first seen so, not from a time still ahead.
+    cut = Content(ahead, "h", ends_line=False)
+    assert decide("b.jsonl", cut, None, NOW, POLICY, seen_for_ms=60_000).change == WAIT
+    assert decide("b.jsonl", cut, None, NOW, POLICY, seen_for_ms=301_000).change == NEW
+    sightings.keep(set())
+    assert sightings.seen == {}
