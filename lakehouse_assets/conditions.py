@@ -52,7 +52,7 @@ class ReadItsParentsNewest(AutomationCondition):
         instance = context.asset_graph_view.instance
         key = context.key
         parents = context.asset_graph.get(key).parent_keys
-        newest_of: dict[AssetKey, tuple[str, int, float] | None] = {}
+        newest_of: dict[AssetKey, tuple[int, float] | None] = {}
         kept = set()
         for part in context.candidate_subset.expensively_compute_asset_partitions():
             if _read_the_newest(instance, key, part.partition_key, parents, newest_of):
@@ -60,21 +60,19 @@ class ReadItsParentsNewest(AutomationCondition):
         return AutomationResult(context, context.asset_graph_view.get_asset_subset_from_asset_partitions(key, kept))
 
 
-def _newest_commit(instance: DagsterInstance, parent: AssetKey) -> tuple[str, int, float] | None:
-    """The table, snapshot id and time of a parent's newest materialization (any partition: a child reads the
-    parent table's current snapshot), or None when it recorded no snapshot."""
+def _newest_commit(instance: DagsterInstance, parent: AssetKey) -> tuple[int, float] | None:
+    """The snapshot id and time of a parent's newest materialization (any partition: a child reads the parent
+    table's current snapshot), or None when it recorded no snapshot."""
     found = instance.fetch_materializations(AssetRecordsFilter(asset_key=parent), limit=1).records
-    if not found:
+    materialization = found[0].asset_materialization if found else None
+    snapshot = materialization.metadata.get("snapshot_id") if materialization else None
+    if snapshot is None or not isinstance(snapshot.value, int):
         return None
-    metadata = found[0].asset_materialization.metadata if found[0].asset_materialization else {}
-    table, snapshot = metadata.get("table"), metadata.get("snapshot_id")
-    if table is None or snapshot is None or not isinstance(snapshot.value, int):
-        return None
-    return str(table.value), snapshot.value, found[0].timestamp
+    return snapshot.value, found[0].timestamp
 
 
 def _read_the_newest(instance: DagsterInstance, key: AssetKey, partition: str | None, parents: Any,
-                     newest_of: dict[AssetKey, tuple[str, int, float] | None]) -> bool:
+                     newest_of: dict[AssetKey, tuple[int, float] | None]) -> bool:
     found = instance.fetch_materializations(
         AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
     materialization = found[0].asset_materialization if found else None
@@ -82,12 +80,15 @@ def _read_the_newest(instance: DagsterInstance, key: AssetKey, partition: str | 
     if read is None or not isinstance(read.value, dict):
         return True
     for parent in parents:
+        table = parent.path[-1]  # a table asset is named as its table
+        if table not in read.value:
+            continue
         if parent not in newest_of:
             newest_of[parent] = _newest_commit(instance, parent)
         newest = newest_of[parent]
-        if newest is None or newest[0] not in read.value:
+        if newest is None:
             continue
-        table, snapshot, at = newest
+        snapshot, at = newest
         read_snapshot, read_at_ms = read.value[table]
         if snapshot != read_snapshot and at * 1000 > read_at_ms:
             return False  # the parent committed after the child read it

@@ -72,7 +72,7 @@ from .runtime.resource import LakehouseResource
 from .runtime.status import add_to_status, heartbeat_file, stream_status_file
 from .silver.events import StreamedEvents, rejected_spec, silver_spec, take_new_events
 from .sources.landing import of_files
-from .sources.versions import needs_a_look
+from .sources.versions import Sightings, needs_a_look
 from .sources.zones import landing_day, landing_zone, refusals, source_root
 from .tables.handle import TableHandle
 from .times import UTC
@@ -136,6 +136,7 @@ class EventStream:
         self.last_activity = time.monotonic()
         self._batch = threading.Lock()  # a sweep and a batch never run at once
         self._waiting: set[str] = set()  # files a batch left because they were still being written
+        self._sightings = Sightings()  # how long each waiting file has been seen as it is, batch after batch
         self._sweeps = 0
         self._taken = TakenIndex()
         self._query: StreamingQuery | None = None
@@ -281,8 +282,10 @@ class EventStream:
             report.stage_seconds[stage] = round(time.monotonic() - clock, 3)
             clock = time.monotonic()
 
-        ingested = ingest(lakehouse, self.landing, files, run_id, label, log=self.log, properties=props)
+        ingested = ingest(lakehouse, self.landing, files, run_id, label, log=self.log, properties=props,
+                          sightings=self._sightings)
         self._waiting = (self._waiting - set(files)) | set(ingested.waiting)
+        self._sightings.keep(self._waiting)
         report.records_in, report.retries, report.newest_landed_at = (
             ingested.records_in, ingested.retries, ingested.newest_landed_at or newest_modified)
         report.kept = ingested.kept.added_records if ingested.kept else 0

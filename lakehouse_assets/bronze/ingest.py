@@ -402,14 +402,15 @@ def read_take(lakehouse: LakehouseResource, source: LandingSource, take: Take, n
 def ingest(
     lakehouse: LakehouseResource, source: LandingSource, files: list[str], run_id: str, label: str,
     log: Callable[[str], None] = print, properties: dict[str, str] | None = None, wait: bool = False,
+    sightings: Sightings | None = None,
 ) -> IngestReport:
     """Take what the landing `files` hold that the ingest log does not; `properties` go into the summary of every
     snapshot published. With `wait`, files not settled yet are waited for (at most the settle time and the
-    incomplete grace) rather than left for a later run."""
+    incomplete grace) rather than left for a later run; `sightings` carry what earlier looks saw of them."""
     report = IngestReport(files_listed=len(files))
     ingest_log, bronze, quarantine = (lakehouse.table(s).create()
                                       for s in (INGEST_LOG, source.bronze, source.quarantine))
-    sightings = Sightings()
+    sightings = Sightings() if sightings is None else sightings
     policy = source.policy
     wait_until = time.time() + (policy.settle + policy.incomplete_grace).total_seconds() if wait else None
 

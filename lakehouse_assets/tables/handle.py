@@ -125,13 +125,14 @@ class TableHandle:
 
     def read(self, snapshot_id: int | None = None, branch: str | None = None, reader: str = "") -> DataFrame:
         """The table's rows (main now, at a snapshot, or on a branch); UpstreamMissingError if it does not exist.
-        A `reader` (the asset reading its upstream) reads main at its current snapshot, fixed now, and the
-        snapshot is noted among what this thread read (`reads`): its next commits record it."""
+        What a `reader` (the asset reading its upstream) reads of main is noted among what this thread read
+        (`reads`), its next commits record it: the snapshot asked for, or main's current one, noted just before
+        Spark loads the table (a commit in between makes the note older than the read, never newer)."""
         self.require(reader)
         if reader and branch is None:
-            snapshot_id = self.snapshot_id() if snapshot_id is None else snapshot_id
-            if snapshot_id is not None:
-                _noted().update({self.name: [snapshot_id, round(time.time() * 1000)]})
+            noted = self.snapshot_id() if snapshot_id is None else snapshot_id
+            if noted is not None:
+                _noted().update({self.name: [noted, round(time.time() * 1000)]})
         df = self.spark.read
         if snapshot_id is not None:
             df = df.option("snapshot-id", snapshot_id)

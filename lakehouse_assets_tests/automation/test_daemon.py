@@ -219,3 +219,94 @@ def test_data_committed_days_before_it_lands_reaches_silver_and_gold_with_no_run
                       + (tmp_path / "daemon.log").read_text()[-3000:])
     finally:
         _stop(daemon)
+
+
+def _until(what, check, deadline_s: float, log: Path):
+    started = time.monotonic()
+    while time.monotonic() - started < deadline_s:
+        found = check()
+        if found:
+            return found
+        time.sleep(2)
+    raise AssertionError(f"{what}: not within {deadline_s:.0f} s\n" + log.read_text()[-3000:])
+
+
+def _runs(dagster_home: Path, env: dict, job: str | None = None, partition: str | None = None):
+    """The instance's runs, oldest first: (job, asset selection, partition, status, created, ended)."""
+    os.environ["DAGSTER_HOME"], saved = str(dagster_home), os.environ.get("DAGSTER_HOME")
+    storage = {k: env[k] for k in ("LAKEHOUSE_DAGSTER_STORAGE", "LAKEHOUSE_DAGSTER_LOGS")}
+    previous = {k: os.environ.get(k) for k in storage}
+    os.environ.update(storage)
+    try:
+        with DagsterInstance.get() as instance:
+            records = instance.get_run_records()
+    finally:
+        for k, v in [("DAGSTER_HOME", saved), *previous.items()]:
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    runs = [(r.dagster_run.job_name, {k.to_user_string() for k in r.dagster_run.asset_selection or ()},
+             r.dagster_run.tags.get("dagster/partition"), r.dagster_run.status.value, r.create_timestamp.timestamp(),
+             r.end_time) for r in records]
+    return sorted((r for r in runs if (job is None or r[0] == job) and (partition is None or r[2] == partition)),
+                  key=lambda r: r[4])
+
+
+def test_a_bronze_commit_while_silver_runs_reaches_silver_and_the_health_sensor_compacts_bronze(tmp_path):
+    """Silver's run is held between reading bronze and publishing (a failpoint); meanwhile bronze commits a
+    second file (a run launched beside the daemon's). Silver's run then publishes what it read; the automation
+    requests silver again within two ticks, and silver holds both files' events. Bronze, past its declared
+    small-file threshold, is compacted by the run the health sensor requests."""
+    env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key-for-pseudonyms-in-tests")
+    shop = tmp_path / "shop"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "shop", shop)
+    declaration = shop / "lakehouse.yaml"
+    declaration.write_text(declaration.read_text() + "\nmaintenance:\n  check_interval: 10s\n  tables:\n"
+                           "    bronze_events:\n      max_small_files: 1\n")
+    pauses = tmp_path / "failpoints"
+    pauses.mkdir()
+    env.update(LAKEHOUSE_PROJECT=str(declaration), LAKEHOUSE_FAILPOINTS="silver_events:before-publish~pause",
+               LAKEHOUSE_FAILPOINT_DIR=str(pauses))
+    landing = settings.local_path(settings.landing) / "events"
+    today = dt.datetime.now(dt.timezone.utc).date()
+    log = tmp_path / "daemon.log"
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    daemon = _daemon(env, dagster_home, tmp_path)
+    try:
+        days = _land(landing, today, "first", 30)
+        _until("silver's first run reaches its publish", (pauses / "silver_events:before-publish.paused").exists,
+               DEADLINE_S, log)
+        stopped = subprocess.run([dagster, "sensor", "stop", "bronze_events_landing_sensor", "-w",
+                                  str(dagster_home / "workspace.yaml")], env=env, cwd=tmp_path, capture_output=True,
+                                 text=True, timeout=300)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        days += _land(landing, today, "second", 20)
+        beside = subprocess.run([dagster, "asset", "materialize", "-m", "lakehouse_assets.definitions", "--select",
+                                 "bronze_events", "--partition", today.isoformat()], env=env, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=600)
+        assert beside.returncode == 0, beside.stdout[-3000:] + beside.stderr[-3000:]
+        assert len(_table(settings, "bronze_events")) == 50  # both files in bronze; silver has read the first only
+        (pauses / "silver_events:before-publish.go").touch()
+
+        def silver_has_both():
+            got = Counter(r["event_ts"].date() for r in _table(settings, "silver_events"))
+            return got == days
+
+        _until("silver holds both files' events", silver_has_both, DEADLINE_S, log)
+        silver_runs = [r for r in _runs(dagster_home, env, partition=today.isoformat()) if "silver_events" in r[1]]
+        assert len(silver_runs) >= 2 and silver_runs[0][3] == "SUCCESS", silver_runs
+        # Requested again within two automation ticks (30 s each) of the first run's end.
+        assert silver_runs[1][4] - silver_runs[0][5] <= 2 * 30 + 15, silver_runs
+
+        def compacted():
+            done = [r for r in _runs(dagster_home, env, job="compact_tables", partition="bronze_events")
+                    if r[3] == "SUCCESS"]
+            return done and catalog_for(settings).load_table((settings.namespace, "bronze_events")) \
+                .current_snapshot().summary.operation.value == "replace"
+
+        _until("the health sensor's compaction of bronze_events", compacted, DEADLINE_S, log)
+        table = catalog_for(settings).load_table((settings.namespace, "bronze_events"))
+        assert len(table.scan().to_arrow()) == 50  # compaction rewrote the files, not the rows
+    finally:
+        _stop(daemon)

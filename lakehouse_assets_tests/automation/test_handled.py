@@ -19,12 +19,12 @@ DAY = "2025-01-02"
 
 def _bronze(instance, snapshot):
     instance.report_runless_asset_event(AssetMaterialization(
-        "bronze_events", partition=DAY, metadata={"table": "bronze_events", "snapshot_id": snapshot}))
+        "bronze_events", partition=DAY, metadata={"table": "lakehouse.lake.bronze_events", "snapshot_id": snapshot}))
 
 
 def _silver(instance, read_snapshot, read_at_ms):
     instance.report_runless_asset_event(AssetMaterialization(
-        "silver_events", partition=DAY, metadata={"table": "silver_events", "snapshot_id": 100 + read_snapshot,
+        "silver_events", partition=DAY, metadata={"table": "lakehouse.lake.silver_events", "snapshot_id": 100 + read_snapshot,
                                                   "read_snapshots": {"bronze_events": [read_snapshot, read_at_ms]}}))
 
 
