@@ -8,6 +8,7 @@ export LAKEHOUSE_HOME ?= $(CURDIR)/.lakehouse
 # The project's declaration: its sources and tables (the shop demo by default).
 export LAKEHOUSE_PROJECT ?= $(CURDIR)/examples/shop/lakehouse.yaml
 export DAGSTER_HOME := $(CURDIR)
+# The Dagster instance's folders (dagster.yaml; the same by default without these variables).
 export LAKEHOUSE_DAGSTER_STORAGE ?= $(LAKEHOUSE_HOME)/dagster
 export LAKEHOUSE_DAGSTER_LOGS ?= $(LAKEHOUSE_HOME)/dagster/logs
 
@@ -20,7 +21,7 @@ FIRST_DEMO_DAY = $(or $(shell cat $(DEMO_START_FILE) 2>/dev/null),$(DEMO_START))
 DEMO_START ?= $(shell date -u -d "$(DEMO_END) -$$(($(DEMO_DAYS) - 1)) days" +%F)
 demo dev stream: export LAKEHOUSE_START_DATE ?= $(FIRST_DEMO_DAY)
 
-.PHONY: setup demo demo-cdc cluster-demo dev stream test test-fast e2e soak lint bench snapshots clean
+.PHONY: setup home demo demo-cdc cluster-demo dev stream test test-fast e2e soak lint bench snapshots clean
 
 # The installation's class-data archive for Spark's JVM (every run, stream and command starts faster): built
 # once, kept until Java or Spark change (runtime/jvm_archive.py). The project's Java parts (the landing files' line
@@ -38,8 +39,13 @@ $(VENV)/.installed: pyproject.toml services/pyproject.toml constraints.txt scrip
 	$(BIN)/python -m lakehouse_assets.runtime.jars fetch-s3
 	touch $@
 
-demo: setup
-	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
+# The home's folders, and the declaration its lake is made with, recorded in it (LAKEHOUSE_HOME/project): in a
+# shell without LAKEHOUSE_PROJECT, `lakehouse` and `dagster` take that one (settings.py, project_file).
+home:
+	mkdir -p $(LAKEHOUSE_HOME) $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
+	echo "$(abspath $(LAKEHOUSE_PROJECT))" > $(LAKEHOUSE_HOME)/project
+
+demo: setup home
 	@[ -s $(DEMO_START_FILE) ] || echo $(DEMO_START) > $(DEMO_START_FILE)
 	$(BIN)/lakehouse generate --start $(DEMO_START) --days $(DEMO_DAYS)
 	$(BIN)/dagster asset materialize -m lakehouse_assets.definitions --select '*' \
@@ -61,8 +67,7 @@ demo-cdc: setup
 # The UI, the daemon, the metrics for Prometheus (METRICS_PORT), (STREAM=0 leaves it out) the stream of the
 # event source and (SERVE=0 leaves it out) the SQL endpoint for BI tools, stopped together.
 METRICS_PORT ?= 9464
-dev: setup
-	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS) $(LAKEHOUSE_HOME)
+dev: setup home
 	@$(BIN)/lakehouse metrics serve --port $(METRICS_PORT) > $(LAKEHOUSE_HOME)/metrics.log 2>&1 & pids=$$!; \
 	echo "metrics for Prometheus on http://127.0.0.1:$(METRICS_PORT)/metrics (log $(LAKEHOUSE_HOME)/metrics.log)"; \
 	if [ "$(STREAM)" != "0" ]; then \
@@ -77,8 +82,7 @@ dev: setup
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 # Landing files to bronze, silver and gold_minute_activity in micro-batches, until stopped.
-stream: setup
-	mkdir -p $(LAKEHOUSE_DAGSTER_STORAGE) $(LAKEHOUSE_DAGSTER_LOGS)
+stream: setup home
 	$(BIN)/lakehouse stream
 
 # Two pytest workers (TEST_WORKERS), each with its own Spark session, S3 server and PostgreSQL server; a test

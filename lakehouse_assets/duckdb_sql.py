@@ -468,7 +468,7 @@ def declared_raw(settings: Settings) -> dict[str, bool]:
     from .project.model import INGEST_LOG
 
     try:
-        project = load_project(settings.project)
+        project = load_project(settings.project, settings.project_origin)
     except (DeclarationError, OSError):
         return {}
     raw = {INGEST_LOG, *(s.bronze for s in project.landing_sources), *(s.quarantine for s in project.landing_sources)}

@@ -161,12 +161,35 @@ PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
+# The file of a home that names the declaration its lake is made with (`make demo` writes it): the declaration
+# in force when LAKEHOUSE_PROJECT is unset.
+PROJECT_RECORD = "project"
+
+
+def project_file(home: str | Path | None = None) -> tuple[str, str]:
+    """The project's declaration, and where that came from: `LAKEHOUSE_PROJECT`; else the one recorded in the
+    home's `project` file (the home given, else `LAKEHOUSE_HOME`, default `./.lakehouse`); else `./lakehouse.yaml`.
+
+    A relative path in the record is taken from the folder that holds the home."""
+    named = _env("LAKEHOUSE_PROJECT", "")
+    if named:
+        return named, "named by LAKEHOUSE_PROJECT"
+    record = Path(home or _env("LAKEHOUSE_HOME", ".lakehouse")).expanduser().resolve() / PROJECT_RECORD
+    try:
+        recorded = record.read_text().strip()
+    except OSError:  # none (or unreadable): the default
+        recorded = ""
+    if recorded:
+        return str(record.parent.parent / Path(recorded).expanduser()), f"recorded in {record}"
+    return "lakehouse.yaml", f"the default: LAKEHOUSE_PROJECT is unset and no declaration is recorded in {record}"
+
+
 def profiles_file() -> Path:
     """`LAKEHOUSE_PROFILES`, else `profiles.yaml` beside the project's declaration."""
     named = os.environ.get("LAKEHOUSE_PROFILES", "").strip()
     if named:
         return Path(named).expanduser()
-    return Path(_env("LAKEHOUSE_PROJECT", "lakehouse.yaml")).expanduser().parent / "profiles.yaml"
+    return Path(project_file()[0]).expanduser().parent / "profiles.yaml"
 
 
 def load_profile(name: str, path: Path | None = None) -> dict[str, str]:
@@ -273,8 +296,9 @@ class Settings:
     spark_conf: tuple[tuple[str, str], ...] = ()
     # First daily partition; empty means the declaration's `start_date`.
     start_date: str = ""
-    # The project's declaration (lakehouse.yaml): its sources and tables.
+    # The project's declaration (lakehouse.yaml): its sources and tables; and where its path came from.
     project: str = "lakehouse.yaml"
+    project_origin: str = ""
     # An S3-compatible endpoint (e.g. SeaweedFS or MinIO); empty means AWS's own.
     s3_endpoint: str = ""
     s3_access_key: str = ""
@@ -349,7 +373,6 @@ class Settings:
             "shuffle_partitions": int(raw["shuffle_partitions"]),
             "extra_jars": tuple(j for j in raw["extra_jars"].split(",") if j.strip()),
             "spark_conf": parse_spark_conf(raw["spark_conf"]),
-            "project": _env("LAKEHOUSE_PROJECT", "lakehouse.yaml"),
             "s3_access_key": raw["s3_access_key"] or os.environ.get("AWS_ACCESS_KEY_ID", ""),
             "s3_secret_key": raw["s3_secret_key"] or os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
             "sql_raw": parse_flag("LAKEHOUSE_SQL_RAW", raw["sql_raw"]),
@@ -360,6 +383,9 @@ class Settings:
             "serve_result_cache_mb": _count("LAKEHOUSE_SERVE_RESULT_CACHE_MB", raw["serve_result_cache_mb"]),
             "serve_max_rows": _count("LAKEHOUSE_SERVE_MAX_ROWS", raw["serve_max_rows"]),
         }
+        values["project"], values["project_origin"] = project_file(overrides.get("home") or values["home"])
+        if "project" in overrides:
+            values["project_origin"] = ""
         values.update(overrides)
         return cls(profile=profile_name, **values)
 
@@ -375,6 +401,7 @@ class Settings:
             "catalog": self.catalog.display + (f" (password {hidden})" if self.catalog.password else ""),
             "catalog_name": self.catalog_name, "namespace": self.namespace,
             "warehouse": self.warehouse, "landing": self.landing, "project": self.project,
+            "project_origin": self.project_origin,
             "s3_endpoint": self.s3_endpoint or ("(AWS)" if self.uses_s3 else ""),
             "s3_access_key": self.s3_access_key,
             "s3_secret_key": hidden if self.s3_secret_key else "",

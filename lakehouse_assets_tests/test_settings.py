@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -164,3 +165,47 @@ def test_the_shipped_cluster_profile_resolves(monkeypatch, tmp_path):
     assert dict(s.spark_conf) == {"spark.executor.memory": "1g"}
     assert (s.warehouse, s.landing, s.s3_endpoint) == ("s3://lake/warehouse", "s3://raw/landing",
                                                        "http://127.0.0.1:8333")
+
+
+def test_the_home_records_its_declaration_for_a_shell_without_lakehouse_project(monkeypatch, tmp_path):
+    """`make home` (which `make demo`, `make dev` and `make stream` run) records the declaration in the home; with
+    LAKEHOUSE_PROJECT unset the settings take it from there; a declaration that is not there is an error that says
+    where its path came from; LAKEHOUSE_PROJECT still wins."""
+    import os
+    import subprocess
+
+    from lakehouse_assets.errors import DeclarationError
+    from lakehouse_assets.project import load_project
+
+    from .shop import ROOT
+
+    root = tmp_path.resolve()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_"))}
+    subprocess.run(["make", "-s", "-f", str(ROOT / "Makefile"), "home"], cwd=root, env=env, check=True)
+    monkeypatch.chdir(root)
+    for name in ("LAKEHOUSE_PROJECT", "LAKEHOUSE_HOME", "LAKEHOUSE_PROFILES"):
+        monkeypatch.delenv(name, raising=False)
+    record = root / ".lakehouse" / "project"
+    s = Settings.from_env()
+    assert (s.home, s.project) == (root / ".lakehouse", str(root / "examples" / "shop" / "lakehouse.yaml"))
+    assert s.project_origin == f"recorded in {record}" and s.describe()["project_origin"] == s.project_origin
+    with pytest.raises(DeclarationError, match=rf"no such declaration file \(recorded in {re.escape(str(record))}\)"):
+        load_project(s.project, s.project_origin)
+    (root / "examples").symlink_to(ROOT / "examples")
+    assert load_project(s.project, s.project_origin).name == "shop"
+
+    monkeypatch.setenv("LAKEHOUSE_PROJECT", str(root / "mine.yaml"))
+    assert (Settings.from_env().project, Settings.from_env().project_origin) == (str(root / "mine.yaml"),
+                                                                               "named by LAKEHOUSE_PROJECT")
+    monkeypatch.delenv("LAKEHOUSE_PROJECT")
+    record.unlink()
+    s = Settings.from_env()
+    assert s.project == "lakehouse.yaml"
+    with pytest.raises(DeclarationError, match=rf"LAKEHOUSE_PROJECT is unset and no declaration is recorded in "
+                                               rf"{re.escape(str(record))}\)"):
+        load_project(s.project, s.project_origin)
+    # Another home records another declaration, relative to the folder that holds the home.
+    (root / "other").mkdir()
+    (root / "other" / "project").write_text("examples/cdc/lakehouse.yaml\n")
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(root / "other"))
+    assert Settings.from_env().project == str(root / "examples" / "cdc" / "lakehouse.yaml")

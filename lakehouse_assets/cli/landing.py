@@ -46,7 +46,7 @@ def _generate(project: Project, landing: Path, days: list[dt.date], args: argpar
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     from ..project import load_project
 
-    project = load_project(settings.project)
+    project = load_project(settings.project, settings.project_origin)
     start = _date(args.start, "--start")
     days = [start + dt.timedelta(days=n) for n in range(args.days)]
     if settings.landing.startswith("file:"):
@@ -102,7 +102,7 @@ def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
     from ..project import load_project
     from ..sources.zones import landing_zone
 
-    project = load_project(settings.project)
+    project = load_project(settings.project, settings.project_origin)
     day = _date(args.day, "--day")
     zone = landing_zone(settings)
     stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -118,7 +118,7 @@ def cmd_reconcile(args: argparse.Namespace, settings: Settings) -> int:
     from ..bronze.reconcile import reconcile
     from ..project import load_project
 
-    project = load_project(settings.project)
+    project = load_project(settings.project, settings.project_origin)
     sources = args.source or [s.landing for s in project.landing_sources]
     rows = [row for source in sources for row in reconcile(settings, project, source)]
     print_rows(rows, ["source", "landing_date", "records_in", "kept", "quarantined", "forgotten", "balanced"], args.json)

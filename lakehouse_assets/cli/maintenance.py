@@ -24,7 +24,7 @@ def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     from ..runtime.catalog import catalog_for
     from ..sources.zones import landing_zone
 
-    project = load_project(settings.project)
+    project = load_project(settings.project, settings.project_origin)
     result = rollback_table(catalog_for(settings), settings.namespace, project, args.table, args.to,
                             present=landing_zone(settings).has)
     if "source" in result and result["changed"]:
@@ -124,7 +124,8 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
     log = progress(args.json)
     reports: list[dict] = []
     if "landing" in actions:
-        reports.append({"landing_retention": remove_taken_files(settings, load_project(settings.project), log=log)})
+        project = load_project(settings.project, settings.project_origin)
+        reports.append({"landing_retention": remove_taken_files(settings, project, log=log)})
     if names:
         maintenance, lakehouse = maintenance_policies(settings), LakehouseResource()
         for name in names:
@@ -147,7 +148,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     from ..project import load_project
     from ..runtime.resource import LakehouseResource
 
-    project = load_project(settings.project)
+    project = load_project(settings.project, settings.project_origin)
     report = Forget(LakehouseResource(), project, progress(True)).run(args.subject, dry_run=args.dry_run,
                                                                       wait_s=args.wait)
     if args.json:
@@ -221,8 +222,8 @@ def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
         raise ValueError("usage: lakehouse catalog rebuild [--backup PATH] [--dry-run] [--replace] [--all]")
     refusal = None
     try:
-        results = rebuild(settings, load_project(settings.project), backup=args.backup, dry_run=args.dry_run,
-                          replace=args.replace, all_tables=args.all, log=progress(True))
+        results = rebuild(settings, load_project(settings.project, settings.project_origin), backup=args.backup,
+                          dry_run=args.dry_run, replace=args.replace, all_tables=args.all, log=progress(True))
     except CatalogRebuildError as exc:
         refusal, results = exc, exc.results
     if args.json:

@@ -12,7 +12,7 @@ def cmd_project(args: argparse.Namespace, settings: Settings) -> int:
     """The declared project: its sources and every table the platform derives from it."""
     from ..project import load_project
 
-    project = load_project(settings.project)
+    project = load_project(settings.project, settings.project_origin)
     summary = project.summary()
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -43,7 +43,7 @@ def _declared_plan(settings: Settings):
     from ..table_specs import table_specs, tables_taking_data_columns
     from ..tables.evolution import plan
 
-    project = load_project(settings.project)
+    project = load_project(settings.project, settings.project_origin)
     catalog = catalog_for(settings)
     return catalog, plan(table_specs(project), catalog, settings.namespace, tables_taking_data_columns(project))
 

@@ -14,7 +14,7 @@ def cmd_capture(args: argparse.Namespace, settings: Settings) -> int:
     from ..debezium_capture import CaptureSource, report_json, run_capture
     from ..project import load_project
 
-    project = load_project(settings.project)
+    project = load_project(settings.project, settings.project_origin)
     source = CaptureSource.of(project, args.source, args.dsn)
     if args.drop_slot:
         removed = source.drop_slot(settings.home / "capture" / source.server)
@@ -39,7 +39,7 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     from ..runtime.resource import LakehouseResource
     from ..streaming import EventStream, dagster_instance
 
-    project = load_project(settings.project)
+    project = load_project(settings.project, settings.project_origin)
     if args.source is not None and args.source not in project.events:
         raise LookupError(f"no event source {args.source!r}; the declaration has {sorted(project.events)}")
     log = progress(args.json, flush=True)

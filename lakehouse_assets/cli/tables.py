@@ -39,7 +39,7 @@ def maintenance_policies(settings: Settings):
     from ..project.model import Maintenance
 
     try:
-        return load_project(settings.project).maintenance
+        return load_project(settings.project, settings.project_origin).maintenance
     except LakehouseError:
         return Maintenance()
 
@@ -60,7 +60,7 @@ def cmd_freshness(args: argparse.Namespace, settings: Settings) -> int:
     from ..project import load_project
     from ..runtime.freshness import freshness_rows
 
-    rows = freshness_rows(settings, load_project(settings.project))
+    rows = freshness_rows(settings, load_project(settings.project, settings.project_origin))
     print_rows(rows, ["table", "status", "event_lag_s", "fail_after_s", "newest_event_time", "landing_to_visible_s"],
                args.json)
     return 1 if args.check and any(r["status"] not in ("ok", "warn") for r in rows) else 0
@@ -94,7 +94,7 @@ def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
     from ..metrics import collector
     from ..project import load_project
 
-    registry = collector(settings, load_project(settings.project)).registry()
+    registry = collector(settings, load_project(settings.project, settings.project_origin)).registry()
     if args.action == "print":
         sys.stdout.write(generate_latest(registry).decode())
         return 0

@@ -493,13 +493,14 @@ def _landing(c: _Checker, decl: LandingDecl) -> LandingPolicy:
                          retention=retention)
 
 
-def load_project(path: str | Path) -> Project:
-    """Read and validate a declaration file; DeclarationError names the file, line and reason."""
+def load_project(path: str | Path, origin: str = "") -> Project:
+    """Read and validate a declaration file; DeclarationError names the file, line and reason. `origin` says
+    where the path came from (Settings.project_origin), for the error when there is no such file."""
     path = Path(path)
     if not path.is_file():
         raise DeclarationError(
             str(path), None,
-            "no such declaration file: set LAKEHOUSE_PROJECT to your lakehouse.yaml "
-            "(the demo's is examples/shop/lakehouse.yaml)",
+            f"no such declaration file{f' ({origin})' if origin else ''}: set LAKEHOUSE_PROJECT to your "
+            "lakehouse.yaml (the demo's is examples/shop/lakehouse.yaml; `make demo` records it in its home)",
         )
     return parse_project(path.read_text(), str(path))
