@@ -146,13 +146,12 @@ class TableHandle:
         snapshot_id = self.snapshot_id()
         if snapshot_id is None:
             raise UpstreamMissingError(f"table {self.id} has no data yet: materialise {self.name} first")
-        return self.read(snapshot_id=snapshot_id), snapshot_id
+        return self.read(snapshot_id=snapshot_id, reader=reader), snapshot_id
 
     def read_current(self, reader: str = "") -> DataFrame:
         """The rows at the current snapshot, fixed now, however often the plan is computed (no rows when the
         table has no snapshot yet)."""
-        self.require(reader)
-        return self.read(snapshot_id=self.snapshot_id())
+        return self.read(snapshot_id=self.require(reader).snapshot_id(), reader=reader)
 
     def schema(self):
         return self.spark.table(self.id).schema

@@ -50,7 +50,12 @@ def _run(lakehouse, project, day):
     result = materialize(chosen, resources={"lakehouse": lakehouse}, partition_key=day,
                          instance=DagsterInstance.ephemeral())
     assert result.success
-    return result.asset_materializations_for_node("bronze_clicks")[0].metadata
+    bronze = result.asset_materializations_for_node("bronze_clicks")[0].metadata
+    # What silver's step read of bronze is recorded with its commit (the automation decides by it).
+    [silver] = [m.metadata for m in result.asset_materializations_for_node("silver_clicks")
+                if m.asset_key.to_user_string() == "silver_clicks"]
+    assert silver["read_snapshots"].value["bronze_clicks"][0] == bronze["snapshot_id"].value
+    return bronze
 
 
 def _click(n, day, **values):
