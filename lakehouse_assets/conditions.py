@@ -144,6 +144,12 @@ def landing_days_of(late_days: int) -> TimeWindowPartitionMapping:
 
 
 def automation_sensor(assets) -> AutomationConditionSensorDefinition:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BetaWarning)  # use_user_code_server: needed by a condition of our own
+        return _automation_sensor(assets)
+
+
+def _automation_sensor(assets) -> AutomationConditionSensorDefinition:
     return AutomationConditionSensorDefinition(
         "lakehouse_automation",
         target=assets,
