@@ -797,16 +797,15 @@ class Forget:
             ).collect(), f"rewrite of {table_id}")
             proof.files_rewritten += int(rewritten[0]["rewritten_data_files_count"] or 0) if rewritten else 0
             table = self.lakehouse.iceberg_table(target.table)
-        dirty = _files_with_subject(table, target, _live_data_files(table))
+        live = _live_data_files(table)
+        dirty = _files_with_subject(table, target, live)  # the others of `live` are read and clean
         if set(dirty) & file_paths(table):
             raise MaintenanceError(f"forget: {table_id} still holds the subject in files of its current snapshot "
                                    "after the delete; nothing was expired")
-        # The current snapshot's data files were read above and hold no row of the subject: their bounds are their
-        # own rows', everyone else's (a manifest of any snapshot keeps a file's bounds as the file has them).
-        naming = self._snapshots_naming(table, target, cleared=file_paths(table))
+        naming = self._snapshots_naming(table, target, set(live), set(dirty))
         if table.metadata.current_snapshot_id in naming:
             table = self._rewrite_manifests(target.table)
-            naming = self._snapshots_naming(table, target, cleared=file_paths(table))
+            naming = self._snapshots_naming(table, target, set(live), set(dirty))
         if not dirty and not naming:
             return
         if table.metadata.current_snapshot_id in naming:
@@ -835,22 +834,36 @@ class Forget:
                  "manifests held the subject, "
                  f"{len(expire)} snapshots expired, {len(proof.tags_removed)} tags removed")
 
-    def _snapshots_naming(self, table: Table, target: Target, cleared: set[str]) -> set[int]:
-        """Snapshots with a manifest whose column bounds name the subject or their pseudonym (`BoundJudge`): a
-        manifest keeps each file's smallest and largest value of each column, also of the files a delete removed
-        from the table (until the manifest is written again). The bounds of the `cleared` files (read whole, no row
-        of the subject in them) are their rows', whatever they look like: a bound cut to 16 characters
-        (`{"account_id":28` of 280) may only look like the subject's."""
+    def _snapshots_naming(self, table: Table, target: Target, live: set[str], held: set[str]) -> set[int]:
+        """Snapshots with a manifest that keeps the bounds of a file holding the subject. A manifest keeps each
+        file's smallest and largest value of each column (a name, an e-mail of the subject's row among them), also
+        of the files a delete removed from the table, until the manifest is written again. A file is judged by its
+        rows where they can be read: `held`, those found holding the subject; the other `live` ones (read whole,
+        clean), whose bounds are their rows', whatever they look like (`{"account_id":28` is 280's key cut to 16
+        characters); a file no kept snapshot references is read if it is still stored; one that is gone, by its
+        bounds (`BoundJudge`)."""
         judge = BoundJudge.of(table, target, self._subject, self._hashed)
+        verdicts: dict[str, bool] = {}
+
+        def holds(data_file: Any) -> bool:
+            path = data_file.file_path
+            if path in held or path in live:
+                return path in held
+            if path not in verdicts:
+                try:
+                    verdicts[path] = bool(_files_with_subject(table, target, [path]))
+                except FileNotFoundError:
+                    verdicts[path] = judge.names(data_file)
+            return verdicts[path]
+
         naming: dict[str, bool] = {}
         found = set()
         for snapshot in table.metadata.snapshots:
             for manifest in snapshot.manifests(table.io):
                 if manifest.manifest_path not in naming:
-                    naming[manifest.manifest_path] = any(
-                        judge.names(entry.data_file)
-                        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
-                        if entry.data_file.file_path not in cleared)
+                    naming[manifest.manifest_path] = manifest.content == ManifestContent.DATA and any(
+                        holds(entry.data_file)
+                        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False))
                 if naming[manifest.manifest_path]:
                     found.add(snapshot.snapshot_id)
         return found

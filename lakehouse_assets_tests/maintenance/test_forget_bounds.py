@@ -34,6 +34,7 @@ cdc:
         subject: email
         pii: [email]
 """)
+SUBJECT_NUMBER = 28
 HASHED = {"28": "9f2c" + "0" * 56 + "beef", "ana@example.com": "41d8cd98f00b204e9800998ecf8427e" + "0" * 33}
 
 IMAGE = pa.struct([("account_id", pa.int64()), ("name", pa.string()), ("email", pa.string()), ("day", pa.string())])
@@ -143,34 +144,31 @@ def test_a_text_subject_is_named_as_a_whole_word_in_any_text_column_and_by_its_c
         assert judge.names(data_file) is names, name
 
 
-def test_forget_expires_only_the_snapshots_whose_manifests_name_the_person(catalog, tmp_path):
-    """The snapshots the purge would expire for their manifests: those with the subject's lone row, never those of
-    the accounts whose values hold its digits."""
+def test_forget_expires_the_snapshots_whose_manifests_keep_a_file_of_the_person_read_or_judged_by_its_bounds(
+        catalog, tmp_path):
+    """A manifest keeps the bounds of files no snapshot references any more. Such a file still stored is read: the
+    subject's lone row makes its manifests name them, 280's row (its key cut to 16 characters looks like 28's)
+    does not. A file that is gone is judged by its bounds: 28's names them, never 128's or 2028's."""
     table = catalog.create_table(("lake", "bronze_cdc_accounts"), schema=BRONZE)
-    table.append(pa.Table.from_pylist([change(128, "User 128", "2028-01-28", line=28)], schema=BRONZE))
-    clean = table.current_snapshot().snapshot_id
-    table.append(pa.Table.from_pylist([change(2028, "User 2028", op="d", line=28)], schema=BRONZE))
-    also_clean = table.current_snapshot().snapshot_id
-    table.append(pa.Table.from_pylist([change(28, "Someone", line=2)], schema=BRONZE))
+    snapshots = {}
+    for account in (128, 2028, 280, SUBJECT_NUMBER):
+        table.append(pa.Table.from_pylist([change(account, f"User {account}", "2028-01-28", line=28)], schema=BRONZE))
+        snapshots[account] = table.current_snapshot().snapshot_id
+    files = {a: next(e.data_file.file_path for m in table.snapshot_by_id(s).manifests(table.io)
+                     for e in m.fetch_manifest_entry(table.io) if e.snapshot_id == s) for a, s in snapshots.items()}
     forget = Forget(LakehouseResource(home=str(tmp_path), namespace="lake"), PROJECT, log=lambda _: None)
     forget._subject, forget._hashed = "28", HASHED["28"]
+    bronze = target("bronze_cdc_accounts", "28")
 
-    naming = forget._snapshots_naming(table, target("bronze_cdc_accounts", "28"), cleared=set())
-    assert naming == {table.current_snapshot().snapshot_id} and not {clean, also_clean} & naming
-
-    # A file the purge read whole and found clean (a key cut to the subject's digits, `{"account_id":28` of 280)
-    # names no one, in whichever snapshot's manifest.
-    table.append(pa.Table.from_pylist([change(280, "Three Hundred")], schema=BRONZE))
-    cut = [e.data_file for m in table.current_snapshot().manifests(table.io)
-           for e in m.fetch_manifest_entry(table.io) if e.snapshot_id == table.current_snapshot().snapshot_id]
-    assert BoundJudge.of(table, target("bronze_cdc_accounts", "28"), "28", HASHED["28"]).names(cut[0])
-    assert forget._snapshots_naming(table, target("bronze_cdc_accounts", "28"), cleared={cut[0].file_path}) == \
-        naming | {table.current_snapshot().snapshot_id}  # it still lists the subject's file
-    lone = table.metadata.snapshots[-2].snapshot_id
-    assert forget._snapshots_naming(table, target("bronze_cdc_accounts", "28"),
-                                    cleared={f.file_path for m in table.current_snapshot().manifests(table.io)
-                                             for f in (e.data_file for e in m.fetch_manifest_entry(table.io))}) \
-        == set() and lone in naming
+    # Every file still stored, none live in a kept snapshot as the purge sees it: each is read.
+    assert forget._snapshots_naming(table, bronze, live=set(), held=set()) == {snapshots[SUBJECT_NUMBER]}
+    # Read as the purge read them: the subject's file held, the others clean.
+    assert forget._snapshots_naming(table, bronze, live=set(files.values()), held={files[SUBJECT_NUMBER]}) == \
+        {snapshots[SUBJECT_NUMBER]}
+    # Gone (expired long ago, their entries still in a manifest): judged by the bounds, 280's cut key with them.
+    for path in files.values():
+        (tmp_path / path.removeprefix(f"file://{tmp_path}/")).unlink()
+    assert forget._snapshots_naming(table, bronze, live=set(), held=set()) == {snapshots[280], snapshots[SUBJECT_NUMBER]}
 
 
 def test_a_number_subject_is_matched_in_its_field_of_a_raw_line_only_and_not_at_all_where_it_cannot_be():
