@@ -295,11 +295,18 @@ def source(tmp_path):
         pg.stop()
 
 
-def apply(spark, lake_settings, root, mode, namespace):
+def lakehouse_of(lake_settings, root, mode, namespace, home=None) -> LakehouseResource:
+    """The lakehouse of a mode's capture, on the session's catalog and warehouse; with `home`, the capture's home
+    is the lakehouse's too (its staging and PII key), as when both run on one machine."""
+    return LakehouseResource(home=str(home or lake_settings.home), catalog_uri=lake_settings.catalog_uri,
+                             warehouse=lake_settings.warehouse, spark_master=lake_settings.spark_master,
+                             namespace=namespace, landing=str(root / mode / "landing"))
+
+
+def apply(spark, lake_settings, root, mode, namespace, home=None):
     project = load_project(root / mode / "lakehouse.yaml")
     defs = build_definitions(project, Settings.from_env())
-    lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
-                                  namespace=namespace, landing=str(root / mode / "landing"))
+    lakehouse = lakehouse_of(lake_settings, root, mode, namespace, home)
     today = dt.datetime.now(dt.timezone.utc).date()  # past midnight, the captures' files are in two days' folders
     result = materialize(list(defs.assets), resources={"lakehouse": lakehouse}, instance=DagsterInstance.ephemeral(),
                          tags={"dagster/asset_partition_range_start": TODAY.isoformat(),

@@ -63,14 +63,15 @@ def event_landing_source(source: EventSource, policy: LandingPolicy | None = Non
     )
 
 
-def _cdc_survey(lines: DataFrame, table_schema: T.StructType, heads: list[str]) -> tuple[list, dict]:
-    found = survey_cdc(lines, table_schema, heads)
+def _cdc_survey(formers: tuple[str, ...], lines: DataFrame, table_schema: T.StructType,
+                heads: list[str]) -> tuple[list, dict]:
+    found = survey_cdc(lines, table_schema, heads, formers)
     return found.new_fields, {"heads": found.heads}
 
 
-def _cdc_new_columns(lines: DataFrame, table_schema: T.StructType, keys: list[str],
+def _cdc_new_columns(formers: tuple[str, ...], lines: DataFrame, table_schema: T.StructType, keys: list[str],
                      heads: tuple[str, ...] | list[str] = ()) -> tuple[list, dict]:
-    found = typed_new_fields(lines, table_schema, keys, heads)
+    found = typed_new_fields(lines, table_schema, keys, heads, formers)
     return found.new_fields, {"heads": found.heads}
 
 
@@ -95,9 +96,10 @@ def cdc_landing_source(table: CdcTable, policy: LandingPolicy | None = None) -> 
             table.quarantine, f"Change events of {table.topic} that could not be taken, with the reason.",
         ),
         parse=partial(parse_cdc, table),
-        survey=_cdc_survey,
-        new_keys=new_image_keys,
-        new_columns=_cdc_new_columns,
+        # A renamed column's former name, in records captured before the rename, is that column, not a new one.
+        survey=partial(_cdc_survey, tuple(table.renamed.values())),
+        new_keys=partial(new_image_keys, formers=tuple(table.renamed.values())),
+        new_columns=partial(_cdc_new_columns, tuple(table.renamed.values())),
         event_time="source_ts",
         policy=policy or LandingPolicy(),
         read_json=READ_JSON,

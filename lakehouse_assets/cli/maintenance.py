@@ -157,7 +157,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
         rows = [{"table": t.table, "rows_deleted": t.rows_deleted, "files_rewritten": t.files_rewritten,
                  "snapshots_expired": len(t.snapshots_expired), "tags_removed": ", ".join(t.tags_removed),
                  "legal_holds": ", ".join(t.legal_holds), "live_files_scanned": t.live_files_scanned,
-                 "rows_found_after": t.rows_found_after} for t in report.tables]
+                 "rows_found_after": t.rows_found_after, "done": "yes" if t.done else "NO"} for t in report.tables]
         print_table(rows, list(rows[0]) if rows else ["table"])
         for name, why in sorted(report.left_alone.items()):
             print(f"left alone: {name}: {why}")
@@ -171,8 +171,14 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
             print(f"file no snapshot referenced, removed: {file}")
         for file, why in sorted(report.traces.items()):
             print(f"still holds the subject: {file}: {why}")
+        if report.tables_not_done and not args.dry_run:
+            print(f"tables done: {', '.join(report.tables_done) or 'none'}")
+            for name, why in report.tables_not_done.items():
+                print(f"table NOT done: {name}: {why}")
+            print("run the same command again to finish: the tables done are left as they are")
         verdict = ("purged: no file of the tables, the landing zone or staging holds the subject" if report.purged
-                   else "NOT purged: the subject remains (see rows_found_after, pending files, runs and files above)")
+                   else "NOT purged: the subject remains (see the tables not done, rows_found_after, pending files, "
+                        "runs and files above)")
         print(f"{'dry run, ' if args.dry_run else ''}{verdict}")
     return 0 if report.purged or args.dry_run else 1
 
@@ -180,11 +186,16 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
 def _verify_only(args: argparse.Namespace, settings: Settings) -> int:
     """Search every file of the warehouse, the landing zone and capture staging for the person (no Spark, nothing
     changed) and print the report as JSON; 1 when any file holds them or cannot be read whole."""
+    from ..maintenance.forget import id_columns
     from ..maintenance.trace_scan import trace_scan
+    from ..project import load_project
 
     if args.dry_run:
         raise ValueError("lakehouse forget: --verify-only changes nothing already; leave out --dry-run")
-    report = trace_scan(settings, _identifiers(settings, args.subject, args.also))
+    # A subject that is a number is looked for where the declaration's id columns hold it (without a declaration,
+    # as text, everywhere: digits any other value has are then reported too).
+    columns = id_columns(load_project(settings.project)) if Path(settings.project).is_file() else ()
+    report = trace_scan(settings, _identifiers(settings, args.subject, args.also), id_columns=columns)
     print(json.dumps(report.as_dict(), indent=2))
     return 0 if report.proven else 1
 

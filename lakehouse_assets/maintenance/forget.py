@@ -54,11 +54,13 @@ import datetime as dt
 import json
 import os
 import re
+import struct
 import time
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
@@ -66,8 +68,21 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import ManifestContent
+from pyiceberg.schema import index_by_id
 from pyiceberg.table import Table
+from pyiceberg.types import (
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    PrimitiveType,
+    StringType,
+)
+from pyspark.sql.types import DataType
 
 from ..errors import MaintenanceError
 from ..project import Project
@@ -77,6 +92,7 @@ from ..runtime.pii import keyed_hash_of, pii_key
 from ..runtime.resource import LakehouseResource
 from ..settings import validate_identifier
 from ..sources.zones import landing_zone
+from ..tables.types import is_numeric, spark_type
 from .health import file_paths, files_of
 from .landing_retention import newest_takes
 from .procedures import retry_on_conflict
@@ -123,8 +139,12 @@ class Mentions:
     subject: str
 
     @property
+    def stem(self) -> str:
+        return rf'"{re.escape(self.field)}"\s*:\s*"?{re.escape(self.subject)}"?'
+
+    @property
     def pattern(self) -> str:
-        return rf'"{re.escape(self.field)}"\s*:\s*"?{re.escape(self.subject)}"?\s*[,}}\]]'
+        return rf'{self.stem}\s*[,}}\]]'
 
     def sql(self) -> str:
         return f"`{validate_identifier(self.column, 'column')}` RLIKE {sql_text(self.pattern)}"
@@ -205,12 +225,145 @@ class Names:
         return pa.array([self.holds(v) for v in data.column(self.column).to_pylist()], pa.bool_())
 
 
+_CUT = 16  # Iceberg keeps a string column's bounds to their first 16 characters
+_WORD_END = re.compile(r"[^\w@.+-]")
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,37})")
+
+
+def is_number(value: str) -> bool:
+    """Whether a subject is an integer as a number column holds it (`28`, not `028` or `28.0`)."""
+    return _INTEGER.fullmatch(value) is not None
+
+
+def _as_type(kind: IcebergType, value: str) -> Any:
+    """`value` as a column of `kind` holds it, None when no value of the column is it (text in a number column)."""
+    try:
+        if isinstance(kind, (IntegerType, LongType)):
+            return int(value) if is_number(value) else None
+        if isinstance(kind, DecimalType):
+            return Decimal(value) if is_number(value) else None
+        if isinstance(kind, (FloatType, DoubleType)):
+            return float(value) if is_number(value) else None
+    except (ValueError, ArithmeticError):
+        return None
+    return value.lower()
+
+
+def _bound_texts(bound: str) -> list[str]:
+    """A text bound as the start of the value it was cut from: a bound of 16 characters may be cut, and is read
+    both as a lower bound (the value's first 16 characters) and as an upper bound (those with the last one raised
+    by one: lowered back)."""
+    if len(bound) < _CUT:
+        return [bound]
+    return [bound, bound[:-1] + chr(max(ord(bound[-1]) - 1, 0))]
+
+
+def _word_in_bound(bound: str, value: str) -> bool:
+    """A string bound holds `value` as a whole word (not as letters or digits inside a longer one: `28` is not in
+    `128` or `2028-01-01`); or, cut, ends in a start of it (of at least 8 characters, or all of it)."""
+    value = value.lower()
+    for text in _bound_texts(bound.lower()):
+        if _whole_word(value).search(text):
+            return True
+        if len(text) >= _CUT:
+            for k in range(len(value) - 1, min(len(value), 8) - 1, -1):
+                if text.endswith(value[:k]) and (len(text) == k or _WORD_END.match(text[-k - 1])):
+                    return True
+    return False
+
+
+Check = Callable[[bytes], bool]
+
+
+def _read_bound(kind: IcebergType, raw: bytes) -> Any:
+    """A bound as a value of its column's type. A number is read at any width: a file written before its column
+    was widened (int to long, float to double) keeps the narrower bound."""
+    if isinstance(kind, (IntegerType, LongType)):
+        return int.from_bytes(raw, "little", signed=True)
+    if isinstance(kind, (FloatType, DoubleType)):
+        return struct.unpack("<f" if len(raw) == 4 else "<d", raw)[0]
+    return from_bytes(kind, raw)  # type: ignore[arg-type]
+
+
+def _typed_check(kind: IcebergType, values: tuple[str, ...]) -> Check | None:
+    """Whether a bound of a column of `kind`, read as that type, is one of `values` (a number as a number, text as
+    a whole word)."""
+    if isinstance(kind, StringType):
+        return lambda raw: any(_word_in_bound(raw.decode("utf-8", "replace"), v) for v in values)
+    wanted = [w for w in (_as_type(kind, v) for v in values) if w is not None]
+    if not wanted or not isinstance(kind, PrimitiveType):
+        return None
+
+    def check(raw: bytes) -> bool:
+        try:
+            bound = _read_bound(kind, raw)
+        except (ValueError, TypeError, ArithmeticError, struct.error):
+            return False  # not a value of the column's type: it is no one's
+        return any((bound == w) if not isinstance(w, str) else str(bound).lower() == w for w in wanted)
+    return check
+
+
+def _mention_check(mention: Mentions) -> Check:
+    """Whether a bound of a JSON text column names the subject in its field (cut off at its end, as a bound is)."""
+    whole, cut = re.compile(mention.pattern), re.compile(rf"{mention.stem}$")
+
+    def check(raw: bytes) -> bool:
+        texts = _bound_texts(raw.decode("utf-8", "replace"))
+        return any(whole.search(t) or (len(t) >= _CUT and cut.search(t)) for t in texts)
+    return check
+
+
+@dataclass
+class BoundJudge:
+    """Whether a data file's column bounds (what a manifest keeps of each column: its smallest and largest value,
+    by field id) name the subject. Each bound is read as its column's type. The columns a target's matchers read
+    are judged as they judge rows: a number column by the subject as a number, a JSON text by the subject in its
+    field, text by the subject as a whole word. Every other text column is judged by the pseudonym as a whole
+    word, and by the subject too unless it is a number (a number in free text is no one's id: `28` in `User 128`,
+    `2028-01-01` or an order's `28` names no one)."""
+
+    checks: dict[int, list[Check]]
+
+    @classmethod
+    def of(cls, table: Table, target: Target, subject: str, hashed: str) -> BoundJudge:
+        checks: dict[int, list[Check]] = defaultdict(list)
+        schema = table.schema()
+        for m in target.matchers:
+            try:
+                field = schema.find_field(".".join(m.path) if isinstance(m, Equals) else m.column)
+            except ValueError:
+                continue  # a column the table does not have (yet)
+            check = (_mention_check(m) if isinstance(m, Mentions) and isinstance(field.field_type, StringType)
+                     else _typed_check(field.field_type, m.values if isinstance(m, Equals) else (subject,)))
+            if check is not None:
+                checks[field.field_id].append(check)
+        anywhere = _typed_check(StringType(), (hashed,) if is_number(subject) else (subject, hashed))
+        assert anywhere is not None  # a text column is always judged
+        for old in table.schemas().values():
+            for field_id, field in index_by_id(old).items():
+                if isinstance(field.field_type, StringType):
+                    checks[field_id].append(anywhere)
+        return cls(dict(checks))
+
+    def names(self, data_file: Any) -> bool:
+        for bounds in (data_file.lower_bounds, data_file.upper_bounds):
+            for field_id, raw in (bounds or {}).items():
+                if any(check(raw) for check in self.checks.get(field_id, ())):
+                    return True
+        return False
+
+
 @dataclass
 class Target:
     table: str
     matchers: list[Equals | Mentions | Names]
     why: str
     landing: str | None = None  # the landing source whose lines the table holds (bronze, quarantine)
+    raw_lines: bool = False  # its matchers judge raw landed lines (a quarantine's): the landed files' too
+
+    def names_line(self, lines: list[str]) -> bool:
+        """Whether any of a landed file's lines names the subject, judged as this target's raw lines are."""
+        return bool(lines) and self.count(pa.table({"payload": pa.array(lines, pa.string())})) > 0
 
     def sql(self) -> str:
         return " OR ".join(f"({m.sql()})" for m in self.matchers)
@@ -239,6 +392,13 @@ class TableProof:
     lines_forgotten: int = 0  # landed lines recorded in the ledger (bronze and quarantines)
     live_files_scanned: int = 0
     rows_found_after: int = 0
+    # Why forget could not finish the table (its step that failed, or rows of the subject found after), None once it
+    # did: the same command, run again, takes it up where it stopped.
+    not_done: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.not_done is None
 
 
 @dataclass
@@ -259,13 +419,23 @@ class ForgetReport:
 
     @property
     def purged(self) -> bool:
-        return (all(t.rows_found_after == 0 for t in self.tables) and not self.landing_pending
+        return (all(t.done and t.rows_found_after == 0 for t in self.tables) and not self.landing_pending
                 and not self.runs_in_flight and not self.traces and bool(self.independent_scan))
+
+    @property
+    def tables_done(self) -> list[str]:
+        return [t.table for t in self.tables if t.done]
+
+    @property
+    def tables_not_done(self) -> dict[str, str]:
+        return {t.table: t.not_done for t in self.tables if t.not_done is not None}
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "subject": self.subject,
             "purged": self.purged,
+            "tables_done": self.tables_done,
+            "tables_not_done": self.tables_not_done,
             "rows_deleted": sum(t.rows_deleted for t in self.tables),
             "live_files_scanned": sum(t.live_files_scanned for t in self.tables),
             "rows_found_after": sum(t.rows_found_after for t in self.tables),
@@ -298,13 +468,18 @@ def subject_targets(project: Project, subject: str, hashed: str,
         if source.user is None:
             left.update({t: "the event source declares no user field" for t in source.table_names})
             continue
+        if is_numeric(source.fields[source.user]) and not is_number(subject):
+            left.update({t: f"its user field {source.user} is a number and the subject is not"
+                         for t in source.table_names})
+            continue
         user_field = source.paths.get(source.user, source.user).split(".")[-1]
         mention = Mentions("payload", user_field, subject)
         keys = event_keys(source.bronze, source.user, source.key)
         targets += [
             Target(source.bronze, [Equals((source.user,), (subject,)), mention], "events of the subject, raw payload",
                    source.landing),
-            Target(source.quarantine, [Names("payload", subject)], "raw lines naming the subject", source.landing),
+            Target(source.quarantine, [_raw_lines(source.fields[source.user], user_field, subject)],
+                   "raw lines naming the subject", source.landing, raw_lines=True),
         ]
         targets.append(Target(source.silver, [Equals((source.silver_column(source.user),),
                                                      values(source.user in source.pii))], "the subject's events"))
@@ -333,17 +508,45 @@ def subject_targets(project: Project, subject: str, hashed: str,
             left.update({t: "the CDC table declares no subject column" for t in table.table_names})
             continue
         c = table.subject
+        kind = spark_type(table.columns[c])
+        if is_numeric(kind) and not is_number(subject):
+            left.update({t: f"its subject column {c} is a number and the subject is not" for t in table.table_names})
+            continue
         mentions = [Mentions("payload", c, subject), Mentions("key", c, subject)]
         silver = Equals((table.silver_column(c),), values(c in table.pii))
         targets += [
             Target(table.bronze, [Equals(("after", c), (subject,)), Equals(("before", c), (subject,)), *mentions],
                    "changes of the subject's rows", table.landing),
-            Target(table.quarantine, [Names("payload", subject)], "raw change events naming the subject",
-                   table.landing),
+            Target(table.quarantine, [_raw_lines(kind, c, subject)], "raw change events naming the subject",
+                   table.landing, raw_lines=True),
             Target(table.silver, [silver], "the subject's current rows"),
             Target(table.history, [silver], "every version of the subject's rows"),
         ]
     return targets, left
+
+
+def id_columns(project: Project) -> tuple[str, ...]:
+    """The columns and JSON fields that hold a person's id: each CDC table's subject column, each event source's
+    user field (in its tables and as its records name it), gold's per-user column, and their names in silver. A
+    subject that is a number is looked for there by the independent scan (`trace_scan`'s `id_columns`)."""
+    names: set[str] = set()
+    for table in project.cdc.values():
+        if table.subject is not None:
+            names |= {table.subject, table.silver_column(table.subject)}
+    for source in project.events.values():
+        if source.user is not None:
+            names |= {source.user, source.silver_column(source.user),
+                      source.paths.get(source.user, source.user).split(".")[-1]}
+    if project.gold.events is not None and project.gold.events.user is not None:
+        names.add("user_id")
+    return tuple(sorted(names))
+
+
+def _raw_lines(kind: DataType, field: str, subject: str) -> Names | Mentions:
+    """How a raw line (JSON or not) names the subject: a number only in the field that holds it (`"account_id": 28`;
+    any other 28 in a line is another value: an order's number, a count), any other value as a whole word
+    anywhere in it."""
+    return Mentions("payload", field, subject) if is_numeric(kind) else Names("payload", subject)
 
 
 def _read_file(table: Table, path: str, columns: list[str]) -> pa.Table:
@@ -402,8 +605,8 @@ class Forget:
                 report.left_alone[target.table] = "not materialised"
                 continue
             proofs[target.table] = proof = TableProof(target.table, target.why)
-            proof.rows_deleted = self._delete(target, proof, landed, dry_run)
             report.tables.append(proof)
+            self._attempt(target, proof, landed, dry_run)
         if not dry_run and (instance := _instance()) is not None:
             # A run that started before the deletes ended may have read the subject and publish after them.
             in_flight = _runs_in_flight(instance, before=time.time())
@@ -412,23 +615,41 @@ class Forget:
             if in_flight:
                 for target in targets:
                     if target.table in proofs:
-                        proofs[target.table].rows_deleted_after_runs = self._delete(
-                            target, proofs[target.table], landed, dry_run)
+                        self._attempt(target, proofs[target.table], landed, dry_run, again=True)
         for target in targets:
-            if target.table not in proofs:
-                continue
-            proof = proofs[target.table]
-            table = self.lakehouse.iceberg_table(target.table)
-            live = _live_data_files(table)
-            proof.live_files_scanned = len(live)
-            proof.rows_found_after = sum(_files_with_subject(table, target, live).values())
-            if proof.legal_holds:
-                proof.rows_found_after -= self._held_rows(table, target, proof)
-        self._landing(subject, landed, report, dry_run)
+            if target.table in proofs:
+                self._verify(target, proofs[target.table], dry_run)
+        self._landing(subject, targets, landed, report, dry_run)
         if not dry_run:
             self._scan_independently(report, proofs, began_at=time.time() - (time.monotonic() - started))
         report.seconds = time.monotonic() - started
         return report
+
+    def _attempt(self, target: Target, proof: TableProof, landed: dict[str, set[str]], dry_run: bool,
+                 again: bool = False) -> None:
+        """A table's delete and purge (`again`: after the runs in flight ended). When a step fails, the table is not
+        done (the report says why) and forget goes on with the others. Every step can be taken again: the same
+        command, run again, finds what is left and finishes it."""
+        try:
+            self._delete(target, proof, landed, dry_run, again)
+        except Exception as exc:  # noqa: BLE001 - reported per table; the tables after it are still forgotten
+            first = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
+            proof.not_done = f"{type(exc).__name__}: {first}".rstrip(": ")
+            self.log(f"forget: {proof.table} NOT done: {proof.not_done}")
+            return
+        proof.not_done = None
+
+    def _verify(self, target: Target, proof: TableProof, dry_run: bool) -> None:
+        """Every data file a kept snapshot references, read as written: the rows of the subject still there (but
+        those only legal holds keep); after the deletes, a table that still has any is not done."""
+        table = self.lakehouse.iceberg_table(target.table)
+        live = _live_data_files(table)
+        proof.live_files_scanned = len(live)
+        proof.rows_found_after = sum(_files_with_subject(table, target, live).values())
+        if proof.legal_holds:
+            proof.rows_found_after -= self._held_rows(table, target, proof)
+        if proof.rows_found_after and proof.done and not dry_run:
+            proof.not_done = f"{proof.rows_found_after} rows of the subject are still in files a kept snapshot references"
 
     def _scan_independently(self, report: ForgetReport, proofs: dict[str, TableProof], began_at: float) -> None:
         """The proof that does not trust the matchers: every file of the namespace's tables, the landing zone and
@@ -443,7 +664,7 @@ class Forget:
                              for name, proof in proofs.items() if proof.legal_holds)) if proofs else set()
         roots = [_as_uri(t.location()) for t in tables]
         scan = trace_scan(self.lakehouse.settings, {"subject": self._subject, "pseudonym": self._hashed},
-                          warehouse_roots=roots)
+                          warehouse_roots=roots, id_columns=id_columns(self.project))
         report.independent_scan = {"files_scanned": dict(scan.files_scanned), "seconds": round(scan.seconds, 2)}
         newest_orphan = began_at - ORPHAN_MIN_AGE.total_seconds()
         zone = landing_zone(self.lakehouse.settings.with_(landing=self.lakehouse.settings.warehouse))
@@ -468,8 +689,10 @@ class Forget:
             self.log(f"forget: removed {len(report.orphans_removed)} files no snapshot referenced that held the "
                      "subject")
 
-    def _delete(self, target: Target, proof: TableProof, landed: dict[str, set[str]], dry_run: bool) -> int:
-        """Deletes the target's rows of the subject (and purges the files that keep them): how many there were."""
+    def _delete(self, target: Target, proof: TableProof, landed: dict[str, set[str]], dry_run: bool,
+                again: bool) -> None:
+        """Deletes the target's rows of the subject (and purges the files that keep them); the proof counts them
+        (`again`: as deleted after the runs in flight)."""
         target = self._resolve(target)
         frame = self.spark.table(self.lakehouse.table_id(target.table)).where(target.sql())
         if dry_run or target.landing is None:
@@ -481,9 +704,12 @@ class Forget:
                 self._record_forgotten(target, lines)
                 landed[target.landing].update(lines["source_file"])
                 proof.lines_forgotten += rows
+        if again:
+            proof.rows_deleted_after_runs = rows
+        else:
+            proof.rows_deleted = rows
         if not dry_run:
             self._purge(target, proof, rows)
-        return rows
 
     def _resolve(self, target: Target) -> Target:
         """A target whose matchers judge raw lines in Python (Names): the lines that name the subject, read from the
@@ -513,22 +739,29 @@ class Forget:
         catalog.create_table_if_not_exists(identifier, schema=data.schema)
         append_retrying(catalog, identifier, data, {"lakehouse.operation": "forget"}, log=self.log)
 
-    def _landing(self, subject: str, landed: dict[str, set[str]], report: ForgetReport, dry_run: bool) -> None:
-        """Removes the landed files whose lines were deleted, when the zone holds them as they were taken; reports
-        as pending the files that name the subject and are not (all) taken yet."""
-        zone, names = landing_zone(self.lakehouse.settings), Names("payload", subject)
+    def _landing(self, subject: str, targets: list[Target], landed: dict[str, set[str]], report: ForgetReport,
+                 dry_run: bool) -> None:
+        """Removes the landed files whose lines were deleted, or that name the subject (their lines left bronze in
+        an earlier forget that stopped before this step), when the zone holds them as they were taken; reports as
+        pending the files that name the subject and are not (all) taken yet. A source's lines are judged as its
+        quarantine's (a number in the subject's field only)."""
+        zone = landing_zone(self.lakehouse.settings)
+        judges = {t.landing: t for t in targets if t.raw_lines and t.landing}
         for source in self.project.landing_sources:
+            judge = judges.get(source.landing) or Target("", [Names("payload", subject)], "", raw_lines=True)
             taken = self._taken_sizes(source.landing)
             for f in zone.list(source.landing):
-                if f.uri in landed[source.landing] and taken.get(f.uri) == f.size:
+                whole = taken.get(f.uri) == f.size
+                if (whole and f.uri in landed[source.landing]) or judge.names_line(_lines(zone.read(f.uri), f.uri)):
+                    if not whole:
+                        report.landing_pending[f.uri] = (
+                            "names the subject and is not taken yet: ingest it, then run forget again"
+                            if f.uri not in taken else
+                            "names the subject and grew since it was taken: ingest it, then run forget again")
+                        continue
                     if not dry_run:
                         zone.remove(f.uri)
                     report.landing_removed.append(f.uri)
-                elif taken.get(f.uri) != f.size and any(names.holds(line) for line in _lines(zone.read(f.uri), f.uri)):
-                    report.landing_pending[f.uri] = ("names the subject and is not taken yet: ingest it, then run "
-                                                     "forget again" if f.uri not in taken else
-                                                     "names the subject and grew since it was taken: ingest it, "
-                                                     "then run forget again")
 
     def _taken_sizes(self, source: str) -> dict[str, int]:
         """Each landed file the ingest log lists: its size at its newest take."""
@@ -564,14 +797,15 @@ class Forget:
             ).collect(), f"rewrite of {table_id}")
             proof.files_rewritten += int(rewritten[0]["rewritten_data_files_count"] or 0) if rewritten else 0
             table = self.lakehouse.iceberg_table(target.table)
-        dirty = _files_with_subject(table, target, _live_data_files(table))
+        live = _live_data_files(table)
+        dirty = _files_with_subject(table, target, live)  # the others of `live` are read and clean
         if set(dirty) & file_paths(table):
             raise MaintenanceError(f"forget: {table_id} still holds the subject in files of its current snapshot "
                                    "after the delete; nothing was expired")
-        naming = self._snapshots_naming(table)
+        naming = self._snapshots_naming(table, target, set(live), set(dirty))
         if table.metadata.current_snapshot_id in naming:
             table = self._rewrite_manifests(target.table)
-            naming = self._snapshots_naming(table)
+            naming = self._snapshots_naming(table, target, set(live), set(dirty))
         if not dirty and not naming:
             return
         if table.metadata.current_snapshot_id in naming:
@@ -600,20 +834,36 @@ class Forget:
                  "manifests held the subject, "
                  f"{len(expire)} snapshots expired, {len(proof.tags_removed)} tags removed")
 
-    def _snapshots_naming(self, table: Table) -> set[int]:
-        """Snapshots with a manifest whose column bounds hold the subject or their pseudonym: a manifest keeps each
-        file's smallest and largest value of each column, also of the files a delete removed from the table (until
-        the manifest is written again)."""
-        values = [v.lower().encode() for v in (self._subject, self._hashed)]
+    def _snapshots_naming(self, table: Table, target: Target, live: set[str], held: set[str]) -> set[int]:
+        """Snapshots with a manifest that keeps the bounds of a file holding the subject. A manifest keeps each
+        file's smallest and largest value of each column (a name, an e-mail of the subject's row among them), also
+        of the files a delete removed from the table, until the manifest is written again. A file is judged by its
+        rows where they can be read: `held`, those found holding the subject; the other `live` ones (read whole,
+        clean), whose bounds are their rows', whatever they look like (`{"account_id":28` is 280's key cut to 16
+        characters); a file no kept snapshot references is read if it is still stored; one that is gone, by its
+        bounds (`BoundJudge`)."""
+        judge = BoundJudge.of(table, target, self._subject, self._hashed)
+        verdicts: dict[str, bool] = {}
+
+        def holds(data_file: Any) -> bool:
+            path = data_file.file_path
+            if path in held or path in live:
+                return path in held
+            if path not in verdicts:
+                try:
+                    verdicts[path] = bool(_files_with_subject(table, target, [path]))
+                except FileNotFoundError:
+                    verdicts[path] = judge.names(data_file)
+            return verdicts[path]
+
         naming: dict[str, bool] = {}
         found = set()
         for snapshot in table.metadata.snapshots:
             for manifest in snapshot.manifests(table.io):
                 if manifest.manifest_path not in naming:
-                    bounds = (bound.lower() for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
-                              for side in (entry.data_file.lower_bounds, entry.data_file.upper_bounds)
-                              for bound in (side or {}).values())
-                    naming[manifest.manifest_path] = any(_bound_names(bound, v) for bound in bounds for v in values)
+                    naming[manifest.manifest_path] = manifest.content == ManifestContent.DATA and any(
+                        holds(entry.data_file)
+                        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False))
                 if naming[manifest.manifest_path]:
                     found.add(snapshot.snapshot_id)
         return found
@@ -687,12 +937,6 @@ def _held_files(table: Table, holds: dict[str, int]) -> set[str]:
             paths |= {snapshot.manifest_list, *(m.manifest_path for m in snapshot.manifests(table.io))}
             paths |= {f.file_path for f in files_of(table, snapshot.snapshot_id)}
     return {_normal(p) for p in paths}
-
-
-def _bound_names(bound: bytes, value: bytes) -> bool:
-    """A column bound holds the value, or is the value cut to Iceberg's 16 characters (a lower bound is its start,
-    an upper bound its start with the last character raised)."""
-    return value in bound or (len(bound) >= 16 and (value.startswith(bound) or value.startswith(bound[:-1])))
 
 
 def _instance() -> Any:

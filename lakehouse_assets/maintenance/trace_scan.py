@@ -26,11 +26,12 @@ import json
 import lzma
 import os
 import re
+import struct
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -76,19 +77,56 @@ class TraceReport:
                 "seconds": round(self.seconds, 2)}
 
 
+_WHOLE_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]{0,37})")
+
+
 @dataclass(frozen=True)
 class Needle:
-    """One identifier: its name for the report, its text (lower case) and its byte spellings (lower case)."""
+    """One identifier: its name for the report, its text (lower case) and its byte spellings (lower case).
+
+    A whole number given with `fields` (the columns that hold a person's id, lower case) is a number: it is looked
+    for where a number is an id (see `Number`), never as digits in text, where any other value can spell it."""
 
     name: str
     text: str
     spellings: tuple[tuple[str, bytes], ...]
+    fields: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, name: str, value: str) -> Needle:
+    def of(cls, name: str, value: str, fields: tuple[str, ...] = ()) -> Needle:
         if not value:
             raise ValueError(f"trace scan: {name} is empty")
-        return cls(name, value.lower(), spellings(value))
+        number = bool(fields) and _WHOLE_NUMBER.fullmatch(value) is not None
+        return cls(name, value.lower(), spellings(value), tuple(sorted({f.lower() for f in fields})) if number else ())
+
+    @property
+    def number(self) -> Number | None:
+        return _number(self.text, self.fields) if self.fields else None
+
+
+@dataclass(frozen=True)
+class Number:
+    """Where a whole number is a person's id: a value of a column named as an id column (a number, or text that is
+    the number), the value of a JSON field so named (`"account_id": 28`, in a line, a raw payload, a key's JSON or
+    a bound), and a partition folder or key so named (`account_id=28`). Digits anywhere else (`128`, `2028-01-28`,
+    an order's number, a count, a field id of Iceberg's metadata) are some other value's."""
+
+    value: int
+    fields: frozenset[str]
+    in_json: re.Pattern
+    in_partition: re.Pattern
+
+    def in_text(self, text: str) -> bool:
+        return bool(self.in_json.search(text) or self.in_partition.search(text))
+
+
+@lru_cache(maxsize=64)
+def _number(text: str, fields: tuple[str, ...]) -> Number:
+    names = "|".join(re.escape(f) for f in fields)
+    digits = re.escape(text)
+    return Number(int(text), frozenset(fields),
+                  re.compile(rf'"(?:{names})"\s*:\s*"?{digits}"?(?![\w.])', re.IGNORECASE),
+                  re.compile(rf"(?<![\w-])(?:{names})={digits}(?![\w.])", re.IGNORECASE))
 
 
 def spellings(value: str) -> tuple[tuple[str, bytes], ...]:
@@ -136,6 +174,25 @@ def search_bytes(data: bytes, needles: list[Needle]) -> list[tuple[Needle, str]]
         text = _normalised(data)
         found += [(n, "decoded text") for n in missing if n.text in text]
     return found
+
+
+def search_numbers(data: bytes, needles: list[Needle]) -> list[tuple[Needle, str]]:
+    """(needle, form) for each number (`Number`) in a text file's JSON fields and partition names, its JSON escapes
+    decoded. A binary file (one with a NUL byte) is not text: its numbers are read only where its format is known
+    (Parquet, Avro); an Iceberg table metadata file's numbers are its own (ids, counts), its partition names are
+    still searched."""
+    numbers = [(n, n.number) for n in needles if n.number is not None]
+    if not numbers or b"\x00" in data:
+        return []
+    text = _normalised(data)
+    if _is_table_metadata(data):
+        return [(n, "partition value") for n, number in numbers if number.in_partition.search(text)]
+    return [(n, "json field or partition value") for n, number in numbers if number.in_text(text)]
+
+
+def _is_table_metadata(data: bytes) -> bool:
+    head = data[:4096]
+    return head.lstrip().startswith(b"{") and b'"table-uuid"' in head and b'"format-version"' in head
 
 
 # Containers: what a file's bytes hide.
@@ -224,6 +281,170 @@ def avro_blocks(data: bytes) -> bytes:
     return b"".join(blocks)
 
 
+def _avro_datum(schema: Any, data: bytes, pos: int, named: dict[str, Any]) -> tuple[Any, int]:
+    """One Avro value of `schema` at `pos`: records as dicts, arrays as lists, maps as dicts."""
+    if isinstance(schema, list):  # a union: the branch's index, then its value
+        branch, pos = _avro_long(data, pos)
+        return _avro_datum(schema[branch], data, pos, named)
+    if isinstance(schema, dict):
+        kind = schema["type"]
+        if "name" in schema:
+            named[schema["name"]] = schema
+        if kind == "record":
+            record = {}
+            for f in schema["fields"]:
+                record[f["name"]], pos = _avro_datum(f["type"], data, pos, named)
+            return record, pos
+        if kind in ("array", "map"):
+            return _avro_blocks_of(schema, data, pos, named)
+        if kind == "enum":
+            index, pos = _avro_long(data, pos)
+            return schema["symbols"][index], pos
+        if kind == "fixed":
+            return data[pos:pos + schema["size"]], pos + schema["size"]
+        return _avro_datum(kind, data, pos, named)  # a primitive with a logical type
+    if schema in named:
+        return _avro_datum(named[schema], data, pos, named)
+    return _avro_primitive(schema, data, pos)
+
+
+def _avro_blocks_of(schema: dict, data: bytes, pos: int, named: dict[str, Any]) -> tuple[Any, int]:
+    """An array's or a map's blocks of items (a negative count is followed by the block's size in bytes)."""
+    items: list[Any] = []
+    while True:
+        count, pos = _avro_long(data, pos)
+        if count == 0:
+            break
+        if count < 0:
+            count = -count
+            _, pos = _avro_long(data, pos)
+        for _ in range(count):
+            if schema["type"] == "map":
+                key, pos = _avro_primitive("string", data, pos)
+                value, pos = _avro_datum(schema["values"], data, pos, named)
+                items.append((key, value))
+            else:
+                item, pos = _avro_datum(schema["items"], data, pos, named)
+                items.append(item)
+    return (dict(items) if schema["type"] == "map" else items), pos
+
+
+def _avro_primitive(kind: str, data: bytes, pos: int) -> tuple[Any, int]:
+    if kind == "null":
+        return None, pos
+    if kind == "boolean":
+        return data[pos] != 0, pos + 1
+    if kind in ("int", "long"):
+        return _avro_long(data, pos)
+    if kind == "float":
+        return struct.unpack_from("<f", data, pos)[0], pos + 4
+    if kind == "double":
+        return struct.unpack_from("<d", data, pos)[0], pos + 8
+    if kind in ("bytes", "string"):
+        size, pos = _avro_long(data, pos)
+        raw = data[pos:pos + size]
+        return (raw.decode("utf-8", "replace") if kind == "string" else raw), pos + size
+    raise ValueError(f"Avro type {kind!r} is not known")
+
+
+def avro_records(data: bytes) -> tuple[dict[str, bytes], list[Any]]:
+    """An Avro container file's header metadata and its records, decoded by the file's own schema."""
+    meta, pos = _avro_metadata(data, len(AVRO_MAGIC))
+    codec = meta.get("avro.codec", b"null").decode() or "null"
+    schema = json.loads(meta["avro.schema"])
+    named: dict[str, Any] = {}
+    sync, pos = data[pos:pos + 16], pos + 16
+    records = []
+    while pos < len(data):
+        count, pos = _avro_long(data, pos)
+        size, pos = _avro_long(data, pos)
+        block, at = _inflate_avro_block(codec, data[pos:pos + size]), 0
+        for _ in range(count):
+            record, at = _avro_datum(schema, block, at, named)
+            records.append(record)
+        pos += size
+        if data[pos:pos + 16] != sync:
+            raise ValueError("Avro: a block does not end with the file's sync marker")
+        pos += 16
+    return meta, records
+
+
+def _column_types(schema_json: bytes) -> dict[int, tuple[str, str]]:
+    """An Iceberg schema's fields by id: (name, type) at any depth (a list's element, a map's value, named as its
+    column)."""
+    found: dict[int, tuple[str, str]] = {}
+
+    def walk(kind: Any, name: str, field_id: int | None) -> None:
+        if isinstance(kind, dict):
+            if kind.get("type") == "struct":
+                for f in kind.get("fields", []):
+                    walk(f.get("type"), f.get("name", ""), f.get("id"))
+            elif kind.get("type") == "list":
+                walk(kind.get("element"), name, kind.get("element-id"))
+            elif kind.get("type") == "map":
+                walk(kind.get("key"), name, kind.get("key-id"))
+                walk(kind.get("value"), name, kind.get("value-id"))
+        elif isinstance(field_id, int):
+            found[field_id] = (name.lower(), str(kind))
+
+    walk(json.loads(schema_json), "", None)
+    return found
+
+
+def _bound_is(number: Number, name: str, kind: str, raw: bytes) -> bool:
+    """Whether a manifest's bound of a column (name, Iceberg type) is the number: in an id column, read as its type;
+    in any text column, as a JSON field or partition name (a key's JSON, cut to 16 characters)."""
+    if kind == "string":
+        text = raw.decode("utf-8", "replace")
+        return (name in number.fields and text.strip() == str(number.value)) or number.in_text(text)
+    if name not in number.fields:
+        return False
+    if kind in ("int", "long"):
+        return int.from_bytes(raw, "little", signed=True) == number.value
+    decimal = re.fullmatch(r"decimal\(\d+,\s*(\d+)\)", kind)
+    if decimal:
+        return int.from_bytes(raw, "big", signed=True) == number.value * 10 ** int(decimal.group(1))
+    return False
+
+
+def search_avro_numbers(data: bytes, needles: list[Needle]) -> list[tuple[Needle, str]]:
+    """(needle, form) for each number in an Avro file's records: a manifest's column bounds read by the types of the
+    schema in its header, its partition values, and every text in it (a data file's path names its partition). A
+    manifest list's partition summaries are not read: each value there is a bound of a manifest it lists."""
+    numbers = [(n, n.number) for n in needles if n.number is not None]
+    if not numbers:
+        return []
+    meta, records = avro_records(data)
+    columns = _column_types(meta["schema"]) if "schema" in meta else {}
+    found: dict[tuple[Needle, str], None] = {}
+    for record in records:
+        entry = record.get("data_file") if isinstance(record, dict) else None
+        for n, number in numbers:
+            if isinstance(entry, dict):
+                for side in ("lower_bounds", "upper_bounds"):
+                    for bound in entry.get(side) or []:
+                        name, kind = columns.get(bound["key"], ("", ""))
+                        if _bound_is(number, name, kind, bound["value"]):
+                            found[(n, f"column bound {name}")] = None
+                for name, value in (entry.get("partition") or {}).items():
+                    if name.lower() in number.fields and str(value) == str(number.value):
+                        found[(n, f"partition value {name}")] = None
+            if any(number.in_text(text) for text in _avro_texts(record)):
+                found[(n, "text")] = None
+    return list(found)
+
+
+def _avro_texts(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _avro_texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _avro_texts(item)
+
+
 # Parquet: every column's values.
 
 def _leaves(array: pa.Array, path: str) -> Iterator[tuple[str, pa.Array]]:
@@ -244,11 +465,13 @@ def _leaves(array: pa.Array, path: str) -> Iterator[tuple[str, pa.Array]]:
 
 
 def _distinct_texts(array: pa.Array) -> tuple[list[str], bool]:
-    """The distinct values of a text or binary array (normalised), or of an integer array as numbers, and whether
-    they are whole values (integers: 42 must not match 142); ([], False) for other types."""
+    """The distinct values of a text or binary array (normalised), or of an integer or decimal array as numbers, and
+    whether they are whole values (numbers: 42 must not match 142); ([], False) for other types."""
     kind = array.type
     if pa.types.is_integer(kind):
         return [str(v) for v in array.unique().to_pylist() if v is not None], True
+    if pa.types.is_decimal(kind):
+        return [format(v.normalize(), "f") for v in array.unique().to_pylist() if v is not None], True
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
             or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind)):
         return [], False
@@ -260,15 +483,23 @@ def _distinct_texts(array: pa.Array) -> tuple[list[str], bool]:
 
 
 def search_parquet(data: bytes, needles: list[Needle]) -> list[tuple[Needle, str]]:
-    """(needle, column) for each identifier in a column's values, compared after the same normalisation."""
+    """(needle, column) for each identifier in a column's values, compared after the same normalisation; a number
+    (`Number`) as a value of a column named as an id column, or in a text's JSON fields and partition names."""
     table = pq.read_table(pa.BufferReader(data))
     found: dict[tuple[Needle, str], None] = {}
     for name, column in zip(table.column_names, table.columns):
         for chunk in column.chunks:
             for path, leaf in _leaves(chunk, name):
                 texts, whole = _distinct_texts(leaf)
+                leaf_name = path.rsplit(".", 1)[-1].removesuffix("[]").lower()
                 for n in needles:
-                    if (n.text in texts) if whole else any(n.text in t for t in texts):
+                    number = n.number
+                    if number is not None:
+                        hit = (leaf_name in number.fields and n.text in texts) or (
+                            not whole and any(number.in_text(t) for t in texts))
+                    else:
+                        hit = (n.text in texts) if whole else any(n.text in t for t in texts)
+                    if hit:
                         found[(n, f"column {path}")] = None
     return list(found)
 
@@ -288,20 +519,25 @@ def scan_file(file: StoredFile, area: str, data: bytes, needles: list[Needle], r
     def add(found: list[tuple[Needle, str]], how: str) -> None:
         report.hits += [Hit(file.name, area, n.name, form, how, file.changed) for n, form in found]
 
+    words = [n for n in needles if n.number is None]
     path = unquote(file.inside).lower()
-    add([(n, "file path") for n in needles if n.text in path], "name")
-    add(search_bytes(data, needles), "raw")
+    add([(n, "file path") for n in words if n.text in path], "name")
+    add([(n, "file path") for n in needles if n.number is not None and n.number.in_partition.search(path)], "name")
+    add(search_bytes(data, words), "raw")
     try:
         if data[:2] == GZIP_MAGIC:
             inner, why = gunzip(data)
-            add(search_bytes(inner, needles), "gunzip")
+            add(search_bytes(inner, words) + search_numbers(inner, needles), "gunzip")
             if why:
                 report.unreadable[file.name] = why
         elif data[:4] == AVRO_MAGIC:
-            add(search_bytes(avro_blocks(data), needles), "avro")
+            add(search_bytes(avro_blocks(data), words) + search_avro_numbers(data, needles), "avro")
         elif data[:4] == PARQUET_MAGIC:
             add(search_parquet(data, needles), "parquet")
-    except (ValueError, IndexError, OSError, zlib.error, lzma.LZMAError, pa.ArrowException) as exc:
+        else:
+            add(search_numbers(data, needles), "raw")
+    except (ValueError, IndexError, KeyError, OSError, zlib.error, lzma.LZMAError, struct.error,
+            pa.ArrowException) as exc:
         report.unreadable[file.name] = f"{type(exc).__name__}: {exc}"
 
 
@@ -343,11 +579,14 @@ def areas(settings: Settings, warehouse_roots: list[str] | None = None) -> dict[
 
 
 def trace_scan(settings: Settings, identifiers: Mapping[str, str],
-               warehouse_roots: list[str] | None = None) -> TraceReport:
+               warehouse_roots: list[str] | None = None, id_columns: Iterable[str] = ()) -> TraceReport:
     """Search every file of the warehouse (or of `warehouse_roots` in it), the landing zone and capture staging for
-    the identifiers ({name for the report: value}); read only. Zero hits and no unreadable file is the proof."""
+    the identifiers ({name for the report: value}); read only. Zero hits and no unreadable file is the proof.
+    `id_columns`: the columns that hold a person's id; an identifier that is a whole number is then looked for as
+    a number where those columns (or JSON fields so named) hold it (`Number`)."""
     started = time.monotonic()
-    needles = [Needle.of(name, value) for name, value in identifiers.items()]
+    fields = tuple(id_columns)
+    needles = [Needle.of(name, value, fields) for name, value in identifiers.items()]
     report = TraceReport()
     for area, files in areas(settings, warehouse_roots).items():
         for file in files:

@@ -93,23 +93,45 @@ def _declared(info: CdcTable, f: T.StructField) -> str:
     return info.columns.get(f.name) or type_name(f.dataType)
 
 
-def _decoded(info: CdcTable, as_text: Column, image: T.StructType, encodings: Column) -> Column:
+def _formers(info: CdcTable, image: T.StructType) -> dict[str, str]:
+    """The declared renames (column -> its former name) whose former name a record captured before the rename
+    still carries: those of the table's columns whose former name is not a column of the table too."""
+    names = set(image.fieldNames())
+    return {new: old for new, old in info.renamed.items() if new in names and old not in names}
+
+
+def _read_as(image: T.StructType, formers: dict[str, str]) -> T.StructType:
+    """The image a record is read into: the table's columns and the former names of those renamed."""
+    return T.StructType([*image.fields, *(T.StructField(old, T.StringType()) for old in formers.values())])
+
+
+def _value(row: Column, name: str, formers: dict[str, str]) -> Column:
+    """A column's value in a record: under its name, or, in a record captured before its rename, its former one
+    (a record that has the name is read by it)."""
+    return F.coalesce(row[name], row[formers[name]]) if name in formers else row[name]
+
+
+def _decoded(info: CdcTable, as_text: Column, image: T.StructType, encodings: Column,
+             formers: dict[str, str]) -> Column:
     """The typed struct of an image's values as JSON text (a field is null where its value does not decode)."""
     return F.struct(*(
-        decode(as_text[f.name], _declared(info, f), encodings[f.name], _modes(info), info.rounding.get(f.name))
+        decode(_value(as_text, f.name, formers), _declared(info, f), _value(encodings, f.name, formers), _modes(info),
+               info.rounding.get(f.name))
         .alias(f.name)
         for f in image.fields
     ))
 
 
-def _bad_value(info: CdcTable, as_text: Column, typed: Column, image: T.StructType, encodings: Column) -> Column:
+def _bad_value(info: CdcTable, as_text: Column, typed: Column, image: T.StructType, encodings: Column,
+               formers: dict[str, str]) -> Column:
     """The first field whose text did not decode, as a reason (null when every one did)."""
     reason = F.lit(None).cast("string")
     for f in reversed(image.fields):
-        bad = as_text[f.name].isNotNull() & typed[f.name].isNull()
-        why = F.concat(F.lit(f"{f.name} is not a {f.dataType.simpleString()}: "), as_text[f.name])
+        text, encoding = _value(as_text, f.name, formers), _value(encodings, f.name, formers)
+        bad = text.isNotNull() & typed[f.name].isNull()
+        why = F.concat(F.lit(f"{f.name} is not a {f.dataType.simpleString()}: "), text)
         # Decoded again only for a record already bad: a decimal the declared scale would round.
-        digits = more_scale(as_text[f.name], _declared(info, f), encodings[f.name], _modes(info))
+        digits = more_scale(text, _declared(info, f), encoding, _modes(info))
         if digits is not None and f.name not in info.rounding:
             why = F.coalesce(F.concat(
                 F.lit(f"{f.name}: decimal "), digits,
@@ -431,15 +453,16 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     image = table_schema["after"].dataType if table_schema else image_type(info)
     assert isinstance(image, T.StructType)  # the before/after images are structs
     e = F.col("u")
+    formers = _formers(info, image)
     # Each image decoded once, in a projection of its own: its values and its reason both read it.
-    parsed = _envelopes(lines, image, heads).withColumns({
-        "before_v": _decoded(info, e["before"], image, e["encodings"]),
-        "after_v": _decoded(info, e["after"], image, e["encodings"]),
+    parsed = _envelopes(lines, _read_as(image, formers), heads).withColumns({
+        "before_v": _decoded(info, e["before"], image, e["encodings"], formers),
+        "after_v": _decoded(info, e["after"], image, e["encodings"], formers),
     })
     src = e["source"]
     before, after = F.col("before_v"), F.col("after_v")
-    before_bad = _bad_value(info, e["before"], before, image, e["encodings"])
-    after_bad = _bad_value(info, e["after"], after, image, e["encodings"])
+    before_bad = _bad_value(info, e["before"], before, image, e["encodings"], formers)
+    after_bad = _bad_value(info, e["after"], after, image, e["encodings"], formers)
     key_image = F.when(e["op"] == "d", F.col("before")).otherwise(F.col("after"))
     mysql = info.connector == "mysql"
     binlog_index = F.regexp_extract(src["file"], r"\.(\d+)$", 1).cast("long")
@@ -521,7 +544,8 @@ class CdcSurvey:
 MAX_SCHEMAS = 16  # literal encodings per run; records of any other schema decode theirs one by one
 
 
-def survey_cdc(lines: DataFrame, table_schema: T.StructType, heads: Iterable[str] | None = None) -> CdcSurvey:
+def survey_cdc(lines: DataFrame, table_schema: T.StructType, heads: Iterable[str] | None = None,
+               formers: Iterable[str] = ()) -> CdcSurvey:
     """The heads the lines' wrapped records begin with (as the line reader's count finds them, those of the
     most lines first: `sources/landing.py`; else those of the files' first lines, read from `lines`), and the
     fields of their record schemas that the table's image struct lacks (a column added upstream).
@@ -535,27 +559,28 @@ def survey_cdc(lines: DataFrame, table_schema: T.StructType, heads: Iterable[str
         heads = [h for r in first if (h := landed_head(r.payload)) is not None]
     heads = list(dict.fromkeys(heads))[:MAX_HEADS]
     return typed_new_fields(lines, table_schema, [name for h in heads for name, *_ in _schema_columns(head_schema(h))],
-                            heads)
+                            heads, formers)
 
 
-def new_image_keys(table_schema: T.StructType, heads: Iterable[str] = ()) -> Column:
+def new_image_keys(table_schema: T.StructType, heads: Iterable[str] = (), formers: Iterable[str] = ()) -> Column:
     """Per parsed line (`parse_cdc`): the keys of its before/after images that the table's image struct lacks,
     for the records that do not begin with one of the heads the parse was given (their fields are that head's
     schema's; `heads` is the same hint, taken for the ingest's call). An array, empty for most lines; a column
     gathered while bronze is written."""
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
-    known = sorted({f.name for f in after.fields})
+    known = sorted({f.name for f in after.fields} | set(formers))
     return F.filter(F.col(IMAGE_KEYS), lambda k: ~k.isin(*known) & k.rlike(_DRIFT_NAME.pattern))
 
 
 def typed_new_fields(lines: DataFrame, table_schema: T.StructType, keys: Iterable[str],
-                     heads: Iterable[str]) -> CdcSurvey:
+                     heads: Iterable[str], formers: Iterable[str] = ()) -> CdcSurvey:
     """`keys` (image fields found in `lines`) that the table lacks, as new nullable fields of both `before` and
-    `after`, typed from the record schemas that have them (a string otherwise), and the heads known."""
+    `after`, typed from the record schemas that have them (a string otherwise), and the heads known. `formers`: the
+    former names of renamed columns, which records captured before the rename still carry (no new column)."""
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
-    known = {f.name for f in after.fields}
+    known = {f.name for f in after.fields} | set(formers)
     heads = list(heads)
     new = sorted({k for k in keys if _DRIFT_NAME.match(k) and k not in known})[:32]
     have = {name for h in heads for name, *_ in _schema_columns(head_schema(h))}

@@ -318,3 +318,82 @@ def test_a_string_column_holding_bytes_that_are_not_utf8_is_read_and_searched(tm
               [Needle.of("e-mail", ANA.email)], report)
     assert not report.unreadable, report.unreadable
     assert {(h.identifier, h.how) for h in report.hits} >= {("e-mail", "parquet")}
+
+
+def test_a_number_is_found_where_an_id_column_or_field_holds_it_never_as_digits_of_other_values(tmp_path):
+    """A database's integer key as the person's id: `28` is in `128`, `2028-01-28`, a line number, an order's
+    number, an Iceberg field id; none of those is the person, and each place that holds the id is found."""
+    settings, ids = Settings(home=tmp_path), ("account_id", "id")
+    wh, day = tmp_path / "warehouse" / "lake", tmp_path / "landing" / "cdc" / "accounts" / "date=2025-01-28"
+    image = pa.struct([("id", pa.int64()), ("name", pa.string())])
+
+    def bronze(account: int, order: int) -> pa.Table:
+        payload = json.dumps({"after": {"id": account, "name": f"User {order}"}, "source": {"txId": order}})
+        return pa.table({"key": [json.dumps({"id": account})], "after": pa.array([{"id": account, "name": "x"}], image),
+                         "payload": [payload], "source_line": pa.array([order], pa.int32())})
+
+    parquet(wh / "bronze_cdc_accounts" / "data" / "others.parquet", bronze(128, 28))
+    parquet(wh / "bronze_cdc_accounts" / "data" / "theirs.parquet", bronze(28, 5))
+    parquet(wh / "silver_orders" / "data" / "others.parquet",
+            pa.table({"order_id": [28, 2028], "account_id": [128, 7], "note": ["User 28", "2028-01-28"],
+                      "amount": pa.array([28, 1], pa.decimal128(12, 2))}))
+    parquet(wh / "silver_orders" / "data" / "theirs.parquet",
+            pa.table({"order_id": [5], "account_id": pa.array([28], pa.decimal128(20, 0)), "note": ["x"]}))
+    parquet(wh / "by_account" / "data" / "account_id=28" / "00000.parquet", pa.table({"n": [1]}))
+    parquet(wh / "by_account" / "data" / "account_id=128" / "00000.parquet", pa.table({"n": [1]}))
+    text(wh / "silver_orders" / "metadata" / "00001-a.metadata.json", json.dumps({
+        "format-version": 2, "table-uuid": str(uuid.uuid4()), "last-column-id": 28,
+        "schemas": [{"fields": [{"id": 28, "name": "account_id", "type": "long"}]}],
+        "snapshots": [{"sequence-number": 28, "summary": {"added-records": "28"}}]}, indent=2))
+    text(wh / "by_account" / "metadata" / "00002-b.metadata.json", json.dumps({
+        "format-version": 2, "table-uuid": str(uuid.uuid4()),
+        "snapshots": [{"summary": {"partitions.account_id=28": "added-records=1"}}]}))
+    text(wh / "silver_orders" / "metadata" / "stats.puffin", b"PFA1\x00\x1c\x00" + b"28" * 8 + b"\x00PFA1")
+    text(day / "capture-1.jsonl", json.dumps({"payload": {"after": {"id": 128, "order": 28}}}) + "\n"
+         + json.dumps({"payload": {"after": {"id": 7, "name": "User 28", "ts": "2025-01-28T10:28:00Z"}}}) + "\n")
+    escaped = json.dumps({"payload": json.dumps({"after": {"id": 28}})})  # JSON kept as a string in JSON
+    text(day / "capture-2.jsonl.gz", gzip.compress((escaped + "\n").encode()))
+
+    report = trace_scan(settings, {"subject": "28"}, id_columns=ids)
+    found = {(str(Path(h.file).relative_to(tmp_path)), h.form) for h in report.hits}
+    assert found == {
+        ("warehouse/lake/bronze_cdc_accounts/data/theirs.parquet", "column key"),
+        ("warehouse/lake/bronze_cdc_accounts/data/theirs.parquet", "column after.id"),
+        ("warehouse/lake/bronze_cdc_accounts/data/theirs.parquet", "column payload"),
+        ("warehouse/lake/silver_orders/data/theirs.parquet", "column account_id"),
+        ("warehouse/lake/by_account/data/account_id=28/00000.parquet", "file path"),
+        ("warehouse/lake/by_account/metadata/00002-b.metadata.json", "partition value"),
+        ("landing/cdc/accounts/date=2025-01-28/capture-2.jsonl.gz", "json field or partition value"),
+    }, found
+    assert report.files_scanned[WAREHOUSE] == 9 and not report.unreadable
+    # Without id columns a number is text, as any other value: found in every one of those digits.
+    assert len({h.file for h in trace_scan(settings, {"subject": "28"}).hits}) > len({f for f, _ in found})
+
+
+def test_a_number_in_a_real_manifest_is_read_by_its_columns_type(tmp_path):
+    """pyiceberg's manifests: a bound of the id column (a long, an int widened, text that is the number) is found
+    where it is the number; the other files' bounds (128, 2028, the digits in their bytes) and the field ids in
+    the header's schema are not it."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    settings = Settings(home=tmp_path)
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=settings.warehouse)
+    catalog.create_namespace("lake")
+    schema = pa.schema([(f"c{i}", pa.int64()) for i in range(27)] + [("account_id", pa.int64()), ("key", pa.string())])
+    table = catalog.create_table("lake.accounts", schema=schema)  # account_id has field id 28
+
+    def append(account: int) -> set[str]:
+        row = {**{f"c{i}": 28 for i in range(27)}, "account_id": account,
+               "key": json.dumps({"account_id": account}, separators=(",", ":"))}  # cut at 16: `{"account_id":28`
+        table.append(pa.Table.from_pylist([row], schema=schema))
+        return {m.manifest_path for m in table.current_snapshot().manifests(table.io)}
+
+    before = append(128) | append(2028) | append(int.from_bytes(b"28\x00\x00\x00\x00\x00\x00", "little"))
+    report = trace_scan(settings, {"subject": "28"}, id_columns=("account_id",))
+    assert report.hits == [] and not report.unreadable and report.files_scanned[WAREHOUSE] > 10
+
+    [theirs] = append(28) - before
+    report = trace_scan(settings, {"subject": "28"}, id_columns=("account_id",))
+    manifest = {h.form for h in report.hits if h.file == theirs.removeprefix("file://")}
+    assert manifest == {"column bound account_id", "column bound key"}
+    assert {h.how for h in report.hits} == {"avro", "parquet"}
