@@ -295,14 +295,21 @@ def stage(
 
 
 def _cut_on_main(table: TableHandle, branch: str) -> int | None:
-    """The snapshot of main's history a new branch was cut at; None when it was cut at the empty table."""
+    """The snapshot of main's history a new branch was cut at; None when it was cut at the empty table.
+
+    On a table with no snapshot, Iceberg makes a branch by an empty commit to it; when another writer commits
+    to main first, that commit is retried on main's new head, so the branch starts with an empty snapshot above
+    a snapshot of main: the cut is the first snapshot of main found down the branch."""
     iceberg = table.iceberg()
-    cut = iceberg.snapshot_by_name(branch)
-    snapshot = iceberg.current_snapshot()
-    while cut is not None and snapshot is not None:
-        if snapshot.snapshot_id == cut.snapshot_id:
-            return cut.snapshot_id
+    on_main, snapshot = set(), iceberg.current_snapshot()
+    while snapshot is not None:
+        on_main.add(snapshot.snapshot_id)
         snapshot = iceberg.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    cut = iceberg.snapshot_by_name(branch)
+    while cut is not None:
+        if cut.snapshot_id in on_main:
+            return cut.snapshot_id
+        cut = iceberg.snapshot_by_id(cut.parent_snapshot_id) if cut.parent_snapshot_id else None
     return None
 
 

@@ -6,12 +6,14 @@ there for certain rather than by luck.
 """
 
 import datetime as dt
+import re
 
 import pytest
 from pyspark.sql import types as T
 
 from lakehouse_assets.errors import ConcurrentCommitError
 from lakehouse_assets.runtime.commit import NOTHING, Window, publish, publish_all, stage
+from lakehouse_assets.tables.handle import TableHandle
 from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col
 
 SCHEMA = T.StructType([col("day", T.DateType(), False), col("id", T.StringType(), False),
@@ -84,6 +86,47 @@ def test_a_write_decided_against_the_empty_table_never_takes_a_commit_made_befor
     assert _contents(table) == [(D[1], "b", 2), (D[2], "c", 3)]
     assert _linear(table) == ["mine", "other"]
     assert result.added_records == 1 and result.replays == 1  # validated from the empty table it was decided on
+
+
+class _BranchByARetriedEmptyCommit:
+    """Spark, whose CREATE BRANCH leaves what Iceberg's branch on a table without a snapshot leaves when another
+    writer commits first: its empty commit to the branch, retried on main's new head (a snapshot above it)."""
+
+    def __init__(self, spark, table_id):
+        self._spark, self._table_id = spark, table_id
+
+    def sql(self, text):
+        made = re.search(r"CREATE BRANCH `([^`]+)`$", text)
+        if made is None:
+            return self._spark.sql(text)
+        # Iceberg's own step (SnapshotManager.createBranch without a snapshot): an empty fast append to the branch,
+        # whose parent is main's head when the branch does not exist yet.
+        iceberg = self._spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            self._spark._jsparkSession, self._table_id)
+        iceberg.newFastAppend().toBranch(made.group(1)).commit()
+        return None
+
+    def __getattr__(self, name):
+        return getattr(self._spark, name)
+
+
+def test_a_branch_made_by_an_empty_commit_above_another_writers_commit_publishes_that_commit_once(
+        lakehouse, monkeypatch):
+    table = lakehouse.table(SPEC).create()
+    publish(stage(table, "other", SPEC.name, D[2].isoformat(), scope=_day(D[2])).append(_rows(table, D[2], ("c", 3))))
+    head = table.snapshot_id()
+    monkeypatch.setattr(TableHandle, "spark", property(lambda t: _BranchByARetriedEmptyCommit(t.engine.spark, t.id)))
+    mine = stage(table, "mine", SPEC.name, D[1].isoformat(), base_snapshot_id=None, scope=_day(D[1]))
+    branch_start = table.iceberg().snapshot_by_name(mine.branch)
+    assert branch_start.snapshot_id != head and branch_start.parent_snapshot_id == head  # as the race leaves it
+    assert mine.on == head and mine.cut_late
+    mine.append(_rows(table, D[1], ("b", 2)))
+    monkeypatch.undo()
+
+    result = publish(mine)
+
+    assert _contents(table) == [(D[1], "b", 2), (D[2], "c", 3)]  # the other writer's row once
+    assert _linear(table) == ["mine", "other"] and result.added_records == 1
 
 
 def test_a_write_decided_against_the_empty_table_conflicts_with_a_commit_in_its_window_before_its_branch(lakehouse):
