@@ -146,18 +146,15 @@ def landing_days_of(late_days: int) -> TimeWindowPartitionMapping:
 def automation_sensor(assets) -> AutomationConditionSensorDefinition:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BetaWarning)  # use_user_code_server: needed by a condition of our own
-        return _automation_sensor(assets)
-
-
-def _automation_sensor(assets) -> AutomationConditionSensorDefinition:
-    return AutomationConditionSensorDefinition(
-        "lakehouse_automation",
-        target=assets,
-        default_status=DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=30,
-        description="Evaluates the automation conditions of silver, gold and ML (upstream updated, freshness failed).",
-        use_user_code_server=True,  # a condition of this project's own (ReadItsParentsNewest) is evaluated here
-    )
+        return AutomationConditionSensorDefinition(
+            "lakehouse_automation",
+            target=assets,
+            default_status=DefaultSensorStatus.RUNNING,
+            minimum_interval_seconds=30,
+            description="Evaluates the automation conditions of silver, gold and ML (upstream updated, freshness "
+                        "failed).",
+            use_user_code_server=True,  # a condition of this project's own (ReadItsParentsNewest) is evaluated here
+        )
 
 # A whole-table asset over partitioned parents: most parent partitions are
 # "missing" (days with no data), so it waits only for parents in progress.

@@ -53,7 +53,7 @@ from .project import Project
 from .project.model import INGEST_LOG
 from .runtime.status import capture_status_file, read_status, stream_is_running, stream_status_file
 from .settings import Settings
-from .sources.versions import CHANGED, needs_a_look
+from .sources.versions import CHANGED, ahead_of_clock, needs_a_look
 from .times import UTC, from_ms
 
 PREFIX = "lakehouse"
@@ -260,7 +260,8 @@ class LakehouseCollector:
                 refused = refused_files([f.uri for f in listed], source_root(self.settings, name), first, today)
                 newest = taken.get(name, {})
                 waiting = sum(f.uri not in refused and needs_a_look(f.stat, newest.get(f.uri)) for f in listed)
-                ahead = sum(f.modified > time.time() for f in listed)
+                now = dt.datetime.now(UTC)
+                ahead = sum(ahead_of_clock(f.stat, now) for f in listed)
             except Exception as exc:  # noqa: BLE001
                 errors += self._failed(f"the landing zone of {name}", exc)
                 continue

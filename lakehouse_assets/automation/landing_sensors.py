@@ -9,8 +9,9 @@ FULL_LISTING_SECONDS the whole source folder, so a file with any time, in any da
 folder, is found. A file is requested once it has settled (unchanged for the
 declared `landing.settle`: by its modification time, or as seen tick after tick,
 which is all a time ahead of the clock counts for; its folder marked ready when a
-marker is declared); a request is remembered for RETRY_SECONDS, after which a file the log still does not
-hold (a failed run, a file still being written) is requested again. Requests are
+marker is declared); a request is remembered for RETRY_SECONDS, after which a file
+the log still does not hold (a failed run, a file still being written) is
+requested again. Requests are
 safe to repeat anyway: bronze decides each file against the log, and publishes the
 log with the rows in one commit. While `lakehouse stream` runs for the source (its
 heartbeat is fresh), the sensor stands aside: the stream takes the files.
