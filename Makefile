@@ -53,7 +53,7 @@ demo: setup home
 	$(BIN)/lakehouse tables
 	$(BIN)/lakehouse reconcile
 	@echo
-	@echo "Pinned training set of this run (read back without Spark: lakehouse_assets.pinning.read_pinned):"
+	@echo "Pinned training set of this run (read back without Spark: lakehouse_assets.ml.pinning.read_pinned):"
 	$(BIN)/lakehouse pin ml_training_set
 	$(BIN)/lakehouse sql "SELECT activity_date, active_users, purchases, revenue FROM gold_daily_activity ORDER BY 1"
 	@echo "Open the Dagster UI with: make dev   (then http://127.0.0.1:3000)"
@@ -111,7 +111,7 @@ soak: setup
 	$(BIN)/python -m lakehouse_assets_tests.reliability.report $(LAKEHOUSE_HOME)/reliability-figures.jsonl \
 		--junit $(LAKEHOUSE_HOME)/reliability-junit.xml \
 		--outcome "$$( [ $$status = 0 ] && echo 'every test passed' || echo "pytest exit $$status: see its output" )"; \
-	LAKEHOUSE_FUZZ_VARIANTS=1 $(BIN)/pytest -s lakehouse_assets_tests/test_serve.py -k fuzzer || status=$$?; \
+	LAKEHOUSE_FUZZ_VARIANTS=1 $(BIN)/pytest -s lakehouse_assets_tests/serving/test_serve.py -k fuzzer || status=$$?; \
 	exit $$status
 
 # The cluster profile on this machine, compared with the local profile on the same input.

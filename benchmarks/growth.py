@@ -23,10 +23,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from examples.shop.events_generator import generate_day
-from lakehouse_assets.bronze.sources import event_bronze_spec
+from lakehouse_assets.bronze.assets import event_bronze_spec
+from lakehouse_assets.landing.reader import of_files
 from lakehouse_assets.project import load_project
 from lakehouse_assets.settings import Settings
-from lakehouse_assets.sources.landing import of_files
 
 from .common import SHOP_FILE, lakehouse, materialize_partition, shop_assets
 

@@ -22,11 +22,11 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse_assets.bronze.sources import cdc_bronze_spec
+from lakehouse_assets.bronze.assets import cdc_bronze_spec
 from lakehouse_assets.project import load_project
 from lakehouse_assets.settings import Settings
 from lakehouse_assets.silver.cdc import current_spec, history_spec
-from lakehouse_assets.sources.cdc import image_type
+from lakehouse_assets.sources.change_records import image_type
 
 from .common import SHOP_FILE, lakehouse, materialize_partition, shop_assets
 

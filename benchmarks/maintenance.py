@@ -17,7 +17,7 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse_assets.maintenance.procedures import TableMaintenance
+from lakehouse_assets.operations.procedures import TableMaintenance
 from lakehouse_assets.project.model import TablePolicy
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings

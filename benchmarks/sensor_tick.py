@@ -24,16 +24,16 @@ from pathlib import Path
 import pyarrow as pa
 from dagster import DagsterInstance, Definitions, build_sensor_context
 
-from lakehouse_assets.automation import landing_sensors
-from lakehouse_assets.automation.landing_sensors import FULL_LISTING_SECONDS, TAKEN, landing_sensor
+from lakehouse_assets.automation.partitions import daily_partitions
+from lakehouse_assets.bronze import sensors as landing_sensors
+from lakehouse_assets.bronze.assets import event_landing_source
 from lakehouse_assets.bronze.ingest import INGEST_LOG
-from lakehouse_assets.bronze.sources import event_landing_source
-from lakehouse_assets.maintenance.procedures import TableMaintenance
-from lakehouse_assets.partitions import daily_partitions
+from lakehouse_assets.bronze.sensors import FULL_LISTING_SECONDS, TAKEN, landing_sensor
+from lakehouse_assets.landing.zones import landing_zone
+from lakehouse_assets.operations.procedures import TableMaintenance
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.catalog import append_retrying, catalog_for
 from lakehouse_assets.settings import Settings
-from lakehouse_assets.sources.zones import landing_zone
 
 from .common import SHOP_FILE, lakehouse, shop_assets, timed
 

@@ -31,8 +31,8 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse_assets.duckdb_sql import query as duckdb_query
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.serving.duckdb_sql import query as duckdb_query
 from lakehouse_assets.settings import Settings
 from lakehouse_services.process import free_port
 

@@ -4,7 +4,7 @@ One merge-on-read table of N events over 30 days, partitioned by day, with 1% of
 its rows deleted by a merge-on-read DELETE (position delete files the readers must
 apply). Two analyst queries: a full-table aggregate and one day's aggregate.
 
-- `lakehouse sql`: `lakehouse_assets.duckdb_sql.query`, each table a view over DuckDB's
+- `lakehouse sql`: `lakehouse_assets.serving.duckdb_sql.query`, each table a view over DuckDB's
   `iceberg_scan` (the platform's reader);
 - pyiceberg -> Arrow -> DuckDB: the scan planned by pyiceberg with the day's filter
   pushed into it, read whole into an Arrow table, then the same SQL in DuckDB (how
@@ -54,7 +54,7 @@ from lakehouse_assets.settings import Settings
 settings = Settings.from_env()
 reader, sql, table = sys.argv[1], sys.argv[2], sys.argv[3]
 if reader == "iceberg_scan":
-    from lakehouse_assets.duckdb_sql import query
+    from lakehouse_assets.serving.duckdb_sql import query
     started = time.perf_counter()
     result = query(settings, sql.format(t=table))
 else:
@@ -117,8 +117,8 @@ def _wall(args: list[str], env: dict[str, str], repeats: int = 5) -> float:
 
 def _commands(settings: Settings, table: str) -> dict:
     """`lakehouse sql` as a whole command vs a bare DuckDB script on the same snapshot; --help; SELECT 1."""
-    from lakehouse_assets.duckdb_sql import _extension_file, extensions, iceberg_scan
     from lakehouse_assets.runtime.catalog import catalog_for
+    from lakehouse_assets.serving.duckdb_sql import _extension_file, extensions, iceberg_scan
 
     iceberg = catalog_for(settings).load_table((settings.namespace, table))
     snapshot = iceberg.current_snapshot()

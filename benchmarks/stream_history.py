@@ -27,10 +27,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from examples.shop.events_generator import generate_day
-from lakehouse_assets.maintenance.procedures import TableMaintenance
+from lakehouse_assets.live.stream import EventStream
+from lakehouse_assets.operations.procedures import TableMaintenance
 from lakehouse_assets.project import load_project
 from lakehouse_assets.settings import Settings
-from lakehouse_assets.streaming import EventStream
 
 from .common import SHOP_FILE, lakehouse
 

@@ -1,6 +1,6 @@
 """A project's whole Dagster graph, derived from its declaration.
 
-`table_specs(project)` (table_specs.py) declares every table; `build_definitions(project)` makes
+`table_specs(project)` declares every table; `build_definitions(project)` makes
 the assets that write them, their checks, freshness policies, automation and
 sensors. Nothing here knows a domain: a new source or table is a change to the
 declaration, not to this package.
@@ -17,25 +17,45 @@ from dagster import (
     in_process_executor,
 )
 
-from .automation.alerts import alert_sensors
-from .automation.landing_sensors import landing_sensor
-from .automation.late_events import late_events_sensor
-from .automation.maintenance import maintenance_definitions
+from .automation.conditions import automation_sensor
+from .automation.partitions import daily_partitions
+from .bronze.assets import cdc_landing_source, event_landing_source, landing_sources
 from .bronze.capture_asset import capture_asset, capture_schedule
-from .bronze.ingest import landing_asset
-from .bronze.sources import landing_sources
-from .conditions import automation_sensor
-from .gold.events import gold_event_assets
-from .gold.sql_tables import sql_table_asset
-from .ml.features import ml_assets
-from .partitions import daily_partitions
+from .bronze.ingest import INGEST_LOG, landing_asset
+from .bronze.late_events import late_events_sensor
+from .bronze.sensors import landing_sensor
+from .gold.bi import gold_event_assets, gold_specs
+from .gold.sql_tables import sql_table_asset, sql_table_spec
+from .ml.features import ML_TRAINING_SET, ML_USER_FEATURES, ml_assets
+from .operations.alerts import alert_sensors
+from .operations.schedules import maintenance_definitions
 from .project import Project
 from .runtime.resource import LakehouseResource
 from .settings import Settings
-from .silver.cdc import silver_cdc_asset
-from .silver.events import silver_events_asset, undecided_keys_check
-from .table_specs import table_specs
+from .silver.cdc import current_spec, history_spec, silver_cdc_asset
+from .silver.events import rejected_spec, silver_events_asset, silver_spec, undecided_keys_check
 from .tables.registry import TableSpec
+
+
+def table_specs(project: Project) -> dict[str, TableSpec]:
+    """Every table of the project by name: bronze, quarantine, silver, gold, ML, the ingest log."""
+    specs = [INGEST_LOG]
+    for source in project.events.values():
+        landing = event_landing_source(source)
+        specs += [landing.bronze, landing.quarantine, silver_spec(source), rejected_spec(source)]
+    for table in project.cdc.values():
+        landing = cdc_landing_source(table)
+        specs += [landing.bronze, landing.quarantine, current_spec(table), history_spec(table)]
+    specs += [spec for name, spec in gold_specs(project.gold).items() if name in project.gold.event_tables]
+    specs += [sql_table_spec(t) for t in project.gold.sql_tables.values()]
+    if project.gold.ml_tables:
+        specs += [ML_USER_FEATURES, ML_TRAINING_SET]
+    return {spec.name: spec for spec in specs}
+
+
+def tables_taking_data_columns(project: Project) -> frozenset[str]:
+    """Tables that add the columns their data brings (schema drift): bronze, and CDC's current state and history."""
+    return frozenset(name for name, spec in table_specs(project).items() if spec.takes_data_columns)
 
 
 def with_column_schema(asset: AssetSpec, specs: dict[str, TableSpec]) -> AssetSpec:

@@ -311,7 +311,7 @@ class Settings:
     sql_raw: bool = False
     # Key of the keyed hash that pseudonymises personal data (see runtime/pii.py).
     pii_key: str = field(default="", repr=False)
-    # Where failed runs and asset checks are posted (Slack-compatible webhook; see automation/alerts.py).
+    # Where failed runs and asset checks are posted (Slack-compatible webhook; see operations/alerts.py).
     # Empty: no alerts. The URL holds the webhook's token.
     alert_webhook: str = field(default="", repr=False)
     # The driver's JVM maps the installation's class-data archive, if built (see runtime/jvm_archive.py).

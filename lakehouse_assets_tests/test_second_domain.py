@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets.bronze.reconcile import reconcile
 from lakehouse_assets.build import build_definitions
-from lakehouse_assets.maintenance.trace_scan import trace_scan
+from lakehouse_assets.operations.trace_scan import trace_scan
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
@@ -401,7 +401,7 @@ HELD_AT = ("gold_sessions:before-publish", "publish:before-swap")  # alone or wi
 
 def test_forget_removes_a_person_from_every_table_and_every_kept_file(streaming, monkeypatch, capsys, tmp_path):
     """Runs after the tests that only read: it deletes from the module's tables."""
-    import lakehouse_assets.maintenance.forget as forget_module
+    import lakehouse_assets.operations.forget as forget_module
     from lakehouse_assets.cli import main
 
     project, _, lakehouse, landing, _, _ = streaming

@@ -3,7 +3,7 @@
 A file is taken once, whatever happens: retried runs, a crash half way, a sensor
 firing twice, a copy that kept old timestamps. The ingest log holds a row per file
 version taken (its size, time, hash and lines); a run decides each file against the
-log's newest row of it (sources/versions.py): new lines are taken, a changed file's
+log's newest row of it (landing/versions.py): new lines are taken, a changed file's
 new content is quarantined, a file still being written waits. Bronze, its
 quarantine and the log's rows are published together, in one transaction of the
 catalog, on top of the snapshots the decisions were read at (runtime/publish.py):
@@ -33,27 +33,10 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..automation.partitions import SINGLE_RUN
 from ..errors import BalanceError, ConcurrentCommitError
-from ..partitions import SINGLE_RUN
-from ..project import LandingPolicy
-from ..project.model import INGEST_LOG as INGEST_LOG_NAME
-from ..runtime.commit import (
-    CURRENT,
-    EVERYTHING,
-    CommitResult,
-    StagedWrite,
-    Window,
-    current_state,
-    publish_all,
-    retry_metadata,
-    stage,
-    with_commit_retries,
-)
-from ..runtime.files import exists, file_statuses
-from ..runtime.freshness import from_spark, newest_event
-from ..runtime.resource import LakehouseResource
-from ..runtime.results import reported
-from ..sources.landing import (
+from ..landing.files import exists, file_statuses
+from ..landing.reader import (
     day_folders,
     landing_date_of,
     landing_date_value,
@@ -62,7 +45,7 @@ from ..sources.landing import (
     read_contents,
     read_landing,
 )
-from ..sources.versions import (
+from ..landing.versions import (
     APPENDED,
     CHANGED,
     CHANGED_REASON,
@@ -81,7 +64,24 @@ from ..sources.versions import (
     settled,
     within_grace,
 )
-from ..sources.zones import source_root
+from ..landing.zones import source_root
+from ..project import LandingPolicy
+from ..project.model import INGEST_LOG as INGEST_LOG_NAME
+from ..runtime.commit import (
+    CURRENT,
+    EVERYTHING,
+    CommitResult,
+    StagedWrite,
+    Window,
+    current_state,
+    publish_all,
+    retry_metadata,
+    stage,
+    with_commit_retries,
+)
+from ..runtime.freshness import from_spark, newest_event
+from ..runtime.resource import LakehouseResource
+from ..runtime.results import reported
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
 from ..times import UTC
@@ -99,13 +99,13 @@ INGEST_LOG = TableSpec(
         col("quarantined", T.LongType(), False),
         col("ingested_at", T.TimestampType(), False),
         col("run_id", T.StringType(), False),
-        # The file's identity as taken (sources/versions.py): how the next look tells a new or changed file.
+        # The file's identity as taken (landing/versions.py): how the next look tells a new or changed file.
         col("size", T.LongType(), True, "bytes of the file as taken"),
         col("modified", T.TimestampType(), True, "the file's modification time as taken"),
         col("etag", T.StringType(), True, "the object's ETag as taken (object stores)"),
         col("sha256", T.StringType(), True, "hash of the file's bytes as taken"),
         col("lines", T.LongType(), True, "the file's lines as taken; null when it could not be read"),
-        col("change", T.StringType(), True, "new, appended, touched, changed or retaken (sources/versions.py)"),
+        col("change", T.StringType(), True, "new, appended, touched, changed or retaken (landing/versions.py)"),
         col("version", T.IntegerType(), True, "1 at the file's first take, one more at each take after it"),
     ]),
     # A look-up of some landing days' files (the sensors', each tick) reads only their manifests.
@@ -142,7 +142,7 @@ class LandingSource:
     new_columns: Callable[..., tuple[list[tuple[str, str]], dict[str, Any]]] | None = None
     event_time: str | None = None  # the bronze column whose newest value is the table's event-time watermark
     policy: LandingPolicy = field(default_factory=LandingPolicy)  # when a landed file is complete enough to take
-    read_json: T.StructType | None = None  # what the line reader parses each line into (sources/landing.py)
+    read_json: T.StructType | None = None  # what the line reader parses each line into (landing/reader.py)
     read_head: str | None = None  # and the wrapped records' head it passes over
 
 
@@ -220,7 +220,7 @@ def _conform(df: DataFrame, schema: T.StructType) -> DataFrame:
 
 @dataclass
 class Take:
-    """What one attempt of an ingest run takes: each file's decision (sources/versions.py) and content as read."""
+    """What one attempt of an ingest run takes: each file's decision (landing/versions.py) and content as read."""
 
     log_base: int | None  # the ingest log's snapshot the decisions were read at
     history: dict[str, Taken]
@@ -288,7 +288,7 @@ def look(lakehouse: LakehouseResource, source: LandingSource, ingest_log: TableH
          now: dt.datetime, sightings: Sightings | None = None, wait_until: float | None = None,
          log: Callable[[str], None] = print) -> Take:
     """Decide what to take of each file: those the log holds as they are now are skipped without a read; the
-    others, once settled, are hashed and decided against the log's newest row (sources/versions.py). With
+    others, once settled, are hashed and decided against the log's newest row (landing/versions.py). With
     `wait_until` (seconds since the epoch), files not settled yet are watched until they are, or until then."""
     spark, policy = lakehouse.spark, source.policy
     sightings = sightings if sightings is not None else Sightings()

@@ -19,12 +19,12 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import EqualTo, Reference
 from pyiceberg.expressions.literals import literal
 
+from ..landing.versions import RESTARTS
+from ..landing.zones import escapes, landing_day, landing_zone, source_root
 from ..project import Project
 from ..project.model import FORGOTTEN, INGEST_LOG
 from ..runtime.catalog import catalog_for
 from ..settings import Settings
-from ..sources.versions import RESTARTS
-from ..sources.zones import escapes, landing_day, landing_zone, source_root
 
 
 def landing_records(data: bytes, name: str) -> int:

@@ -11,10 +11,10 @@ import sys
 
 from ..errors import LakehouseError
 from ..settings import Settings
-from . import landing, maintenance, project, readers, runs, services, tables
+from . import landing, operations, project, readers, runs, services, tables
 
 # Each module adds the commands of one subject (`register`), in the order `lakehouse --help` lists them.
-_MODULES = (project, tables, landing, readers, runs, maintenance, services)
+_MODULES = (project, tables, landing, readers, runs, operations, services)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,8 +13,8 @@ from ..settings import Settings
 from .output import print_rows
 
 if TYPE_CHECKING:
+    from ..landing.zones import LocalZone, S3Zone
     from ..project import Project
-    from ..sources.zones import LocalZone, S3Zone
 
 
 def _generator(project: Project):
@@ -57,7 +57,7 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     # An object store: generated here, then put into the zone file by file, as a producer would.
     import tempfile
 
-    from ..sources.zones import landing_day, landing_zone
+    from ..landing.zones import landing_day, landing_zone
 
     zone = landing_zone(settings)
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,7 +77,7 @@ def _mirror(project: Project, zone: LocalZone | S3Zone, folder: Path) -> set[Pat
     sees what landed before (it never writes a landed file again, and goes on from it)."""
     import os
 
-    from ..sources.zones import landing_day
+    from ..landing.zones import landing_day
 
     copies = set()
     for source in project.landing_sources:
@@ -99,8 +99,8 @@ def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
     import time
 
     from ..bronze.reconcile import landing_records
+    from ..landing.zones import landing_zone
     from ..project import load_project
-    from ..sources.zones import landing_zone
 
     project = load_project(settings.project, settings.project_origin)
     day = _date(args.day, "--day")

@@ -15,7 +15,7 @@ from .output import cell, plain, print_table, unique_names
 
 
 def cmd_sql(args: argparse.Namespace, settings: Settings) -> int:
-    from ..duckdb_sql import fetch
+    from ..serving.duckdb_sql import fetch
 
     names, rows, scans = fetch(settings, args.query, as_of=args.as_of, explain=args.explain,
                                raw=True if args.raw else None)
@@ -39,7 +39,7 @@ def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
     """What a materialisation pinned, and what reading those snapshots gives (no Spark)."""
     from dagster import DagsterInstance
 
-    from ..pinning import describe, read_pinned
+    from ..ml.pinning import describe, read_pinned
 
     try:
         instance = DagsterInstance.get()
@@ -59,7 +59,7 @@ def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     """The SQL endpoint for BI tools and SQL clients (Spark's Thrift server), whether it answers (--check), or a
     user of it added (--add-user)."""
-    from ..sql_endpoint import Endpoint, add_user, check, serve, users_file
+    from ..serving.endpoint import Endpoint, add_user, check, serve, users_file
 
     if args.add_user:
         password = getpass.getpass(f"password for {args.add_user}: ") if sys.stdin.isatty() else sys.stdin.readline()

@@ -11,7 +11,7 @@ from .output import progress
 
 def cmd_capture(args: argparse.Namespace, settings: Settings) -> int:
     """Real change data capture: Debezium's PostgreSQL connector into the landing zone (long-running)."""
-    from ..debezium_capture import CaptureSource, report_json, run_capture
+    from ..live.capture import CaptureSource, report_json, run_capture
     from ..project import load_project
 
     project = load_project(settings.project, settings.project_origin)
@@ -35,9 +35,9 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     import signal
     import threading
 
+    from ..live.stream import EventStream, dagster_instance
     from ..project import load_project
     from ..runtime.resource import LakehouseResource
-    from ..streaming import EventStream, dagster_instance
 
     project = load_project(settings.project, settings.project_origin)
     if args.source is not None and args.source not in project.events:

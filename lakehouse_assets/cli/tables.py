@@ -45,7 +45,7 @@ def maintenance_policies(settings: Settings):
 
 
 def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
-    from ..maintenance.health import table_summaries
+    from ..operations.health import table_summaries
 
     rows = table_summaries(settings)
     if not rows and not args.json:
@@ -67,7 +67,7 @@ def cmd_freshness(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
-    from ..maintenance.health import table_health
+    from ..operations.health import table_health
 
     maintenance = maintenance_policies(settings)
     names = [args.table] if args.table else table_names(settings)
@@ -91,7 +91,7 @@ def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
 
     from prometheus_client import generate_latest, start_http_server
 
-    from ..metrics import collector
+    from ..operations.metrics import collector
     from ..project import load_project
 
     registry = collector(settings, load_project(settings.project, settings.project_origin)).registry()
@@ -110,7 +110,7 @@ def cmd_metrics(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_snapshots(args: argparse.Namespace, settings: Settings) -> int:
-    from ..maintenance.snapshots import snapshot_history
+    from ..operations.snapshots import snapshot_history
 
     rows = snapshot_history(open_table(settings, args.table))
     print_rows(rows, ["snapshot_id", "committed_at", "operation", "asset", "partitions", "run_id", "rows_added",

@@ -11,14 +11,14 @@ status changes days after it was placed).
 from dagster import AssetExecutionContext, AssetsDefinition, MaterializeResult, asset
 from pyspark.sql import types as T
 
-from ..conditions import BI_REFRESH_WHOLE
-from ..partitions import SINGLE_RUN
+from ..automation.conditions import BI_REFRESH_WHOLE
+from ..automation.partitions import SINGLE_RUN
 from ..project import SqlTable
 from ..runtime.commit import materialize_with_retries, publish, stage
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
 from ..tables.types import spark_type
-from .events import freshness_policy
+from .bi import freshness_policy
 
 
 def sql_table_spec(table: SqlTable) -> TableSpec:

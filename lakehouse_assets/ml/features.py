@@ -9,7 +9,7 @@ the newest feature row as of that instant (an as-of join, never a later one).
 
 Both assets read their inputs at a snapshot fixed before reading and record the
 snapshot ids they read and wrote (`pinned_snapshots` in the materialisation),
-and tag those snapshots so that expiry cannot remove them: `lakehouse_assets.pinning`
+and tag those snapshots so that expiry cannot remove them: `lakehouse_assets.ml.pinning`
 reads the data back exactly, with or without Spark.
 """
 
@@ -29,16 +29,16 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..conditions import CHAIN_REFRESH, reads_days
-from ..gold.events import EventColumns
-from ..partitions import SINGLE_RUN
-from ..pinning import PINNED, pin_snapshots
+from ..automation.conditions import CHAIN_REFRESH, reads_days
+from ..automation.partitions import SINGLE_RUN
+from ..gold.bi import EventColumns
 from ..project import Gold
 from ..project.model import TRAINING_SET, USER_FEATURES
 from ..runtime.commit import Window, materialize_with_retries, publish, stage
 from ..runtime.resource import LakehouseResource
 from ..tables.registry import TableSpec, col
 from ..times import UTC
+from .pinning import PINNED, pin_snapshots
 
 LOOKBACK_DAYS = 30
 

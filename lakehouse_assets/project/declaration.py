@@ -171,7 +171,7 @@ class MaintenanceDecl(TableMaintenanceDecl):
 
 
 class LandingDecl(_Decl):
-    """When a landed file is complete enough to be taken (sources/versions.py)."""
+    """When a landed file is complete enough to be taken (landing/versions.py)."""
 
     settle: str = Field("5s", description="a file is taken once it has not changed for this long")
     ready_marker: Optional[str] = Field(

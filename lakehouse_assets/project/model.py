@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 from .declaration import RuleDecl, ValueCheck
 
 INGEST_LOG = "bronze_ingest_log"
-FORGOTTEN = "bronze_forgotten"  # lines `lakehouse forget` deleted from bronze and quarantines (maintenance/forget.py)
+FORGOTTEN = "bronze_forgotten"  # lines `lakehouse forget` deleted from bronze and quarantines (operations/forget.py)
 ROUNDINGS = ("half_up",)  # how a CDC table's decimal column may round a value with more scale than declared
 MAX_LATENESS = "max_lateness"  # the rule an event breaks when it lands later than its source allows
 # The gold and ML tables built from an event source with a user field.

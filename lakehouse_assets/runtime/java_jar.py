@@ -1,5 +1,6 @@
-"""The project's Java parts (java/lakehouse/: the landing files' line reader, and the SQL endpoint's read-only
-session extension, password sign-in, query time limit, JDBC metadata, result cache and row limit), compiled
+"""The project's Java parts, each beside the Python that uses it (`<package>/java/lakehouse/`): the landing files'
+line reader (landing/), the decimal digits of change events (sources/), and the SQL endpoint's read-only session
+extension, password sign-in, query time limit, JDBC metadata, result cache and row limit (serving/), compiled
 against pyspark's own jars into a jar once per installation: `make setup` builds it, a Spark session builds it
 when it is missing.
 
@@ -28,17 +29,20 @@ LINES_FORMAT = "lakehouse.JsonLines"
 UNSCALED_CLASS = "lakehouse.UnscaledDigits"
 
 
-def _root() -> Path:
-    return Path(str(resources.files("lakehouse_assets.runtime").joinpath("java")))
+JAVA_PACKAGES = ("landing", "sources", "serving")  # the packages with Java sources, in `<package>/java/`
+
+
+def _roots() -> list[Path]:
+    return [Path(str(resources.files(f"lakehouse_assets.{package}").joinpath("java"))) for package in JAVA_PACKAGES]
 
 
 def _sources() -> list[Path]:
-    return sorted(_root().rglob("*.java"))
+    return sorted(path for root in _roots() for path in root.rglob("*.java"))
 
 
-def _resources() -> list[Path]:
-    """Files the classes read from the jar (the SQL endpoint's read-only list)."""
-    return sorted(_root().rglob("*.tsv"))
+def _resources() -> list[tuple[Path, str]]:
+    """Files the classes read from the jar (the SQL endpoint's read-only list), with their names in it."""
+    return sorted((path, path.relative_to(root).as_posix()) for root in _roots() for path in root.rglob("*.tsv"))
 
 
 @functools.cache  # every Spark session's settings ask for it; the sources do not change while a process runs
@@ -47,7 +51,7 @@ def jar_file() -> Path:
     import pyspark
 
     digest = hashlib.sha256(pyspark.__version__.encode())
-    for source in [*_sources(), *_resources()]:
+    for source in [*_sources(), *(path for path, _ in _resources())]:
         digest.update(source.name.encode() + source.read_bytes())
     return _folder() / f"lakehouse-java-{digest.hexdigest()[:16]}.jar"
 
@@ -79,8 +83,8 @@ def build() -> Path:
             jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
             for path in sorted(classes.rglob("*.class")):
                 jar.write(path, path.relative_to(classes).as_posix())
-            for path in _resources():
-                jar.write(path, path.relative_to(_root()).as_posix())
+            for path, name in _resources():
+                jar.write(path, name)
         os.replace(partial, target)
     return target
 

@@ -26,9 +26,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ..tables.handle import TableHandle, reads
+from ..tables.schema import conform
 from ..times import UTC
 from .freshness import derived_watermarks, watermark_properties
-from .schema import conform
 
 CURRENT: Any = object()  # stage from main's current snapshot
 EVERYTHING = "everything"  # the write depends on the whole table: any concurrent row change conflicts
@@ -38,7 +38,7 @@ RUN_ID = "dagster.run-id"
 ASSET = "dagster.asset"
 PARTITIONS = "dagster.partitions"
 # The upstream tables' snapshots the writing step read, {table: [snapshot id, read at (ms)]}: automation tells
-# from it whether a parent's commit came after what its child read (conditions.py).
+# from it whether a parent's commit came after what its child read (automation/conditions.py).
 READ_SNAPSHOTS = "lakehouse.read-snapshots"
 
 

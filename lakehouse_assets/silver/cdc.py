@@ -56,22 +56,22 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..automation.conditions import CHAIN_REFRESH
+from ..automation.partitions import SINGLE_RUN
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
 from ..checks.rules import HASH_PATTERN, pandera_column, unique_key
-from ..conditions import CHAIN_REFRESH
-from ..partitions import SINGLE_RUN
 from ..project import CdcTable
 from ..project.model import pseudonym
 from ..runtime.commit import Window, retry_metadata, stage, with_commit_retries
 from ..runtime.pii import keyed_hash, pii_key, with_pii_pads
 from ..runtime.resource import LakehouseResource
 from ..runtime.results import reported
-from ..runtime.schema import conform
 from ..runtime.staged import StagedWrite
-from ..sources.cdc import OPS, POSITION
-from ..sources.debezium import UNAVAILABLE
+from ..sources.change_records import OPS, POSITION
+from ..sources.debezium_encodings import UNAVAILABLE
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
+from ..tables.schema import conform
 from ..tables.types import spark_type
 
 

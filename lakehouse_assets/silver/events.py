@@ -41,11 +41,11 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..bronze.sources import event_bronze_spec
+from ..automation.conditions import CHAIN_REFRESH, landing_days_of
+from ..automation.partitions import SINGLE_RUN
+from ..bronze.assets import event_bronze_spec
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
 from ..checks.rules import HASH_PATTERN, col_ref, count_matches, pandera_column, unique_key
-from ..conditions import CHAIN_REFRESH, landing_days_of
-from ..partitions import SINGLE_RUN
 from ..project import EventSource, parse_duration
 from ..project.declaration import RuleDecl
 from ..project.model import MAX_LATENESS, pseudonym
@@ -369,7 +369,7 @@ def undecided_keys_check(source: EventSource) -> AssetChecksDefinition:
     @asset_check(asset=source.silver, name=UNDECIDED, blocking=False,
                  description=f"keys of {source.bronze} in neither {source.silver} nor {source.rejected}")
     def _check(lakehouse: LakehouseResource) -> AssetCheckResult:
-        from ..duckdb_sql import query
+        from ..serving.duckdb_sql import query
 
         catalog, namespace = lakehouse.catalog, lakehouse.settings.namespace
         decided = [f"NOT EXISTS (SELECT 1 FROM {t} d WHERE d.{key} = b.{key})"

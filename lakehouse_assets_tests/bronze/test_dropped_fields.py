@@ -7,9 +7,8 @@ import json
 
 from dagster import DagsterInstance, materialize
 
-from lakehouse_assets.build import build_definitions
+from lakehouse_assets.build import build_definitions, table_specs, tables_taking_data_columns
 from lakehouse_assets.project import load_project
-from lakehouse_assets.table_specs import table_specs, tables_taking_data_columns
 from lakehouse_assets.tables.evolution import apply, plan
 
 DECLARATION = """\

@@ -162,7 +162,7 @@ def test_the_files_of_a_run_are_looked_up_in_their_landing_days_only(lakehouse):
     """Exactly-once and balance look-ups read the run's landing days, not the whole table."""
     from pyspark.sql import functions as F
 
-    from lakehouse_assets.sources.landing import landing_date_of, landing_date_value, of_files
+    from lakehouse_assets.landing.reader import landing_date_of, landing_date_value, of_files
 
     days = ["2025-01-01", "2025-01-02", "2025-01-03"]
     for n, day in enumerate(days):
@@ -239,7 +239,7 @@ def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_
 
     from examples.shop.cdc_generator import generate_cdc
     from lakehouse_assets.bronze.reconcile import reconcile
-    from lakehouse_assets.maintenance.landing_rollback import rollback_landing
+    from lakehouse_assets.operations.landing_rollback import rollback_landing
     from lakehouse_assets.project import load_project
 
     from ..shop import asset
@@ -294,10 +294,10 @@ def test_the_landing_retention_removes_files_taken_long_ago_and_unchanged_and_br
 
     from lakehouse_assets.bronze.reconcile import reconcile
     from lakehouse_assets.errors import SnapshotError
-    from lakehouse_assets.maintenance.landing_retention import remove_taken_files
-    from lakehouse_assets.maintenance.landing_rollback import rollback_landing
+    from lakehouse_assets.landing.zones import landing_zone
+    from lakehouse_assets.operations.landing_retention import remove_taken_files
+    from lakehouse_assets.operations.landing_rollback import rollback_landing
     from lakehouse_assets.project import load_project
-    from lakehouse_assets.sources.zones import landing_zone
 
     project, settings = load_project(SHOP_FILE), lakehouse.settings
     assert project.landing.retention == dt.timedelta(days=30)
@@ -352,7 +352,7 @@ def test_a_rollback_that_cannot_keep_bronze_and_its_quarantine_together_changes_
     import pytest
 
     from lakehouse_assets.errors import SnapshotError
-    from lakehouse_assets.maintenance.landing_rollback import rollback_table
+    from lakehouse_assets.operations.landing_rollback import rollback_table
     from lakehouse_assets.project import load_project
 
     project = load_project(SHOP_FILE)

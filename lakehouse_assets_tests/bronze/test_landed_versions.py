@@ -9,11 +9,11 @@ import os
 import shutil
 import time
 
+from lakehouse_assets.bronze.assets import event_landing_source
 from lakehouse_assets.bronze.ingest import ingest as take
 from lakehouse_assets.bronze.reconcile import reconcile
-from lakehouse_assets.bronze.sources import event_landing_source
+from lakehouse_assets.landing.reader import day_folders, list_landing_files
 from lakehouse_assets.project import LandingPolicy
-from lakehouse_assets.sources.landing import day_folders, list_landing_files
 
 from ..shop import SHOP
 from .test_events_ingest import DAY, _event, ingest
@@ -185,7 +185,7 @@ def test_a_declared_settle_time_and_ready_marker_hold_a_file_until_it_is_complet
 
 
 def test_a_rollback_to_before_an_append_undoes_that_version_only_and_the_lines_are_taken_again(lakehouse):
-    from lakehouse_assets.maintenance.landing_rollback import rollback_landing
+    from lakehouse_assets.operations.landing_rollback import rollback_landing
 
     path = folder(lakehouse) / "a.jsonl"
     path.write_text(lines(0, 4))
@@ -241,8 +241,8 @@ def test_a_local_file_is_hashed_here_as_spark_hashes_it_where_it_is(lakehouse, t
     and a chunk boundary inside the prefix."""
     import gzip
 
-    from lakehouse_assets.runtime.files import file_statuses
-    from lakehouse_assets.sources.landing import _hash_in_spark, _local_path, read_contents
+    from lakehouse_assets.landing.files import file_statuses
+    from lakehouse_assets.landing.reader import _hash_in_spark, _local_path, read_contents
 
     big = "".join(f'{{"n": {k}, "pad": "{"x" * 90}"}}\n' for k in range(100_000))  # 10 MB: past a read chunk
     files = {"a.jsonl": "one\ntwo\nthree\n", "b.jsonl": "one\ntwo", "c.jsonl": big, "d.jsonl.gz": None}

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse_assets.maintenance.catalog_recovery import metadata_version
-from lakehouse_assets.pinning import content_hash
+from lakehouse_assets.ml.pinning import content_hash
+from lakehouse_assets.operations.catalog_recovery import metadata_version
 from lakehouse_assets.runtime.catalog import open_catalog
 from lakehouse_assets.settings import Settings
 

@@ -29,8 +29,8 @@ from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_services.process import free_port
 
 from ..shop import ROOT, temporary_instance
-from ..streaming.test_stream import TODAY, batch_of, land, minute_oracle, now
-from ..test_serve import endpoint
+from ..live.test_stream import TODAY, batch_of, land, minute_oracle, now
+from ..serving.test_serve import endpoint
 from .conftest import BIN
 from .test_ui import ARTEFACTS, _chromium
 

@@ -18,9 +18,9 @@ from dagster import DagsterInstance, materialize
 from examples.shop.cdc_generator import generate_cdc
 from examples.shop.events_generator import generate
 from lakehouse_assets.build import build_definitions
-from lakehouse_assets.duckdb_sql import query
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.serving.duckdb_sql import query
 from lakehouse_assets.settings import Settings
 
 from ..evolving import apply_refused_then_in_place, edited

@@ -10,7 +10,7 @@ from dagster import DagsterInstance, materialize
 
 from examples.shop.events_generator import generate
 from lakehouse_assets.ml.features import canonical_events, day_end, features_as_of
-from lakehouse_assets.pinning import PINNED, pinned, read_pinned
+from lakehouse_assets.ml.pinning import PINNED, pinned, read_pinned
 from lakehouse_assets.runtime.resource import LakehouseResource
 
 from ..shop import SHOP, assets

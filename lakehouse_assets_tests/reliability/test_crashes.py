@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 import pytest
 
 from examples.shop.cdc_generator import CDC_TABLES
-from lakehouse_assets.maintenance.procedures import TableMaintenance
+from lakehouse_assets.operations.procedures import TableMaintenance
 from lakehouse_assets.project.model import TablePolicy
 from lakehouse_assets.runtime.pii import pii_key
 

@@ -7,9 +7,9 @@ import os
 from dagster import DagsterInstance, materialize
 
 from lakehouse_assets.bronze.reconcile import reconcile
-from lakehouse_assets.sources.zones import escapes
+from lakehouse_assets.landing.zones import escapes
 
-from ..automation.test_landing_sensors import bronze_events, evaluate
+from ..bronze.test_landing_sensors import bronze_events, evaluate
 from ..shop import SHOP
 
 

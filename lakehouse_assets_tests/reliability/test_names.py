@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from lakehouse_assets.errors import DeclarationError
-from lakehouse_assets.maintenance.forget import Equals
-from lakehouse_assets.pinning import pin_snapshots
+from lakehouse_assets.landing.zones import landing_day
+from lakehouse_assets.ml.pinning import pin_snapshots
+from lakehouse_assets.operations.forget import Equals
 from lakehouse_assets.project import parse_project
 from lakehouse_assets.settings import Settings
-from lakehouse_assets.sources.zones import landing_day
 from lakehouse_assets.tables.registry import transform_column
 
 from ..shop import SHOP_FILE

@@ -11,8 +11,8 @@ import time
 
 from pyspark.sql import types as T
 
-from lakehouse_assets.maintenance.procedures import TableMaintenance
-from lakehouse_assets.pinning import pin_snapshots
+from lakehouse_assets.ml.pinning import pin_snapshots
+from lakehouse_assets.operations.procedures import TableMaintenance
 from lakehouse_assets.project.model import TablePolicy
 from lakehouse_assets.runtime.commit import NOTHING, Window, publish, stage
 from lakehouse_assets.tables.registry import MERGE_ON_READ, TableSpec, col

@@ -12,10 +12,10 @@ from dagster import DagsterInstance, materialize
 
 from examples.shop.events_generator import generate_day
 from lakehouse_assets.cli import main
-from lakehouse_assets.duckdb_sql import query
+from lakehouse_assets.landing.zones import landing_zone
 from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.serving.duckdb_sql import query
 from lakehouse_assets.settings import CatalogUri, Settings
-from lakehouse_assets.sources.zones import landing_zone
 
 from ..shop import SHOP_FILE, assets
 

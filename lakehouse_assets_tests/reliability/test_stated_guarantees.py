@@ -10,7 +10,7 @@ import json
 import pytest
 
 from lakehouse_assets.silver.events import first_broken_rule
-from lakehouse_assets.sources.cdc import parse_cdc
+from lakehouse_assets.sources.change_records import parse_cdc
 
 from ..shop import SHOP
 
@@ -103,7 +103,7 @@ def test_the_same_landed_files_always_ask_for_the_same_run_key_so_the_daemon_lau
 
     from lakehouse_assets.runtime.resource import LakehouseResource
 
-    from ..automation.test_landing_sensors import evaluate
+    from ..bronze.test_landing_sensors import evaluate
 
     lakehouse = LakehouseResource(home=str(tmp_path / "lake"), landing=str(tmp_path / "landing"), namespace="keys")
     folder = tmp_path / "landing" / "events" / "date=2025-01-01"

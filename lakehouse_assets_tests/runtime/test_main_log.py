@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from lakehouse_assets.errors import SnapshotError
-from lakehouse_assets.maintenance.snapshots import resolve_point
+from lakehouse_assets.operations.snapshots import resolve_point
 from lakehouse_assets.runtime.catalog import open_catalog
 from lakehouse_assets.runtime.main_log import main_at, on_main_since
 from lakehouse_assets.settings import CatalogUri

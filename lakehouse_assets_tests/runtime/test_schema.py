@@ -8,8 +8,8 @@ from pyspark.sql import types as T
 
 from lakehouse_assets.errors import UpstreamMissingError
 from lakehouse_assets.runtime.commit import publish, stage
-from lakehouse_assets.runtime.schema import SchemaMismatchError, casts_up, promotable
 from lakehouse_assets.tables.registry import TableSpec, col
+from lakehouse_assets.tables.schema import SchemaMismatchError, casts_up, promotable
 
 SPEC = TableSpec(
     name="schema_probe", layer="test", description="schema enforcement probe",

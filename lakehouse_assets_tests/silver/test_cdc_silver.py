@@ -15,8 +15,8 @@ from examples.shop.cdc_generator import CDC_TABLES, DRIFT_COLUMNS, generate_cdc
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.silver.cdc import _resolve_unavailable
-from lakehouse_assets.sources.cdc import POSITION
-from lakehouse_assets.sources.debezium import UNAVAILABLE
+from lakehouse_assets.sources.change_records import POSITION
+from lakehouse_assets.sources.debezium_encodings import UNAVAILABLE
 
 from ..shop import BRONZE_CDC as bronze_cdc_assets
 from ..shop import SILVER_CDC as silver_cdc_assets
@@ -65,7 +65,7 @@ def declared_columns(info, drifted):
 
 
 def position_number(change):
-    """The change's source position as the one number silver stores (sources/cdc.py's documented encoding)."""
+    """The change's source position as the one number silver stores (sources/change_records.py's documented encoding)."""
     if len(change.position) == 3:  # MySQL: binlog index, pos, row
         index, pos, row = change.position
         return Decimal(index * 10**16 + pos * 10**5 + row)

@@ -14,10 +14,10 @@ import pytest
 from pyspark.sql import functions as F
 
 from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
-from lakehouse_assets.sources import cdc
-from lakehouse_assets.sources.cdc import bronze_cdc_schema, new_image_keys, parse_cdc, survey_cdc, typed_new_fields
-from lakehouse_assets.sources.debezium import Modes, decode, encodings_of
-from lakehouse_assets.sources.landing import _read_lines, read_lines
+from lakehouse_assets.landing.reader import _read_lines, read_lines
+from lakehouse_assets.sources import change_records as cdc
+from lakehouse_assets.sources.change_records import bronze_cdc_schema, new_image_keys, parse_cdc, survey_cdc, typed_new_fields
+from lakehouse_assets.sources.debezium_encodings import Modes, decode, encodings_of
 
 from ..shop import SHOP
 

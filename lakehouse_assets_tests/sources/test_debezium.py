@@ -13,8 +13,8 @@ from decimal import Decimal
 from pyspark.sql import functions as F
 
 from lakehouse_assets.project import parse_project
-from lakehouse_assets.sources.cdc import bronze_cdc_schema, parse_cdc, survey_cdc
-from lakehouse_assets.sources.debezium import Modes, decode, encodings_of
+from lakehouse_assets.sources.change_records import bronze_cdc_schema, parse_cdc, survey_cdc
+from lakehouse_assets.sources.debezium_encodings import Modes, decode, encodings_of
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 

@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import types as T
 
-from lakehouse_assets.sources.events import parse_events
-from lakehouse_assets.sources.landing import MAX_RECORD_BYTES, day_folders, list_landing_files, read_lines
+from lakehouse_assets.landing.reader import MAX_RECORD_BYTES, day_folders, list_landing_files, read_lines
+from lakehouse_assets.sources.event_records import parse_events
 
 from ..shop import SHOP
 
@@ -131,7 +131,7 @@ def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
     text goes to that parse."""
     from pyspark.sql import functions as F
 
-    from lakehouse_assets.sources.landing import iso_timestamp, to_timestamp
+    from lakehouse_assets.landing.reader import iso_timestamp, to_timestamp
 
     texts = ["2025-01-01T10:00:00.250Z", "2025-01-01 10:00:00Z", "2025-01-01T10:00Z", "2025-01-01T23:59:59.123456Z",
              "2025-01-01T10:00:00.123456789Z", "2025-01-01T10:00:00+01:00Z", "2025-01-01Z", "2025-01-01T10:00:00z",
@@ -175,7 +175,7 @@ TRICKY_LINES = [
 def test_lines_the_reader_parses_judge_as_from_json_judges_them(spark, tmp_path):
     """The line reader's own parse (from the bytes, once) gives every column and reason that Spark's `from_json`
     gives on the same lines, and the same new keys; the lines it cannot take exactly are left to `from_json`."""
-    from lakehouse_assets.sources.events import new_event_keys, read_json_schema
+    from lakehouse_assets.sources.event_records import new_event_keys, read_json_schema
 
     folder = tmp_path / "events" / "date=2025-01-01"
     folder.mkdir(parents=True)

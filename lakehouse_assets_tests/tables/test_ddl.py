@@ -90,7 +90,7 @@ def test_a_declared_rename_is_made_by_the_run_in_place_and_time_travel_keeps_the
 
 def test_a_run_makes_the_declarations_safe_changes_first_and_fails_with_the_plan_on_the_others(lakehouse, spark):
     from lakehouse_assets.errors import DeclarationDriftError
-    from lakehouse_assets.maintenance.procedures import TableMaintenance
+    from lakehouse_assets.operations.procedures import TableMaintenance
     from lakehouse_assets.project.model import TablePolicy
     from lakehouse_assets.runtime.commit import Window, publish, stage
 

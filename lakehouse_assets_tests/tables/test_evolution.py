@@ -227,9 +227,9 @@ def test_a_declared_rename_renames_by_field_id_and_old_snapshots_keep_the_old_na
 def test_renames_are_declared_on_event_fields_and_cdc_columns_and_checked():
     import pytest
 
+    from lakehouse_assets.build import table_specs
     from lakehouse_assets.errors import DeclarationError
     from lakehouse_assets.project import parse_project
-    from lakehouse_assets.table_specs import table_specs
 
     text = SHOP_FILE.read_text()
     for line in ("      ip: string\n", "    pii: [ip, email]\n", "          email: string\n", "        pii: [email]\n"):

@@ -1,0 +1,67 @@
+"""What the ingest log says was taken, read without Spark: each file's newest version (landing/versions.py).
+
+Sensors and metrics ask on every tick or scrape; the log changes once per ingest run. An
+index answers from its last read while the log's metadata pointer has not moved, so most
+look-ups read one row of the catalog's database and nothing else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, In, Reference
+from pyiceberg.expressions.literals import literal
+
+from ..project.model import INGEST_LOG
+from ..runtime.catalog import catalog_for, metadata_pointer
+from ..settings import Settings
+from .versions import Taken, epoch_ms
+
+_IDENTITY = ("source_file", "size", "modified", "etag", "sha256", "lines", "version", "change")
+
+
+def newest_versions(rows: list[dict]) -> dict[str, Taken]:
+    """Each file's newest version among ingest log rows (a row logged before versions were: version 0)."""
+    newest: dict[str, Taken] = {}
+    for row in rows:
+        version = row.get("version") or 0
+        if row["source_file"] not in newest or version >= newest[row["source_file"]].version:
+            newest[row["source_file"]] = Taken(version, row.get("size"), epoch_ms(row.get("modified")),
+                                               row.get("sha256"), row.get("lines"), row.get("etag"))
+    return newest
+
+
+class TakenIndex:
+    """The newest ingest log row of each file of a source (of some landing days, or all), cached by the log's
+    metadata location."""
+
+    MAX_ENTRIES = 256
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple, tuple[str, dict[str, Taken]]] = {}
+
+    def clear(self) -> None:
+        self._answers.clear()
+
+    def taken(self, settings: Settings, source: str, days: Iterable[dt.date] | None = None) -> dict[str, Taken]:
+        catalog = catalog_for(settings)
+        location = metadata_pointer(catalog, settings.namespace, INGEST_LOG)
+        if location is None:
+            return {}
+        key = (str(catalog.engine.url), settings.namespace, source, None if days is None else frozenset(days))
+        cached = self._answers.get(key)
+        if cached is not None and cached[0] == location:
+            return cached[1]
+        row_filter: BooleanExpression = EqualTo(term=Reference("source"), value=literal(source))
+        if days is not None:
+            row_filter = And(row_filter, In("landing_date", {d.isoformat() for d in days}))  # type: ignore[arg-type, call-arg]
+        table = catalog.load_table((settings.namespace, INGEST_LOG))
+        names = {f.name for f in table.schema().fields}
+        rows = table.scan(row_filter=row_filter, selected_fields=tuple(c for c in _IDENTITY if c in names)) \
+            .to_arrow().to_pylist()
+        newest = newest_versions(rows)
+        if len(self._answers) > self.MAX_ENTRIES:
+            self._answers.clear()
+        self._answers[key] = (table.metadata_location, newest)  # the file read: a commit since the pointer is newer
+        return newest
