@@ -1,5 +1,6 @@
-"""The package's import contracts (setup.cfg [importlinter], run by `make lint`): layers import downward only,
-and no two modules of a package import each other, also through imports inside functions or TYPE_CHECKING."""
+"""The code's shape: the package's import contracts (setup.cfg [importlinter], run by `make lint`: layers import
+downward only, and no two modules of a package import each other, also through imports inside functions or
+TYPE_CHECKING), and no function with more branches than a reader can hold."""
 
 from __future__ import annotations
 
@@ -51,3 +52,26 @@ def test_two_modules_importing_each_other_break_the_cycle_contract(copy):
     result = _lint(copy)
     assert result.returncode != 0
     assert "No cycles are allowed in lakehouse_assets.runtime" in result.stdout
+
+
+def _blocks(blocks):
+    """Every function, method and function inside a function that radon measured."""
+    for block in blocks:
+        yield block
+        yield from _blocks(getattr(block, "methods", []))
+        yield from _blocks(getattr(block, "closures", []))
+
+
+MOST_BRANCHES = 20  # radon's cyclomatic complexity: the branches of a function a reader can hold at once
+
+
+def test_no_function_has_more_branches_than_a_reader_can_hold():
+    from radon.complexity import cc_visit
+
+    dense = set()
+    for folder in ("lakehouse_assets", "services", "benchmarks", "examples", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for block in _blocks(cc_visit(path.read_text())):
+                if block.complexity > MOST_BRANCHES:
+                    dense.add(f"{path.relative_to(ROOT)}:{block.lineno} {block.name} ({block.complexity})")
+    assert not dense, "functions above complexity 20:\n" + "\n".join(sorted(dense))

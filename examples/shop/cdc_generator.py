@@ -774,12 +774,7 @@ def generate_cdc(
     if not days:
         return CdcGeneration(days=[], history=[], true_state={t: {} for t in CDC_TABLES})
     landed_days = _landed_days(landing)
-    inside = [d for d in days if landed_days and d < landed_days[-1] and d not in landed_days]
-    if inside:
-        raise ValueError(f"{landing / 'cdc'}: the landed change history runs from {landed_days[0]} to "
-                         f"{landed_days[-1]}; changes of {inside[0]}, a day it does not hold, would make another "
-                         "history whose positions clash with it: generate the days it holds or later ones, or into "
-                         "an empty landing zone")
+    _refuse_a_day_inside(landing, days, landed_days)
     simulated = sorted(set(days) | set(landed_days))
     now = now or dt.datetime.now(dt.timezone.utc)
     shop = _Shop(seed, simulated[0], customers, initial_orders, binlog_events_per_file, drift_day, now)
@@ -794,12 +789,28 @@ def generate_cdc(
     for table in CDC_TABLES:
         taken = _landed_changes(table, (landing / "cdc" / table).glob("date=*/*")) if landed_days else set()
         for day in days:
-            own = [c for c in per_day[day] if c.table == table and not c.late]
-            arrived = [c for c in per_day.get(day - dt.timedelta(days=1), []) if c.table == table and c.late]
-            new = [c for c in arrived + own if _identity(c.table, c.envelope()) not in taken]
             rng = random.Random(f"{seed}-cdc-{table}-{day.isoformat()}-files")
-            results.append(_write_folder(cdc_folder(landing, table, day), table, day, new, rng,
+            results.append(_write_folder(cdc_folder(landing, table, day), table, day,
+                                         _new_changes(per_day, table, day, taken), rng,
                                          files_per_day, wrapped_share, duplicate_rate, malformed_rate, stamp))
 
     true_state = {t: _replay(c for c in shop.history if c.table == t) for t in CDC_TABLES}
     return CdcGeneration(days=results, history=shop.history, true_state=true_state)
+
+
+def _refuse_a_day_inside(landing: Path, days: list[dt.date], landed_days: list[dt.date]) -> None:
+    """A day before the landed history's last that it does not hold would start another history beside it."""
+    inside = [d for d in days if landed_days and d < landed_days[-1] and d not in landed_days]
+    if inside:
+        raise ValueError(f"{landing / 'cdc'}: the landed change history runs from {landed_days[0]} to "
+                         f"{landed_days[-1]}; changes of {inside[0]}, a day it does not hold, would make another "
+                         "history whose positions clash with it: generate the days it holds or later ones, or into "
+                         "an empty landing zone")
+
+
+def _new_changes(per_day: dict[dt.date, list[CdcChange]], table: str, day: dt.date,
+                 taken: set[tuple]) -> list[CdcChange]:
+    """A table's changes that land on `day`: the day before's late ones, then the day's own, less those landed."""
+    own = [c for c in per_day[day] if c.table == table and not c.late]
+    arrived = [c for c in per_day.get(day - dt.timedelta(days=1), []) if c.table == table and c.late]
+    return [c for c in arrived + own if _identity(c.table, c.envelope()) not in taken]
