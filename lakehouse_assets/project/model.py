@@ -54,6 +54,16 @@ class _Pseudonymised:
                 for new, old in self.renamed.items()}
 
 
+class _TableName:
+    """A table name made from the source's own name: `silver = _TableName("silver_{}")`."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def __get__(self, source: Any, owner: type | None = None) -> str:
+        return self.pattern if source is None else self.pattern.format(source.name)
+
+
 @dataclass(frozen=True)
 class EventSource(_Pseudonymised):
     """A behavioural event log: JSON lines landed under `<landing zone>/<landing>/date=D/`."""
@@ -77,21 +87,10 @@ class EventSource(_Pseudonymised):
     max_lateness: dt.timedelta | None = None  # landing day - event time beyond this: rejected (rule max_lateness)
     renamed: dict[str, str] = field(default_factory=dict)  # field -> the name it had (`renamed_from`)
 
-    @property
-    def bronze(self) -> str:
-        return f"bronze_{self.name}"
-
-    @property
-    def quarantine(self) -> str:
-        return f"bronze_{self.name}_quarantine"
-
-    @property
-    def silver(self) -> str:
-        return f"silver_{self.name}"
-
-    @property
-    def rejected(self) -> str:
-        return f"silver_{self.name}_rejected"
+    bronze = _TableName("bronze_{}")
+    quarantine = _TableName("bronze_{}_quarantine")
+    silver = _TableName("silver_{}")
+    rejected = _TableName("silver_{}_rejected")
 
     @property
     def table_names(self) -> tuple[str, ...]:
@@ -128,25 +127,11 @@ class CdcTable(_Pseudonymised):
     def topic(self) -> str:
         return ".".join([self.server, self.db_schema or self.database, self.name])
 
-    @property
-    def landing(self) -> str:
-        return f"cdc/{self.name}"
-
-    @property
-    def bronze(self) -> str:
-        return f"bronze_cdc_{self.name}"
-
-    @property
-    def quarantine(self) -> str:
-        return f"bronze_cdc_{self.name}_quarantine"
-
-    @property
-    def silver(self) -> str:
-        return f"silver_{self.name}"
-
-    @property
-    def history(self) -> str:
-        return f"silver_{self.name}_history"
+    landing = _TableName("cdc/{}")  # its folder in the landing zone
+    bronze = _TableName("bronze_cdc_{}")
+    quarantine = _TableName("bronze_cdc_{}_quarantine")
+    silver = _TableName("silver_{}")
+    history = _TableName("silver_{}_history")
 
     @property
     def table_names(self) -> tuple[str, ...]:
