@@ -34,7 +34,8 @@ def _redacted(uri: str) -> str:
 
 @dataclass(frozen=True)
 class CatalogUri:
-    """A catalog database location, spoken in both engines' dialects.
+    """A catalog database location, as both engines name it (a SQLAlchemy URL for pyiceberg, a JDBC URL for
+    Spark).
 
     Accepts `sqlite:////abs/path/catalog.db` or
     `postgresql://user:password@host:port/database` (`postgresql+psycopg2://` too).
@@ -161,8 +162,8 @@ PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-# The file of a home that names the declaration its lake is made with (`make demo` writes it): the declaration
-# in force when LAKEHOUSE_PROJECT is unset.
+# A file in the home that records the declaration its lake was made from (`make demo` writes it); that
+# declaration is used when LAKEHOUSE_PROJECT is unset.
 PROJECT_RECORD = "project"
 
 

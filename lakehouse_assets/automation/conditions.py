@@ -1,15 +1,21 @@
-"""Automation that keeps every table after bronze fresh without a person.
+"""Automation that keeps every table after bronze fresh without anyone starting runs.
 
 The landing sensors run bronze. Silver, gold and ML follow by automation
-conditions: a partition is requested when an upstream partition it reads was
-updated since it was last handled (late data for an old day included: silver's
-event day E reads the bronze landing days E..E+late_days, so a late file
-re-runs the event days it can hold); an update handles a parent's commit only if
-it read that commit (ReadItsParentsNewest), so a parent's commit made while its
-child runs requests the child again, and a BI table's latest partition when its
-freshness window has just failed. Nothing is requested while upstream is
-running or the asset already runs, so a short freshness window does not become a
-loop; BI day partitions also wait while an upstream partition is missing.
+conditions:
+
+- a partition is requested when an upstream partition it reads was updated
+  since the partition last handled its parents' updates. Late data for an old
+  day counts too: silver's event day E reads the bronze landing days
+  E..E+late_days, so a late file re-runs the event days it can hold;
+- an update of a partition handles a parent's commit only if it read that
+  commit (ReadItsParentsNewest), so a parent commit made while its child runs
+  requests the child again;
+- a BI table's latest partition is also requested when its freshness window has
+  just failed.
+
+Nothing is requested while upstream is running or the asset already runs, so a
+short freshness window does not become a loop; BI day partitions also wait
+while an upstream partition is missing.
 """
 
 import warnings
@@ -33,8 +39,9 @@ class ReadItsParentsNewest(AutomationCondition):
     """True for a partition whose newest materialization read every parent table's newest commit.
 
     A materialization records the parent snapshots its step read (`read_snapshots`: {table: [snapshot id, read
-    at ms]}). A parent materialized after that read, with another snapshot than the one read, made a commit its
-    child has not seen: the child's update does not handle it, however the daemon's ticks ordered the events.
+    at ms]}). When a parent was materialized after that read, with another snapshot than the one read, the child
+    has not seen that commit: the child's update does not count as handling it, in whatever order the daemon's
+    ticks saw the two events.
     A materialization that recorded nothing is taken as having read everything (as Dagster's own rule does).
     """
 
@@ -95,9 +102,9 @@ def _read_the_newest(instance: DagsterInstance, key: AssetKey, partition: str | 
     return True
 
 
-# A parent's update is handled by an update of the partition that read that commit, or by a request of it made
-# after it (a request on the previous tick, with no parent updated since: Dagster's boolean conditions carry no
-# times, so a request and a later update seen on one tick would otherwise count as handled).
+# A partition has handled its parents' updates when it was updated after reading their newest commits, or when
+# it was requested on the previous tick and no parent was updated since. Dagster's boolean conditions carry no
+# times: without that last part, a request and a parent update seen on the same tick would count as handled.
 HANDLED = (
     AutomationCondition.initial_evaluation()
     | (AutomationCondition.newly_requested() & ~AutomationCondition.any_deps_updated())
@@ -130,16 +137,17 @@ CHAIN_REFRESH = (
 
 
 def reads_days(before: int, after: int) -> TimeWindowPartitionMapping:
-    """Day D reads the upstream days D-before..D+after (those not yet in the partitions included): an update of
+    """Day D reads the upstream days D-before..D+after (also those not yet in the partitions): an update of
     any of them refreshes D."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", BetaWarning)  # allow_nonexistent_upstream_partitions: nothing to act on
+        warnings.simplefilter("ignore", BetaWarning)  # allow_nonexistent_upstream_partitions is beta: nothing to do
         return TimeWindowPartitionMapping(start_offset=-before, end_offset=after,
                                           allow_nonexistent_upstream_partitions=True)
 
 
 def landing_days_of(late_days: int) -> TimeWindowPartitionMapping:
-    """An event day E is held by the landing days E..E+late_days (those to come too)."""
+    """The events of day E land on the landing days E..E+late_days (also those still to come), which silver's
+    day E therefore reads."""
     return reads_days(0, late_days)
 
 

@@ -2,8 +2,9 @@
 
 Runs, events and schedules (SQLite) and run artifacts go to `LAKEHOUSE_DAGSTER_STORAGE`, the steps' captured
 output to `LAKEHOUSE_DAGSTER_LOGS`; unset, to `dagster/` and `dagster/logs/` in the lake's home (`LAKEHOUSE_HOME`,
-as `lakehouse settings` shows it), where the Makefile puts them. Dagster's own `{env: VAR}` in a dagster.yaml has
-no default: with these classes `DAGSTER_HOME` alone opens the instance the demo ran in.
+as `lakehouse settings` shows it), where the Makefile puts them. Dagster's own `{env: VAR}` in a dagster.yaml
+cannot have a default, so these classes provide it: setting `DAGSTER_HOME` alone opens the instance the demo
+ran in.
 """
 
 from __future__ import annotations

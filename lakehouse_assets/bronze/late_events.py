@@ -1,4 +1,5 @@
-"""Events of any age reach silver: the event days a bronze commit holds, not a fixed window, are decided again.
+"""Events of any age reach silver: every event day a bronze commit adds rows to is decided again, not only those
+within a fixed window.
 
 Silver's event day E reads bronze's landing days E..E+late_days by its partition
 mapping, so the automation re-runs those days when a landing day is ingested. A
@@ -80,7 +81,7 @@ def late_events_sensor(source: EventSource, partitions: DailyPartitionsDefinitio
         for day, storage_id in sorted(pending.items()):
             decided = instance.fetch_materializations(
                 AssetRecordsFilter(asset_key=silver, asset_partitions=[day], after_storage_id=storage_id), limit=1)
-            if decided.records:  # the stream, the automation or a run of ours took what that commit brought
+            if decided.records:  # silver's day ran after that commit (by the stream, the automation or this sensor)
                 del pending[day]
                 continue
             runs = instance.get_runs(RunsFilter(tags={DAY_TAG: day, AFTER_TAG: str(storage_id)}))

@@ -3,8 +3,8 @@
 Per landing source and landing day, the records in the zone's files (lines, as bronze
 reads them) are compared with the rows bronze kept and the rows it quarantined, read
 from the two tables' `landing_date` column through pyiceberg. A file changed after it
-was taken landed more than its current lines: the lines of its versions before the
-change (the ingest log's records of them) count as records in too, and so do those of
+was taken has landed more records than its current lines: the records the ingest log
+holds of its versions before the change count as records in too, and so do those of
 a file the log lists that has since been removed from the zone. Lines `lakehouse forget`
 deleted from bronze or the quarantine are counted as forgotten (its ledger, `bronze_forgotten`):
 records in = kept + quarantined + forgotten.
@@ -38,8 +38,8 @@ def landing_records(data: bytes, name: str) -> int:
 
 
 def _earlier_records(catalog, namespace: str, source: str, landed: set[str]) -> dict[str, int]:
-    """Records the log holds of file versions no longer in the zone: those before a file's last change (a new
-    content), and every version of a file removed since it was taken."""
+    """Records the log holds of file versions no longer in the zone: the versions before a file's last change
+    of content (RESTARTS), and every version of a file removed since it was taken."""
     identifier = (namespace, INGEST_LOG)
     if not catalog.table_exists(identifier):
         return {}
@@ -62,8 +62,8 @@ def _earlier_records(catalog, namespace: str, source: str, landed: set[str]) -> 
 
 
 def forgotten_per_day(catalog, namespace: str, source: str) -> Counter:
-    """Lines of the source that forget deleted, per landing day: each (table, file, line, run) once, however many
-    times a forget interrupted and run again recorded it."""
+    """Lines of the source that forget deleted, per landing day: each (table, file, line, run) counted once,
+    even when a forget that was interrupted and run again recorded it twice."""
     identifier = (namespace, FORGOTTEN)
     if not catalog.table_exists(identifier):
         return Counter()
@@ -85,7 +85,7 @@ def reconcile(settings: Settings, project: Project, source: str | None = None) -
     root = source_root(settings, source)
     landed = set()
     for f in zone.list(source):
-        if f.day is not None and not escapes(f.uri, root):  # a refused file is never read, here neither
+        if f.day is not None and not escapes(f.uri, root):  # bronze never reads a refused file: neither does this
             lines_in[f.day.isoformat()] += landing_records(zone.read(f.uri), f.uri)
             landed.add(f.uri)
     catalog = catalog_for(settings)

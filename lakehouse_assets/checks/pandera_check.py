@@ -65,7 +65,7 @@ def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[Ass
         head = audit.staged.result().snapshot_id
         assert head is not None  # a staged branch always has a head snapshot
         for asset, name, model, df in audit.checks:
-            rows = df.cache()  # read from the branch once: each check of the model is a pass of its own
+            rows = df.cache()  # each check of the model is a separate pass: read the branch only once
             try:
                 failures = validate(model, rows)
             finally:

@@ -73,8 +73,8 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _mirror(project: Project, zone: LocalZone | S3Zone, folder: Path) -> set[Path]:
-    """Copy the zone's landed files of every landing source into `folder`, with their times: the generator
-    sees what landed before (it never writes a landed file again, and goes on from it)."""
+    """Copy the zone's landed files of every landing source into `folder`, with their times, so that the
+    generator sees what landed before: it does not write a landed file again, and continues from it."""
     import os
 
     from ..landing.zones import landing_day

@@ -159,7 +159,8 @@ def freshness_policy(f: Freshness) -> FreshnessPolicy:
 
 
 def _near(events: DataFrame, ts: str, start: dt.datetime, end: dt.datetime) -> DataFrame:
-    """A day past each edge: a session belongs to the day it starts, and is seen whole."""
+    """`events` of [start, end) and of a day past each edge: a session belongs to the day it starts, and must be
+    seen whole when it crosses midnight."""
     return events.where((F.col(ts) >= F.lit(start - dt.timedelta(days=1))) & (F.col(ts) < F.lit(end + dt.timedelta(days=1))))
 
 
@@ -287,8 +288,9 @@ def gold_event_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefin
 def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, minutes: DataFrame, run_id: str,
                   label: str, properties: dict[str, str], log: Callable[[str], None] = print,
                   ) -> tuple[CommitResult, int, int]:
-    """Recompute the gold_minute_activity rows of `minutes` (a one-column frame of minute starts) from
-    silver as it stands, and MERGE them in: the stream's incremental path; (the commit, its retries, the minutes)."""
+    """Recompute the gold_minute_activity rows of `minutes` (a one-column frame of minute starts) from silver as
+    it stands, and MERGE them into the table (the stream's incremental path). Returns the commit, its retries and
+    the number of minutes."""
     c = EventColumns(gold)
     spec = gold_specs(gold)[MINUTE_ACTIVITY]
     table, silver_table = lakehouse.table(spec).create(), lakehouse.table(silver)
@@ -300,8 +302,9 @@ def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, m
     ).collect()
     days = [r.day for r in spans]
     in_days = F.lit(False)
-    for span in spans:  # per day, its first to last minute (in the session's time zone): Iceberg prunes silver's
-        # partitions and, by their event-time bounds, the files of the day's earlier batches
+    # One range per day, from its first to its last minute (in the Spark session's time zone): Iceberg then skips
+    # silver's other partitions and, by their event-time bounds, the files of the day's earlier batches.
+    for span in spans:
         in_days = in_days | ((F.col(c.ts) >= F.to_timestamp(F.lit(span.first)))
                              & (F.col(c.ts) < F.to_timestamp(F.lit(span.last)) + F.expr("INTERVAL 1 MINUTE")))
     spark = lakehouse.spark

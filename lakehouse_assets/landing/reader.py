@@ -26,7 +26,7 @@ from .versions import Content, Stat
 from .zones import escapes
 
 MAX_RECORD_BYTES = 64 * 1024
-MAX_HEADS = 32  # distinct heads a read reports (the line reader lists up to 64 a split)
+MAX_HEADS = 32  # distinct record heads a read reports (`_read_lines`); the line reader lists up to 64 per split
 LINEAGE_COLUMNS = ["source_file", "source_line", "landing_date", "payload"]
 
 
@@ -86,7 +86,7 @@ def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | N
     lines first.
     """
     schema = "source_file string, source_line int, landing_date date, payload string"
-    if not files:  # (a parser takes lines without the reader's parse as well)
+    if not files:  # no `_json` columns: a parser also takes lines the reader did not parse
         return Landed(spark.createDataFrame([], schema), {}, [])
     if sizes is None or any(f not in sizes for f in files):
         sizes = {f: size for f, (size, _, _) in file_statuses(spark, files).items()}
@@ -150,14 +150,14 @@ def _reader(spark: SparkSession, parts: list[list[list[Any]]], mode: str, json: 
 
 def read_contents(spark: SparkSession, files: list[str], prefixes: dict[str, int],
                   statuses: dict[str, tuple[int, int, str | None]]) -> dict[str, Content]:
-    """Each file's identity and content hash. `prefixes`: for a file taken before, the size it had then, whose
-    bytes are hashed too (were they kept, and lines only appended after them?); `statuses`: the files as
-    `file_statuses` listed them just before. A file that is gone is left out.
+    """Each file's identity and content hash. `prefixes`: for a file taken before, the size it had then; the
+    hash of those first bytes tells whether they were kept and lines only appended after them. `statuses`:
+    the files as `file_statuses` listed them just before. A file that is gone is left out.
 
     Files on this machine's file system are hashed here, streamed through SHA-256 a few at a time, with the
-    size and time listed; others (S3) by Spark where they are, a job over the files' bytes. Both are Hadoop's
-    size and modification time, which later listings compare with: a file changed since it was listed is found
-    changed after it is read, and left for the next run."""
+    size and time listed; others (S3) are hashed by a Spark job over the files' bytes. Either way the size and
+    modification time are Hadoop's, which later listings compare with: a file that changes after it was listed
+    differs from what was recorded, so the next run looks at it again."""
     local = {f: path for f in files if (path := _local_path(f)) is not None}
     found, elsewhere = _hash_here(spark, local, prefixes, statuses)
     return {**found, **_hash_in_spark(spark, [f for f in files if f not in local] + elsewhere, prefixes)}
@@ -173,8 +173,9 @@ def _local_path(f: str) -> str | None:
 
 def _hash_here(spark: SparkSession, files: dict[str, str], prefixes: dict[str, int],
                statuses: dict[str, tuple[int, int, str | None]]) -> tuple[dict[str, Content], list[str]]:
-    """The contents of the files that are here; and those Hadoop's file system still finds that this process
-    cannot open by their path (left to Spark, which reads them as Hadoop does). A file gone is left out."""
+    """The contents of the files on this machine's file system; and the files this process cannot open by
+    their path but Hadoop's file system still finds (left to Spark, which reads them as Hadoop does). A file
+    that is gone is left out."""
     listed = [f for f in files if f in statuses]
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         hashed = dict(zip(listed, pool.map(lambda f: _hash_file(files[f], prefixes.get(f)), listed)))
@@ -202,7 +203,7 @@ def _hash_file(path: str, prefix: int | None) -> tuple[str, str | None, bool, bo
                 done, last = done + len(chunk), chunk[-1:]
     except FileNotFoundError:
         return None
-    if head is None and prefix is not None:  # shorter than the prefix: its bytes are all there is of it
+    if head is None and prefix is not None:  # the file is shorter than the prefix: all its bytes are the prefix
         head, head_ends_line = whole.hexdigest(), False
     return whole.hexdigest(), head, head_ends_line, done == 0 or last == b"\n"
 

@@ -1,4 +1,4 @@
-"""What the ingest log says was taken, read without Spark: each file's newest version (landing/versions.py).
+"""What the ingest log says bronze has taken, read without Spark: each file's newest version (landing/versions.py).
 
 Sensors and metrics ask on every tick or scrape; the log changes once per ingest run. An
 index answers from its last read while the log's metadata pointer has not moved, so most
@@ -22,7 +22,7 @@ _IDENTITY = ("source_file", "size", "modified", "etag", "sha256", "lines", "vers
 
 
 def newest_versions(rows: list[dict]) -> dict[str, Taken]:
-    """Each file's newest version among ingest log rows (a row logged before versions were: version 0)."""
+    """Each file's newest version among ingest log rows (a row without a version counts as version 0)."""
     newest: dict[str, Taken] = {}
     for row in rows:
         version = row.get("version") or 0
@@ -63,5 +63,6 @@ class TakenIndex:
         newest = newest_versions(rows)
         if len(self._answers) > self.MAX_ENTRIES:
             self._answers.clear()
-        self._answers[key] = (table.metadata_location, newest)  # the file read: a commit since the pointer is newer
+        # Cached under the metadata actually read, which is newer than `location` if a commit came in between.
+        self._answers[key] = (table.metadata_location, newest)
         return newest

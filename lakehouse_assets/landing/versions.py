@@ -4,10 +4,12 @@ A file's identity is its path with its size and modification time (and, on an
 object store, its ETag), plus a hash of its content, all recorded by the ingest
 log each time the file is taken. Comparing a listing with the log finds new and
 changed files whatever their timestamps say (a copy that kept an old time is as
-new as any). What a take decides of a changed file rests on the hash: the same
-bytes are a touch; the old bytes followed by more, lines appended (taken from
-the next line on); anything else, a file changed after it was taken, whose new
-content is quarantined whole. No file is taken before it has settled.
+new as any). A "take" is one ingest of a file. For a file that differs from what
+was taken, the hash decides: the same bytes mean it was only touched; the old
+bytes followed by more mean lines were appended (taken from the first new line
+on); anything else means the file was changed after it was taken, and its new
+content is quarantined whole. No file is taken before it has settled (stopped
+changing).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ CHANGED = "changed"  # rewritten, truncated or replaced after it was taken: its 
 RETAKEN = "retaken"  # unreadable when taken (a broken gzip), readable now: taken whole
 # Not taken this time: the file is being written, or its folder is not marked ready.
 WAIT = "wait"
-# A version that starts the file's content anew: lines counted before it belong to versions no longer landed.
+# Changes after which the file's content starts anew: lines counted for earlier versions belong to content that is
+# no longer in the landing zone.
 RESTARTS = (CHANGED, RETAKEN)
 CHANGED_REASON = "changed after it was taken"
 
@@ -45,8 +48,9 @@ class Stat:
 
 @dataclass(frozen=True)
 class Taken:
-    """The ingest log's newest row of a file. `sha256` None: taken before identities were recorded (the file
-    counts as taken whatever it is now); `lines` None: the content could not be read (quarantined whole)."""
+    """The ingest log's newest row of a file. `sha256` None: the row records no content identity (an older
+    row; the file counts as taken whatever it is now); `lines` None: the content could not be read
+    (quarantined whole)."""
 
     version: int
     size: int | None
@@ -125,7 +129,7 @@ class Sightings:
     unchanged, whatever its modification time says. A change starts its count again."""
 
     def __init__(self, seen: dict[str, tuple[int, int, float]] | None = None):
-        self.seen = dict(seen or {})  # uri -> (size, modified_ms, first seen, seconds since the epoch)
+        self.seen = dict(seen or {})  # uri -> (size, modified_ms, when first seen so, in seconds since the epoch)
 
     def see(self, uri: str, stat: Stat, at: float) -> float:
         """Record a look at `uri` at `at`; how long (ms) it has been seen as it is now."""

@@ -30,8 +30,8 @@ class LandedFile:
     uri: str
     size: int
     modified: float  # seconds since the epoch, as the file system (or the object store) gives it
-    # When the file last changed here, whatever time a copy gave it: a local file's inode change time (set
-    # by every write, rename and time change, and by no tool), an object's upload time.
+    # When the file last changed here, whatever modification time a copy gave it: a local file's inode change
+    # time (which every write, rename and time change sets, and no tool can set back), an object's upload time.
     changed: float = 0.0
     etag: str | None = None
 
@@ -126,7 +126,7 @@ class LocalZone:
             paths = base.glob("*/*")
         else:
             first = f"date={since.isoformat()}" if since is not None else None
-            # One stat per folder older than `since` (scandir knows a folder without one).
+            # Only folders older than `since` cost a stat (their change time); scandir knows folders without one.
             folders = [folder.path for folder in os.scandir(base) if folder.is_dir() and (
                 (first is not None and folder.name.startswith("date=") and folder.name >= first)
                 or (changed_after is not None and folder.stat().st_ctime > changed_after))]
@@ -163,8 +163,8 @@ class S3Zone:
         return "/".join(p for p in (self.prefix, *parts) if p)
 
     def list(self, source: str, since: dt.date | None = None, changed_after: float | None = None) -> list[LandedFile]:
-        """The source's objects. `since`: only those from that day's folder on (keys in order: a listing
-        that starts after the day before, never reading the keys of older days). `changed_after` is not
+        """The source's objects. `since`: only those from that day's folder on (keys are listed in order, so
+        the listing starts at that day's folder and never reads the keys of older days). `changed_after` is not
         used: an object store has no folder times to tell which old folders changed."""
         client = self.s3.get_client()
         files = []
@@ -173,7 +173,7 @@ class S3Zone:
                                                                      **start):
             for obj in page.get("Contents", []):
                 if since is not None and not obj["Key"][len(self._key(source)) + 1:].startswith("date="):
-                    continue  # past the day folders: other folders are read by a whole listing
+                    continue  # past the day folders: files elsewhere are found by a full listing (no `since`)
                 if obj["Key"].endswith(LANDING_SUFFIXES):
                     modified = obj["LastModified"].timestamp()
                     files.append(LandedFile(f"{self.scheme}://{self.bucket}/{obj['Key']}", obj["Size"], modified,

@@ -6,7 +6,7 @@ declared CDC source, with the `pgoutput` plugin, and writes each record value
 (wrapped with its schema, tombstones as `null`) as one JSON line into
 `<landing>/cdc/<table>/date=<today>/capture-*.jsonl`, local or S3.
 
-Exactly what is landed is never lost:
+No captured record is lost, even in a crash:
 - records go to a hidden part file in `<home>/capture/<source>/staging`, which
   (with its folder entry) is fsynced before the engine is told the batch is
   processed; only then can their offsets be flushed (file offset store,
@@ -47,8 +47,10 @@ from ..settings import Settings, validate_identifier
 from ..times import UTC
 
 PLUGIN = "pgoutput"
-STARTUP_SECONDS = 30.0  # the JVM, the connector and its snapshot's first rows, when no heartbeat says more
-HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's topic.heartbeat.prefix: its heartbeats' destination
+# With no record and no heartbeat yet, idle time counts only after this allowance for starting the JVM, the
+# connector and its snapshot.
+STARTUP_SECONDS = 30.0
+HEARTBEAT_PREFIX = "__debezium-heartbeat"  # Debezium's topic.heartbeat.prefix: heartbeat records' destination
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,8 @@ class CaptureSource:
             "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
             "offset.storage.file.filename": str(state / "offsets.dat"),
             "offset.flush.interval.ms": "0",
-            # Streaming with nothing to send, the connector says so every second: a capture with nothing to take
-            # knows it is caught up (`--until-idle` counts from there, not from a start-up allowance).
+            # While streaming with no changes to send, the connector sends a heartbeat every second, so a capture
+            # with nothing to take knows it is caught up (`--until-idle` counts from the first heartbeat).
             "heartbeat.interval.ms": "1000",
             "topic.heartbeat.prefix": HEARTBEAT_PREFIX,
             "database.hostname": d.get("host", "127.0.0.1"),
@@ -204,7 +206,8 @@ class LandingWriter:
         _durable_folder(staging)
 
     def recover(self) -> list[str]:
-        """Publish the part files a crash left: their records were fsynced, their offsets may be flushed."""
+        """Publish the part files a crash left: their records were fsynced, and their offsets may already be
+        flushed, so Debezium would not send those records again."""
         recovered = []
         for path in sorted(self.staging.glob("*/date=*/*.jsonl.part")):
             table, day = path.parent.parent.name, dt.date.fromisoformat(path.parent.name.removeprefix("date="))
@@ -225,7 +228,7 @@ class LandingWriter:
             path = self.staging / table / f"date={today.isoformat()}" / name
             _durable_folder(path.parent)
             part = self.open[table] = _Part(table, today, path, time.monotonic(), handle=open(path, "ab"))
-            fsync_path(path.parent)  # the new file's entry: fsyncing its bytes alone would not keep its name
+            fsync_path(path.parent)  # makes the new file's name durable; fsyncing its bytes does not
         data = ("\n".join(lines) + "\n").encode()
         part.handle.write(data)
         part.size += len(data)
@@ -258,7 +261,7 @@ class LandingWriter:
         failpoint("capture:before-publish")
         uri = land(self.zone, path, f"cdc/{table}", day, path.name.removesuffix(".part"))
         failpoint("capture:after-publish")
-        path.unlink()  # only once the landed copy is durable: until then the staging copy is the records
+        path.unlink()  # only once the landed copy is durable: until then the staging copy is the only one
         return uri
 
 
@@ -304,7 +307,7 @@ def _handler_class():
             self.writer, self.report, self.tables = writer, report, tables
             self.last_record = self.first_received = time.monotonic()
             self.seen_any = False
-            self.streaming_since: float | None = None  # the first heartbeat: the connector is streaming
+            self.streaming_since: float | None = None  # when the first heartbeat came (the connector streams)
             self.lock = threading.Lock()
 
         def handleJsonBatch(self, records) -> None:
@@ -430,7 +433,8 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
 
 @dataclass
 class _Totals:
-    """The capture's running totals on disk (runtime/status.py): what it landed since the last update."""
+    """The capture's running totals on disk (runtime/status.py); `add` adds what it landed since the last
+    update."""
 
     path: Path
     report: CaptureReport

@@ -5,9 +5,10 @@ S3) and hands each micro-batch of new files to `foreachBatch`, which runs, on th
 same tables and with the same code as the daily assets:
 
 1. bronze: `ingest` (the batch path's parsing, quarantine and records-in balance);
-2. silver: `take_new_events` on exactly the rows that commit appended (Iceberg's
-   incremental read between its parent and it), judged and audited like the
-   daily asset, both tables published together;
+2. silver: `take_new_events` on exactly the rows bronze's commit appended (an
+   Iceberg incremental read from the commit's parent snapshot to the commit),
+   judged and audited like the daily asset, silver and its rejected table
+   published together;
 3. gold: `merge_minutes` recomputes the minutes those events fall in from silver
    and MERGEs them into gold_minute_activity.
 
@@ -21,8 +22,8 @@ Exactly once across crashes: Spark's checkpoint records which files make batch N
 before it runs, so a restarted query re-runs batch N with the same files; every
 commit of batch N carries the query id and batch id in its snapshot summary,
 bronze takes a file only once, silver a key only once, and gold recomputes whole
-minutes, so a re-run adds nothing twice. Daily tables (sessions, daily activity,
-funnel, ML) follow from silver by the Dagster automation as before.
+minutes, so a re-run adds nothing twice. The daily tables (sessions, daily
+activity, funnel, ML) are computed from silver by the Dagster automation.
 
 Each commit is reported to the Dagster instance (DAGSTER_HOME) as a run-less
 materialisation of its asset and partition, with the snapshot id, so the UI,
@@ -125,7 +126,7 @@ class EventStream:
         self.partitions: DailyPartitionsDefinition = daily_partitions(settings.start_date or project.start_date)
         self.checkpoint = checkpoint or str(Path(settings.home) / "streams" / source.name / "checkpoint")
         self.trigger_seconds = trigger_seconds
-        self.sweep_seconds = sweep_seconds or SWEEP_SECONDS  # a sweep lists the recent days: latency vs listing
+        self.sweep_seconds = sweep_seconds or SWEEP_SECONDS  # each sweep lists the recent day folders again
         self.max_files_per_batch = max_files_per_batch
         self.instance = instance
         self.log = log
@@ -136,7 +137,7 @@ class EventStream:
         self.last_activity = time.monotonic()
         self._batch = threading.Lock()  # a sweep and a batch never run at once
         self._waiting: set[str] = set()  # files a batch left because they were still being written
-        self._sightings = Sightings()  # how long each waiting file has been seen as it is, batch after batch
+        self._sightings = Sightings()  # how long each waiting file has been seen unchanged, across batches
         self._sweeps = 0
         self._taken = TakenIndex()
         self._query: StreamingQuery | None = None
@@ -208,7 +209,8 @@ class EventStream:
         rows = files_df.collect()
         if not rows:
             return
-        landed = sorted(r.modificationTime.timestamp() for r in rows)  # naive local times, as PySpark gives them
+        # PySpark gives naive local times, and .timestamp() reads naive times as local: the epoch seconds are right.
+        landed = sorted(r.modificationTime.timestamp() for r in rows)
         self._run_batch(sorted(r.path for r in rows), batch_id, landed)
 
     def sweep(self) -> BatchReport | None:
@@ -218,8 +220,8 @@ class EventStream:
         since = dt.datetime.now(UTC).date() - dt.timedelta(days=1)
         listed = landing_zone(settings).list(self.landing.name, since=since)
         taken = self._taken.taken(settings, self.landing.name, {f.day for f in listed if f.day is not None})
-        # A file never taken is the file source's, unless it has been there for a while (it was handed to a
-        # batch of an earlier run of the stream that left it while it was being written).
+        # A file never taken is left to Spark's file source, unless it has been there for a while: then an earlier
+        # run of the stream was handed it and left it while it was being written, and it will not come again.
         overdue = time.time() - 3 * self.sweep_seconds
         pending = {f.uri for f in listed if needs_a_look(f.stat, taken.get(f.uri))
                    and (f.uri in taken or f.changed < overdue)}
@@ -296,7 +298,7 @@ class EventStream:
         lap("bronze")
         failpoint("stream:after-bronze")
 
-        # What silver, gold and the reports read of the batch's bronze rows (not the raw payload), read once.
+        # The batch's bronze rows without the raw payload, cached: silver, gold and the reports all read them.
         delivered = self._delivered(bronze, query_id, batch_id, files, before).select(
             *source.fields, "source_file", "source_line", "landing_date", "ingested_at").cache()
         try:
@@ -336,7 +338,7 @@ class EventStream:
         another writer took these files first, those files' rows. Main's history is walked back to `before`,
         the head before the batch: a batch's cost does not grow with the table's history."""
         table = bronze.iceberg()
-        published = takewhile(lambda s: s.snapshot_id != before,  # main's, not a staged write that lost
+        published = takewhile(lambda s: s.snapshot_id != before,  # main's history: no unpublished staged write
                               ancestors_of(table.current_snapshot(), table.metadata))
         mine = [s for s in published if s.summary is not None
                 and s.summary.additional_properties.get(QUERY_ID) == query_id
@@ -373,9 +375,10 @@ class EventStream:
                 self._report(AssetMaterialization(asset_key=asset, partition=day, metadata=metadata))
 
     def _days_brought_up_to_date(self, delivered: DataFrame, files: list[str]) -> list[str]:
-        """The silver (and minute gold) days this batch brings up to date: those its events fall on, and
-        every event day that reads the landing days it took (E..E+late_days), which hold nothing newer.
-        Reporting all of them keeps the automation from recomputing days the stream already made current."""
+        """The silver (and minute gold) days this batch brings up to date: those its events fall on, and every
+        event day that reads a landing day it took (event day E reads landing days E..E+late_days), since the
+        stream has now taken what those landing days hold. Reporting all of them keeps the automation from
+        recomputing days the stream already made current."""
         if self.instance is None:
             return []
         ts = self.source.timestamp

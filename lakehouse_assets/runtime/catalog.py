@@ -1,4 +1,5 @@
-"""pyiceberg's side of the shared catalog: the same database, the same name."""
+"""Opening the Iceberg SQL catalog from Python (pyiceberg), with the same database and catalog name as Spark,
+so that both see the same tables."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def open_catalog(name: str, uri: CatalogUri, warehouse: str, **properties: str) 
         Path(uri.path).parent.mkdir(parents=True, exist_ok=True)
     try:
         return SqlCatalog(name, uri=uri.sqlalchemy_url, warehouse=warehouse, **properties)
-    except DBAPIError as exc:  # the driver's own words, not SQLAlchemy's wrapper (nor the URL it was given)
+    except DBAPIError as exc:  # report the driver's own message, not SQLAlchemy's wrapper text with its URL
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
         raise CatalogUnreachableError(f"catalog {uri.display}: {reason}") from None
 
@@ -60,15 +61,17 @@ def ensure_namespace(catalog: SqlCatalog, namespace: str) -> None:
 
 def append_retrying(catalog: SqlCatalog, identifier: tuple[str, str], data: Any, properties: dict[str, str] | None = None,
                     attempts: int = 50, log: Callable[[str], None] = print) -> tuple[Table, int]:
-    """pyiceberg's append beside the platform's writers: (the table after it, the retries it took).
+    """Append `data` with pyiceberg while the platform's own writers commit to the same table; returns the
+    table after the append and the number of retries it took.
 
     A refused commit (another writer moved main) is retried on the reloaded table (runtime/conflicts.py). So
     is pyiceberg's ValueError "Cannot add snapshot with sequence number N older than last sequence number N"
-    when the table moved since it was loaded: a commit to another branch (a staged write) took that number, a
-    requirement pyiceberg's commit does not state (the gap apache/iceberg#15001 closed for REST catalogs).
+    when the table changed after it was loaded: a commit to another branch (a staged write) used that
+    sequence number, and pyiceberg's commit does not send this as a requirement the catalog checks (for REST
+    catalogs, apache/iceberg#15001 added it).
     """
     def append() -> Table:
-        table = catalog.load_table(identifier)  # each attempt appends to the table as it is then
+        table = catalog.load_table(identifier)  # reloaded on each attempt, to append to the current table
         try:
             table.append(data, snapshot_properties=properties or {})
         except ValueError as exc:
@@ -87,7 +90,8 @@ class _Moved(Exception):
 
 
 # Iceberg's SQL catalog keeps each table's pointer in one row of `iceberg_tables` (the layout pyiceberg's SqlCatalog
-# and Java's JdbcCatalog share): read alone it costs one row, and several move in one transaction of the database.
+# and Java's JdbcCatalog share): reading one pointer costs one row, and several pointers can be moved in one
+# database transaction.
 _POINTER = text("SELECT metadata_location FROM iceberg_tables WHERE catalog_name = :catalog "
                 "AND table_namespace = :namespace AND table_name = :name")
 _SWAP = text("UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old "

@@ -49,7 +49,7 @@ def _python_chain(exc: BaseException) -> Iterator[BaseException]:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.__cause__  # raised `from` it: what it says of itself
+        current = current.__cause__  # explicit causes only (`raise ... from`), not the exception being handled
 
 
 def _java_throwable(exc: BaseException) -> Any:
@@ -86,7 +86,7 @@ def _decide(exc: BaseException) -> tuple[str | None, str]:
     """(what the failure is, the first line of what the exception that decided it says)."""
     for error in _python_chain(exc):
         if isinstance(error, (PublishedError, CommitStateUnknownException)):
-            return None, _first_line(str(error))  # it may be on main already: never again
+            return None, _first_line(str(error))  # may already be on main: running it again could write twice
         if isinstance(error, ConcurrentCommitError):
             return CONFLICT, _first_line(str(error))
         if isinstance(error, CommitFailedException):

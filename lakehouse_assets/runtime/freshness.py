@@ -1,4 +1,4 @@
-"""Freshness on event time: how far behind the events it shows a table is.
+"""Freshness measured on event time: how far the newest event a table holds is behind the present.
 
 Every commit carries two watermarks in its snapshot summary, so the table's
 current snapshot answers "how fresh" with no scan and no Spark:
@@ -31,7 +31,7 @@ from .catalog import catalog_for
 NEWEST_EVENT = "lakehouse.newest-event-time"
 NEWEST_LANDED = "lakehouse.newest-landed-at"
 CHECK = "event_time_freshness"
-_ANCESTORS = 50  # how far back a head without watermarks looks for them
+_ANCESTORS = 50  # how many ancestor snapshots to search when the current one carries no watermarks
 
 
 def _parse(value: str | None) -> dt.datetime | None:
@@ -47,8 +47,9 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
 def head_watermarks(table: Table) -> tuple[dt.datetime | None, dt.datetime | None]:
     """(newest event time, newest landed-at) of the table's current snapshot.
 
-    A commit that brings no new data (compaction, manifest rewrite, a rollback's
-    target) may not carry them: the nearest ancestor that does speaks for it.
+    A commit that brings no new data (compaction, manifest rewrite, the snapshot a
+    rollback returns to) may not carry them: then those of the nearest ancestor
+    snapshot that carries them are used.
     """
     snapshot = table.current_snapshot()
     for _ in range(_ANCESTORS):
@@ -99,8 +100,9 @@ def watermark_properties(table: Table, newest_event: dt.datetime | None,
 
 
 def derived_watermarks(upstream: Table, window_end: Any = None) -> tuple[dt.datetime | None, dt.datetime | None]:
-    """What a table computed from `upstream` (now) can claim: upstream's watermarks, the event time capped
-    at the end of the window it rewrote (a datetime, or a date: the day before it is the last one)."""
+    """The watermarks a table computed from `upstream` at this moment may record: upstream's, with the event
+    time capped at the end of the window it rewrote (`window_end` is a datetime, or a date: an exclusive end,
+    so the last day included is the day before)."""
     event, landed = head_watermarks(upstream)
     if event is not None and window_end is not None:
         end = window_end if isinstance(window_end, dt.datetime) else dt.datetime.combine(window_end, dt.time())

@@ -14,8 +14,8 @@ from pyiceberg.table.snapshots import Snapshot
 
 
 def main_log(table: Table) -> list[tuple[int, int]]:
-    """(when main became it, snapshot id), oldest first; a table whose metadata keeps no log falls back to the
-    snapshots on main's line and their own commit times."""
+    """(when main moved to the snapshot, snapshot id) pairs, oldest first. When the table's metadata keeps no
+    snapshot log, the snapshots on main's ancestry with their own commit times are used instead."""
     log = [(e.timestamp_ms, e.snapshot_id) for e in table.metadata.snapshot_log]
     if log:
         return log

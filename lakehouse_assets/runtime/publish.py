@@ -52,8 +52,8 @@ def _java(iterable: Any) -> Iterator[Any]:
 
 
 def _literal(value: Any) -> Any:
-    """A Python bound as Iceberg's expressions take it: microseconds since the epoch for a time (naive: UTC),
-    days since the epoch for a date."""
+    """A Python value in the form Iceberg's expressions take: microseconds since the epoch for a datetime
+    (naive ones are taken as UTC), days since the epoch for a date."""
     if isinstance(value, dt.datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
         return (aware - EPOCH) // dt.timedelta(microseconds=1)
@@ -103,7 +103,8 @@ class _Changes:
 
 
 def _replay(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
-    """Replay the write's changes on a fresh branch cut at `main_now`, validated from its decision snapshot."""
+    """Replay the write's changes on a fresh branch cut at `main_now`, validated against every commit made
+    after the snapshot the write was decided against (`base_snapshot_id`)."""
     jvm = write.spark._jvm
     if write.changes is None:
         write.changes = _Changes(jtable, jtable.refs().get(write.branch).snapshotId(), write.on)
@@ -131,7 +132,7 @@ def _replay(write: StagedWrite, jtable: Any, main_now: int | None) -> None:
     delta.validateDeletedFiles()
     util = jvm.org.apache.iceberg.util.ContentFileUtil
     referenced = [util.referencedDataFileLocation(f) for f in changes.added_deletes.values()]
-    if None in referenced:  # a delete file for several data files: none of the table's files may have gone
+    if None in referenced:  # a delete file covering several data files names none: require all files to exist
         referenced = [task.file().location() for task in _java(jtable.newScan().useRef(branch).planFiles())]
     if referenced:
         delta.validateDataFilesExist(jvm.java.util.ArrayList(referenced))
@@ -262,7 +263,8 @@ def publish_all(writes: list[StagedWrite]) -> list[CommitResult]:
     """Publish staged writes of several tables all together, or none of them (their branches dropped)."""
     for write in writes:
         if not write.stamped:
-            # An empty stamped commit on top (Iceberg's API, no Spark job): the published head says which run wrote it.
+            # An empty commit on top carrying the run's properties (Iceberg's API, no Spark job), so that the
+            # published head records which run wrote it.
             stamp_branch(write)
     for write in writes:
         failpoint(f"{write.table.name}:before-publish")

@@ -25,7 +25,8 @@ Result = MaterializeResult | AssetCheckResult
 
 
 def reported(context: AssetExecutionContext, results: Iterable[Result]) -> Iterator[Result | AssetMaterialization]:
-    """`results` as the selection allows: selected assets and checks as they are, the rest as said above."""
+    """`results` reported within the selection: selected assets and checks as they are, unselected assets as
+    runtime materializations (see above), unselected checks left out."""
     selected = context.selected_asset_keys
     checks = {(k.asset_key, k.name) for k in context.selected_asset_check_keys}
 

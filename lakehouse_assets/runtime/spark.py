@@ -32,7 +32,7 @@ def catalog_spark_conf(name: str, catalog: CatalogUri, warehouse: str) -> dict[s
         f"{prefix}.uri": catalog.jdbc_url,
         f"{prefix}.warehouse": warehouse,
         # pyiceberg's SqlCatalog writes the V1 schema (with iceberg_type) and creates
-        # the tables itself; Java creating them too raced on SQLite (SQLITE_BUSY).
+        # the tables itself; Java creating them too would race with it on SQLite (SQLITE_BUSY).
         f"{prefix}.jdbc.schema-version": "V1",
         f"{prefix}.jdbc.init-catalog-tables": "false",
         # Other engines commit to the same tables: never serve stale metadata.

@@ -1,7 +1,8 @@
 """What long-lived processes (a stream, a capture) leave on disk for others to read.
 
-A heartbeat file says a stream is running (its landing sensor stands aside), and running
-totals feed the metrics (`lakehouse metrics`).
+A heartbeat file says a stream is running (the source's landing sensor then requests no
+bronze runs: the stream takes the new files), and running totals feed the metrics
+(`lakehouse metrics`).
 
 Totals: a stream or a capture adds to its counters after each batch; the totals survive restarts, so
 they only grow, as Prometheus counters must. One writer per file (one stream or capture per
@@ -41,7 +42,8 @@ def add_to_status(path: Path, counters: dict[str, float] | None = None, **values
 
 
 def heartbeat_file(home: Path, landing: str) -> Path:
-    """Touched every half second while a stream of `landing/` runs: its landing sensor stands aside."""
+    """Touched every half second while a stream of `landing/` runs; meanwhile that source's landing sensor
+    requests no bronze runs."""
     return Path(home) / "streams" / landing / "heartbeat"
 
 

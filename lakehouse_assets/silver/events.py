@@ -214,18 +214,19 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
     silver, rejected = lakehouse.table(spec).create(), lakehouse.table(rejected_spec(source)).create()
     bronze = lakehouse.table(event_bronze_spec(source))
 
-    # Where silver and rejected may hold these keys already: the batch's event days, within the late days.
+    # Where silver and rejected may hold these keys already: the batch's event days, widened by the late days.
     bounds = delivered.agg(F.min(F.to_date(source.timestamp)), F.max(F.to_date(source.timestamp))).first()
     first_day, last_day = (bounds[0], bounds[1]) if bounds is not None else (None, None)
     scope = None if first_day is None or last_day is None else near_window(
         source, dt.datetime.combine(first_day, dt.time(), UTC),
         dt.datetime.combine(last_day + dt.timedelta(days=1), dt.time(), UTC))
-    # Every read of the tables below keeps to these days (partition-pruned): a batch's cost does not grow with them.
+    # Every read of the tables below keeps to these days (partition-pruned): a batch's cost does not grow with the
+    # tables.
     days = F.lit(False) if scope is None else scope.condition
 
     def attempt() -> StreamedEvents:
-        # The held keys among the batch's: the batch's keys go to every task that reads the tables' days, so those
-        # days' keys are filtered where they are read, not shuffled to be joined.
+        # The batch's keys that silver or rejected already hold. The batch's keys are broadcast to every task that
+        # reads those days, so the tables' keys are filtered where they are read instead of shuffled for a join.
         batch_keys = delivered.select(key).distinct().cache()  # also what the reconciliation counts
         held = (silver.read().where(days).select(key).unionByName(rejected.read().where(days).select(key))
                 .join(F.broadcast(batch_keys), key, "left_semi"))
@@ -235,17 +236,18 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
             clean, rejects = split(lakehouse, source, judged)
             staged = stage(silver, run_id, spec.name, label, prefix="audit", scope=scope)
             staged.properties.update(properties)
-            seen = Observation("newest_event")  # gathered while the rows are written, not by a pass of its own
+            seen = Observation("newest_event")  # computed while the rows are written, not by a separate pass
             staged.append(clean.observe(seen, F.unix_micros(newest_event(source.timestamp)).alias("newest")))
             observed = seen.get  # microseconds since the epoch (an observation hands back Java values)
-            # None when Spark cut the write's plan short (nothing to write); then it is read from the rows.
+            # Empty when Spark skipped the write (no rows); then the newest event time is computed from the rows.
             newest = (newest_event_time(clean, source.timestamp) if observed.get("newest") is None else
                       EPOCH + dt.timedelta(microseconds=observed["newest"]))
-            # The watermarks ride on an empty commit on top, stamped when published.
+            # The watermarks go on an empty commit on top of the branch, made when it is published.
             staged.with_watermarks(newest, derived_watermarks(bronze.iceberg())[1]).stamp_on_top()
             staged_rejects = stage(rejected, run_id, spec.name, label, scope=scope)
             staged_rejects.properties.update(properties)
-            if rejects.isEmpty():  # most batches: no write (a job and a commit), an empty commit when published
+            # Most batches reject nothing: no append (a Spark job and a commit), only the empty commit when published.
+            if rejects.isEmpty():
                 staged_rejects.stamp_on_top()
             else:
                 staged_rejects.append(rejects)
@@ -260,7 +262,8 @@ def take_new_events(lakehouse: LakehouseResource, source: EventSource, delivered
 
             model = silver_model(source, spec, count_matches("bronze_keys_equal_silver_plus_rejected",
                                                              delivered_keys, accounted))
-            # The model checks the rows this append wrote; that no key is held twice in the days is `accounted`'s.
+            # The model checks only the rows this append wrote; that no key is held twice within the days is checked
+            # by the count of `accounted`.
             commits, checks = audit_and_publish([
                 Audit(staged, [(spec.name, "pandera_schema", model, staged.added())]),
                 Audit(staged_rejects),
@@ -361,9 +364,10 @@ UNDECIDED = "undecided_bronze_keys"
 
 
 def undecided_keys_check(source: EventSource) -> AssetChecksDefinition:
-    """Every key that landed ends decided: in silver, or rejected with a rule. A warning counts the bronze keys
-    in neither, per event day (read with DuckDB from the tables' current snapshots, no Spark): days that
-    are still to run, or that no day of silver can decide (before the first partition, in the future)."""
+    """Every key that landed must end up decided: in silver, or rejected with a rule. A warning counts the
+    bronze keys in neither, per event day (read with DuckDB from the tables' current snapshots, no Spark):
+    they belong to days still to run, or to days no silver partition covers (before the first partition, in
+    the future)."""
     key, ts = source.key, source.timestamp
 
     @asset_check(asset=source.silver, name=UNDECIDED, blocking=False,

@@ -13,8 +13,9 @@ the connector defines it. PostgreSQL: the rows of a snapshot all carry the
 snapshot's LSN and sort before every change streamed after it; a streamed change
 sorts by `source.sequence` ([LSN of the last commit before its transaction, its
 own LSN]), so transactions are in commit order even when their WAL records
-interleave: position = a * 10^19 + b with (a, b) = (lsn, 0) for a snapshot row and
-(last commit LSN or, first after a connector start, its own LSN; lsn) otherwise.
+interleave: position = a * 10^19 + b, where (a, b) = (lsn, 0) for a snapshot row,
+and otherwise a = the last commit's LSN (its own LSN for the first change after a
+connector start, which has none) and b = its own LSN.
 MySQL: binlog index * 10^16 + pos * 10^5 + row. A change is identified by
 (key, position, op): a primary-key update's delete and create share an LSN.
 Order changes by position, never by `ts_ms` (when the connector saw the change).
@@ -94,8 +95,8 @@ def _declared(info: CdcTable, f: T.StructField) -> str:
 
 
 def _formers(info: CdcTable, image: T.StructType) -> dict[str, str]:
-    """The declared renames (column -> its former name) whose former name a record captured before the rename
-    still carries: those of the table's columns whose former name is not a column of the table too."""
+    """The declared renames (column -> its former name) to look for in records captured before the rename,
+    which carry the former name: those whose column is in the image and whose former name is not."""
     names = set(image.fieldNames())
     return {new: old for new, old in info.renamed.items() if new in names and old not in names}
 
@@ -106,8 +107,8 @@ def _read_as(image: T.StructType, formers: dict[str, str]) -> T.StructType:
 
 
 def _value(row: Column, name: str, formers: dict[str, str]) -> Column:
-    """A column's value in a record: under its name, or, in a record captured before its rename, its former one
-    (a record that has the name is read by it)."""
+    """A column's value in a record: under its name, or, in a record captured before its rename, under its
+    former name (a record that has both is read by the new name)."""
     return F.coalesce(row[name], row[formers[name]]) if name in formers else row[name]
 
 
@@ -130,7 +131,7 @@ def _bad_value(info: CdcTable, as_text: Column, typed: Column, image: T.StructTy
         text, encoding = _value(as_text, f.name, formers), _value(encodings, f.name, formers)
         bad = text.isNotNull() & typed[f.name].isNull()
         why = F.concat(F.lit(f"{f.name} is not a {f.dataType.simpleString()}: "), text)
-        # Decoded again only for a record already bad: a decimal the declared scale would round.
+        # Only for a value that did not decode: a decimal with more scale than declared gets a reason of its own.
         digits = more_scale(text, _declared(info, f), encoding, _modes(info))
         if digits is not None and f.name not in info.rounding:
             why = F.coalesce(F.concat(
@@ -153,11 +154,11 @@ _BODY_SCHEMA = re.compile(r'[ \t]*,[ \t]*"schema"[ \t]*:[ \t]*')
 
 
 def landed_head(line: str) -> str | None:
-    """How a wrapped record (`{"schema": <schema>, "payload": ...}`) begins, exactly as it landed, up to its
-    payload's value: its head. Compact as Debezium's JSON converter writes it, or spaced as JSON written by other
-    tools is (`", "` and `": "`). A record written payload first (`{"payload": ..., "schema": <schema>}`) has the
-    head it would begin with, compact around its schema as written (as the line reader's count finds it). None
-    for any other line."""
+    """The "head" of a wrapped record (`{"schema": <schema>, "payload": ...}`): its text exactly as it landed,
+    from its start up to its payload's value. Compact as Debezium's JSON converter writes it, or spaced as JSON
+    written by other tools is (`", "` and `": "`). For a record written payload first (`{"payload": ...,
+    "schema": <schema>}`), the head it would begin with if written schema first: `{"schema":`, the schema's
+    text as written, `,"payload":` (as the line reader's count pass reports it). None for any other line."""
     decoder = json.JSONDecoder()
     opened = _HEAD_OPEN.match(line)
     try:
@@ -197,15 +198,17 @@ def _normalised(schema_text: str) -> str:
 
 @dataclass(frozen=True)
 class _Known:
-    """The heads whose record schema's encodings are worked out once, and those encodings per distinct schema
-    (`encodings`: the heads' indexes, the literal)."""
+    """The heads whose record schema's encodings are worked out once for all their records (`heads`: (index,
+    head)), and those encodings per distinct schema (`encodings`: the indexes of its heads, the encodings as a
+    literal column)."""
 
     heads: list[tuple[int, str]]
     encodings: list[tuple[list[int], Column]]
 
     def index(self, lines: DataFrame) -> Column:
-        """Per line, the index of its head among the known (null for none): as the line reader identified its
-        head (`_json_schema`, a record written body first included), else by the bytes the line begins with."""
+        """Per line, the index of its head among the known ones (null for none): as the line reader identified
+        its head (`_json_schema`, also for a record written payload first), else by the bytes the line begins
+        with."""
         if "_json_schema" not in lines.columns:
             return _head_index(self.heads)
         index = F.lit(None).cast("int")
@@ -224,8 +227,9 @@ def _schema_id(text: str) -> int:
 
 
 def _known(heads: Iterable[str]) -> _Known:
-    """`heads` decided per distinct schema: heads whose schemas differ only in whitespace or key order share one
-    literal of encodings; a head whose schema is no schema `encodings_of` reads is not known."""
+    """`heads` grouped by distinct schema: heads whose schemas differ only in whitespace or key order share one
+    literal of encodings. A head whose schema `encodings_of` cannot read, or past MAX_SCHEMAS schemas, is left
+    out."""
     by_schema: dict[str, list[tuple[int, str]]] = {}
     for n, head in enumerate(dict.fromkeys(heads)):
         by_schema.setdefault(_normalised(head_schema(head)), []).append((n, head))
@@ -273,8 +277,9 @@ def _map_keys(before: Column, after: Column) -> Column:
 
 @dataclass(frozen=True)
 class _Fast:
-    """The lines read at once: which (`clean`), their envelope (images as text structs), a wrapped record's
-    encodings from its own schema (for the records of no known head), and the keys of their images."""
+    """What the first parse gives: which lines it read completely (`clean`), their envelope (images as text
+    structs), a wrapped record's encodings from its own schema (for records with no known head), and the keys
+    of their images."""
 
     clean: Column
     envelope: Column
@@ -296,8 +301,8 @@ def _read_by_reader(image: T.StructType, small: Column) -> _Fast:
     j, head = F.col("_json"), F.col("_json_head")
     wrapped = head.isNotNull() | (j["schema"].isNotNull() & j["payload"].isNotNull())
     bare = head.isNull() & j["schema"].isNull() & j["payload"].isNull() & ~F.col("payload").contains('"payload"')
-    # A wrapped record of another schema than the known heads': its own, read from the line (its head, when the
-    # reader passed over it) or from the schema's text.
+    # A wrapped record whose schema is none of the known heads' decodes by its own schema, parsed from the line
+    # (when the reader skipped over its head) or from the schema text the reader kept.
     own = F.when(head.isNotNull(), F.from_json("payload", _SCHEMA_ONLY)["schema"]).otherwise(F.from_json(j["schema"], SCHEMA))
     envelope = F.when(j["payload"].isNotNull(), j["payload"]).otherwise(
         F.struct(*(j[n].alias(n) for n in _READ_ENVELOPE.fieldNames())))
@@ -331,9 +336,9 @@ def _read_by_spark(staged: DataFrame, k: Column, known: list[tuple[int, str]], i
     options = {"columnNameOfCorruptRecord": "_corrupt_record"}
     one_pass = T.StructType([T.StructField("schema", T.StringType()), T.StructField("payload", envelope),
                              *envelope.fields, corrupt])
-    # From the first byte after the schema's prefix: the payload object (the record's closing brace after it
-    # is past the end of the object, which is where parsing stops). Cut as bytes: a string's substring counts
-    # characters, a walk through the whole schema on every line.
+    # The line from the first byte after its head: the payload object (parsing stops at the end of that object,
+    # so the record's closing brace after it does not matter). Cut as bytes: a substring of a string counts
+    # characters, which would walk through the whole schema on every line.
     after_prefix = F.lit(None).cast("string")
     for n, head in known:
         start = len(head.encode()) + 1
@@ -357,8 +362,9 @@ def _read_by_spark(staged: DataFrame, k: Column, known: list[tuple[int, str]], i
 
 
 def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> DataFrame:
-    """The lineage columns, `clean` (read at once), one struct `u` per line: its envelope, as text, however it
-    was written, and `image_keys`, the keys of its images where it begins with none of `heads` (else empty).
+    """The lineage columns, `clean` (read by the first parse), one struct `u` per line: its envelope, as text,
+    however it was written, and `image_keys`, the keys of its images where it begins with none of `heads` (else
+    empty).
 
     A wrapped record that begins with one of `heads` (how these lines' wrapped records begin, up to their
     payload, as landed: `landed_head`) takes its schema's encodings as a literal, worked out once for each
@@ -389,7 +395,8 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
     # The other lines, one layer at a time (null for the lines read above).
     null_line = F.trim("payload") == "null"
     slow = ~F.col("clean") & ~null_line
-    # Columns of their own, under `when(slow, ...)`: an expression met twice is computed for every line.
+    # Columns of their own, each under `when(slow, ...)`: computed once, for the slow lines only (an expression
+    # used twice in one projection is computed twice).
     staged = staged.withColumns({
         "line": F.when(slow, F.from_json("payload", _LINE, {"columnNameOfCorruptRecord": "_corrupt_record"})),
         "line_keys": F.when(slow, F.json_object_keys("payload")),
@@ -529,19 +536,21 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
         (F.coalesce(src["snapshot"], F.lit("false")) != "false").alias("snapshot"),
         *LINEAGE_COLUMNS,
         "reason",
-        F.col("image_keys").alias(IMAGE_KEYS),  # computed only where asked for (new_image_keys)
+        F.col("image_keys").alias(IMAGE_KEYS),  # Spark computes it only where a later step uses it (new_image_keys)
     )
 
 
 @dataclass(frozen=True)
 class CdcSurvey:
-    """What a look at a run's lines finds before they are parsed."""
+    """What `survey_cdc` finds in a run's lines before they are parsed."""
 
     new_fields: list[tuple[str, str]]  # (column path, type) of image fields the table lacks
     heads: list[str]  # wrapped records' beginnings up to their payload, as landed (`landed_head`)
 
 
-MAX_SCHEMAS = 16  # literal encodings per run; records of any other schema decode theirs one by one
+# Distinct schemas whose encodings are worked out once per run (as literals); records of any other schema are
+# decoded by their own schema, record by record.
+MAX_SCHEMAS = 16
 
 
 def survey_cdc(lines: DataFrame, table_schema: T.StructType, heads: Iterable[str] | None = None,
@@ -550,9 +559,9 @@ def survey_cdc(lines: DataFrame, table_schema: T.StructType, heads: Iterable[str
     most lines first: `landing/reader.py`; else those of the files' first lines, read from `lines`), and the
     fields of their record schemas that the table's image struct lacks (a column added upstream).
 
-    The records that begin with a head found have its schema's fields. Fields of other records (bare ones,
-    records of a head past the reader's limit) are found while bronze is written (`new_image_keys`), and typed
-    after (`typed_new_fields`).
+    The fields of records that begin with a head found are those of the head's schema. Fields of other records
+    (bare ones, records of a head past the reader's limit) are found while bronze is written (`new_image_keys`),
+    and typed afterwards (`typed_new_fields`).
     """
     if heads is None:
         first = lines.where(F.col("source_line") == 1).select("payload").collect()
@@ -564,9 +573,9 @@ def survey_cdc(lines: DataFrame, table_schema: T.StructType, heads: Iterable[str
 
 def new_image_keys(table_schema: T.StructType, heads: Iterable[str] = (), formers: Iterable[str] = ()) -> Column:
     """Per parsed line (`parse_cdc`): the keys of its before/after images that the table's image struct lacks,
-    for the records that do not begin with one of the heads the parse was given (their fields are that head's
-    schema's; `heads` is the same hint, taken for the ingest's call). An array, empty for most lines; a column
-    gathered while bronze is written."""
+    for the records that begin with none of the heads the parse was given (the fields of the others are their
+    head schema's; `heads` is not used here, the parse already left those records' keys out). An array, empty
+    for most lines; a column computed while bronze is written."""
     after = table_schema["after"].dataType
     assert isinstance(after, T.StructType)  # the before/after images are structs
     known = sorted({f.name for f in after.fields} | set(formers))
@@ -584,7 +593,9 @@ def typed_new_fields(lines: DataFrame, table_schema: T.StructType, keys: Iterabl
     heads = list(heads)
     new = sorted({k for k in keys if _DRIFT_NAME.match(k) and k not in known})[:32]
     have = {name for h in heads for name, *_ in _schema_columns(head_schema(h))}
-    if set(new) - have:  # a column of records of no head found (bare, or past the limit): the records type it
+    # Some new columns appear only in records with no head found (bare, or past the limit): add the heads of such
+    # records, whose schemas give the columns' types.
+    if set(new) - have:
         index = _head_index(list(enumerate(heads)))
         named = F.lit(False)
         for name in sorted(set(new) - have):

@@ -31,7 +31,8 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
     so that a wrong type becomes a precise reason instead of Spark nulling the whole record). Only the lines
     that parse refuses (not JSON, a map field that is not an object) are parsed again, all as text, which tells
     which field is wrong. Columns the table gained from schema drift are filled from the payload by name. Lines
-    the line reader parsed (`_json_ok`, see `sources.landing.read_lines`) take its parse instead of the first.
+    the line reader already parsed (`_json_ok`, see `landing.reader.read_lines`) use its parse instead of the
+    first one here.
     """
     top_level = sorted({p for p in source.paths.values() if "." not in p})
     maps = {name for name, path in source.paths.items()
@@ -55,10 +56,11 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
             return F.when(~at_first, F.col("text")[path])
         return F.when(at_first, F.col("first")[path]).otherwise(F.col("text")[path])
 
-    # Three projections: the texts, the typed values, then the reasons over both. A value is computed once;
-    # in a single projection, a typed value used both as a column and inside the reason's CASE was computed twice.
-    # A column the table keeps that the declaration does not name (the data brought it, or a former declaration
-    # did): filled from the record's key of its name, typed as the column is, never cast from another type.
+    # Three projections: the texts, the typed values, then the reasons over both, so that each value is computed
+    # once (in a single projection, a typed value used both as a column and inside the reason's CASE is computed
+    # twice).
+    # A column the table keeps that the declaration does not name (added by schema drift, or declared earlier and
+    # since removed): filled from the record's key of its name, typed as the column is, never cast from another type.
     kept = {f.name: f.dataType for f in drifted_columns(source, table_schema)}
     texts = parsed.select(*LINEAGE_COLUMNS, TOP_KEYS, F.col("text._corrupt_record").alias("__corrupt"), at_first.alias("__first"),
                           *(text(name).alias(f"__text_{name}") for name in source.fields),
@@ -75,7 +77,7 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
     reason = json_reason(F.col("payload"), F.col("__corrupt"))
     for name in source.required:
         missing = blank(F.col(f"__text_{name}"))
-        if name in maps:  # parsed as a map at once: absent or null, or (parsed as text) blank
+        if name in maps:  # missing: null from the first parse, or blank text where the line was parsed again
             missing = F.when(F.col("__first"), F.col(name).isNull()).otherwise(missing)
         reason = reason.when(missing, F.lit(f"missing required field {name}"))
     for name, dtype in [*source.fields.items(), *kept.items()]:
@@ -91,7 +93,7 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
         *LINEAGE_COLUMNS,
         *kept,
         reason.alias("reason"),
-        TOP_KEYS,  # computed only where asked for (new_event_keys)
+        TOP_KEYS,  # Spark computes it only where a later step uses it (new_event_keys)
     )
 
 
@@ -113,8 +115,8 @@ def new_event_keys(source: EventSource, table_schema: T.StructType) -> Column:
     """Per line: the top-level keys the table has no column for yet (schema drift), an array, empty for most
     lines. Keys that are not plain lower-case identifiers stay in the raw payload only.
 
-    A column, not a pass of its own: ingest gathers it while bronze is written, and the keys found become
-    nullable string columns.
+    A column, not a separate pass over the data: ingest collects it while bronze is written, and the keys found
+    become nullable string columns.
     """
     present = sorted({f.name.lower() for f in table_schema.fields} | {p.split(".")[0] for p in source.paths.values()})
     return F.filter(F.col(TOP_KEYS), lambda k: ~k.isin(*present) & k.rlike(_DRIFT_NAME.pattern))
