@@ -59,7 +59,8 @@ def cmd_pin(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     """The SQL endpoint for BI tools and SQL clients (Spark's Thrift server), whether it answers (--check), or a
     user of it added (--add-user)."""
-    from ..serving.endpoint import Endpoint, add_user, check, serve, users_file
+    from ..serving.endpoint import Endpoint, check, serve
+    from ..serving.users import add_user, users_file
 
     if args.add_user:
         password = getpass.getpass(f"password for {args.add_user}: ") if sys.stdin.isatty() else sys.stdin.readline()

@@ -19,8 +19,8 @@ SUMMARIZE), and its parse tree may name the exposed tables, its own CTEs and tab
 functions that read no file (`range`, `unnest`...), nothing else: no COPY, ATTACH,
 INSTALL, SET or CREATE, no `read_parquet`, `read_text` or `FROM 'file.csv'`. DuckDB's
 settings then fence the session: it may open only the exposed tables' own directories,
-and it cannot change that. Raw data (bronze, its quarantine, the ingest log) is exposed
-only when an engineer asks (`raw`, `LAKEHOUSE_SQL_RAW`).
+and it cannot change that. Raw data (bronze, its quarantine, the ingest log: read_rule.py
+says which tables) is exposed only when an engineer asks (`raw`, `LAKEHOUSE_SQL_RAW`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import duckdb
 
 from ..settings import Settings
 from ..times import iso_ms, parse_as_of, to_ms
+from .read_rule import raw_tables, read_only_settings
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -188,14 +189,6 @@ def _duckdb_path(location: str) -> str:
     return location
 
 
-def read_only_settings(settings: Settings) -> Settings:
-    """The settings with the read-only S3 credential for analysts' SQL in place of the lake's, when one is set:
-    the catalog's metadata (pyiceberg) and the tables' files (DuckDB) are then read with it alone."""
-    if not settings.sql_s3_access_key:
-        return settings
-    return settings.with_(s3_access_key=settings.sql_s3_access_key, s3_secret_key=settings.sql_s3_secret_key)
-
-
 def _s3_secret(settings: Settings) -> str:
     settings = read_only_settings(settings)
     parts = [("TYPE", "s3"), ("REGION", f"'{_sql_string(settings.s3_region)}'")]
@@ -320,9 +313,25 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
     raw = settings.sql_raw if raw is None else raw
 
     def unknown(name: str) -> str:  # lists the exposed tables only, worked out when needed
-        hidden = set() if raw else _raw_tables(settings, names.values())
+        hidden = set() if raw else raw_tables(settings, names.values())
         return _unknown_message(name, settings.namespace, {k: v for k, v in names.items() if v not in hidden})
 
+    selected, hidden = _selected(settings, sql, names, tables, raw, unknown)
+    con = _open(settings, profile)
+    try:
+        statements = _judged(con, sql, settings.namespace, selected, hidden, unknown)
+        views = _views(settings, rows, names, selected, as_of)
+        _fence(con, _readable(views))
+        _create_views(con, settings.namespace, views)
+    except BaseException:
+        con.close()
+        raise
+    return _Session(con, views, statements, unknown)
+
+
+def _selected(settings: Settings, sql: str, names: dict[str, str], tables: list[str] | None, raw: bool,
+              unknown: Callable[[str], str]) -> tuple[list[str], set[str]]:
+    """The tables to expose (`tables`, else those the statement names) and those of them hidden as raw."""
     if tables is not None:
         tables = [tables] if isinstance(tables, str) else list(tables)
         missing = [t for t in tables if t.lower() not in names]
@@ -331,29 +340,24 @@ def _prepare(settings: Settings, sql: str, as_of: str | None, tables: list[str] 
         selected = list(dict.fromkeys(names[t.lower()] for t in tables))
     else:
         selected = sorted(_tokenized_tables(sql, names))
-    hidden = set() if raw else _raw_tables(settings, selected)
+    hidden = set() if raw else raw_tables(settings, selected)
     if tables is not None and hidden:
         raise ValueError(_raw_message(sorted(hidden)[0]))
-    selected = [name for name in selected if name not in hidden]
-    con = _open(settings, profile)
-    try:
-        statements = _judged(con, sql, settings.namespace, selected, hidden, unknown)
-        views = _views(settings, rows, names, selected, as_of)
-        _fence(con, _readable(views))
-        qualified = settings.namespace.lower() not in ("main", "temp", "memory", "system", "information_schema",
-                                                       "pg_catalog")
-        if qualified and views:
-            con.execute(f'CREATE SCHEMA "{_identifier(settings.namespace)}"')
-        for view in views:
-            scan = iceberg_scan(view.metadata_location, view.snapshot.snapshot_id if view.snapshot else None)
-            con.execute(f'CREATE VIEW main."{_identifier(view.name)}" AS SELECT * FROM {scan}')
-            if qualified:
-                con.execute(f'CREATE VIEW "{_identifier(settings.namespace)}"."{_identifier(view.name)}" '
-                            f'AS SELECT * FROM main."{_identifier(view.name)}"')
-    except BaseException:
-        con.close()
-        raise
-    return _Session(con, views, statements, unknown)
+    return [name for name in selected if name not in hidden], hidden
+
+
+def _create_views(con: duckdb.DuckDBPyConnection, namespace: str, views: list[_View]) -> None:
+    """A view per table over its `iceberg_scan`, by its name alone and, unless the namespace's name is one of
+    DuckDB's own schemas, by namespace.name too."""
+    qualified = namespace.lower() not in ("main", "temp", "memory", "system", "information_schema", "pg_catalog")
+    if qualified and views:
+        con.execute(f'CREATE SCHEMA "{_identifier(namespace)}"')
+    for view in views:
+        scan = iceberg_scan(view.metadata_location, view.snapshot.snapshot_id if view.snapshot else None)
+        con.execute(f'CREATE VIEW main."{_identifier(view.name)}" AS SELECT * FROM {scan}')
+        if qualified:
+            con.execute(f'CREATE VIEW "{_identifier(namespace)}"."{_identifier(view.name)}" '
+                        f'AS SELECT * FROM main."{_identifier(view.name)}"')
 
 
 def _views(settings: Settings, rows: dict[str, str] | None, names: dict[str, str], selected: list[str],
@@ -440,39 +444,8 @@ def _sql_error(exc: duckdb.Error, unknown: Callable[[str], str]) -> ValueError:
 
 
 # ---------------------------------------------------------------------------------------
-# Who sees what: raw data for engineers only
+# Who sees what: raw data for engineers only (the rule: read_rule.py)
 # ---------------------------------------------------------------------------------------
-
-
-def looks_raw(name: str) -> bool:
-    """The names the declaration gives raw tables: bronze_<source>, bronze_<source>_quarantine, bronze_ingest_log
-    (project/model.py); a test checks that every bronze-layer table the build declares is named so."""
-    return name.lower().startswith("bronze_") or name.lower().endswith("_quarantine")
-
-
-def _raw_tables(settings: Settings, names: Iterable[str]) -> set[str]:
-    """Those of `names` that hold raw data. The declaration's layer decides for the tables it declares; a table
-    it does not declare (another project's, a source since removed) is raw when its name looks raw."""
-    suspects = {name for name in names if looks_raw(name)}
-    if not suspects:
-        return set()  # the declaration is read only when it may decide something
-    declared = declared_raw(settings)
-    return {name for name in suspects if declared.get(name, True)}
-
-
-def declared_raw(settings: Settings) -> dict[str, bool]:
-    """Each declared table: whether the build gives it the bronze layer (build.table_specs: every landing
-    source's bronze and quarantine tables and the ingest log). Empty when no declaration loads."""
-    from ..errors import DeclarationError
-    from ..project import load_project
-    from ..project.model import INGEST_LOG
-
-    try:
-        project = load_project(settings.project, settings.project_origin)
-    except (DeclarationError, OSError):
-        return {}
-    raw = {INGEST_LOG, *(s.bronze for s in project.landing_sources), *(s.quarantine for s in project.landing_sources)}
-    return {name: name in raw for name in project.table_names}
 
 
 def _raw_message(name: str) -> str:
@@ -606,7 +579,13 @@ def _listed(value: Any, separator: str | None = ",") -> list[str]:
 
 
 def _scan_infos(namespace: str, views: list[_View], scans: list[dict]) -> list[ScanInfo]:
-    """One ScanInfo per view: its scans are those whose files lie under its table's location.
+    """One ScanInfo per view, from the scans that read its table (_scans_by_view)."""
+    mine = _scans_by_view(views, scans)
+    return [_scan_info(namespace, view, mine[view.name]) for view in views]
+
+
+def _scans_by_view(views: list[_View], scans: list[dict]) -> dict[str, list[dict]]:
+    """Each view's scans: those whose files lie under its table's location.
 
     A scan that read no file names none: it goes to the one view no other scan matched,
     if there is exactly one (otherwise its filters are not attributed; it read nothing).
@@ -626,22 +605,24 @@ def _scan_infos(namespace: str, views: list[_View], scans: list[dict]) -> list[S
     idle = [name for name, found in mine.items() if not found]
     if len(idle) == 1:
         mine[idle[0]] = unmatched
-    infos = []
-    for view in views:
-        snapshot, found = view.snapshot, mine[view.name]
-        summary = snapshot.summary if snapshot is not None and snapshot.summary else None
-        total = summary.get("total-data-files") if summary is not None else None
-        infos.append(ScanInfo(
-            table=f"{namespace}.{view.name}",
-            snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
-            committed_at=iso_ms(snapshot.timestamp_ms) if snapshot is not None else None,
-            files_read=sum(int(s.get("Total Files Read", 0)) for s in found),
-            files_total=int(total) if total is not None else 0,
-            filters=tuple(dict.fromkeys(" AND ".join(_listed(s["Filters"], None)) for s in found if s.get("Filters"))),
-            columns=tuple(dict.fromkeys(c for s in found for c in _listed(s.get("Projections")))),
-            rows=sum(s["rows"] for s in found),
-        ))
-    return infos
+    return mine
+
+
+def _scan_info(namespace: str, view: _View, found: list[dict]) -> ScanInfo:
+    """What the scans `found` read of one view's table."""
+    snapshot = view.snapshot
+    summary = snapshot.summary if snapshot is not None and snapshot.summary else None
+    total = summary.get("total-data-files") if summary is not None else None
+    return ScanInfo(
+        table=f"{namespace}.{view.name}",
+        snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
+        committed_at=iso_ms(snapshot.timestamp_ms) if snapshot is not None else None,
+        files_read=sum(int(s.get("Total Files Read", 0)) for s in found),
+        files_total=int(total) if total is not None else 0,
+        filters=tuple(dict.fromkeys(" AND ".join(_listed(s["Filters"], None)) for s in found if s.get("Filters"))),
+        columns=tuple(dict.fromkeys(c for s in found for c in _listed(s.get("Projections")))),
+        rows=sum(s["rows"] for s in found),
+    )
 
 
 # ---------------------------------------------------------------------------------------

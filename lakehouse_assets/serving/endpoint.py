@@ -1,25 +1,23 @@
 """`lakehouse serve`: the lakehouse's SQL endpoint for BI tools and SQL clients, Spark's Thrift JDBC/ODBC server
 (HiveServer2's protocol) on the same catalog and settings as the assets.
 
-It only reads, by construction: every statement passes the session extension ReadOnlySql (runtime/java) after
+It only reads, by construction: every statement passes the session extension ReadOnlySql (serving/java) after
 analysis and before it runs, which allows what reading is made of by name (serving/java/lakehouse/read-policy.tsv:
 plan nodes, commands, functions, settings) and refuses everything else before a file is written; what a session
 sends when it opens passes the same list (GuardedSessions); variable substitution and SQL on raw files are off;
 the catalog is opened read-only where the catalog database allows it (SQLite) and the tables' files are read with
 the read-only S3 identity analysts' SQL uses (LAKEHOUSE_SQL_S3_ACCESS_KEY) when one is set; the server's JVM starts
 with an environment of its own, without the pipeline's keys. Raw tables (bronze, quarantines, the ingest log) are
-refused unless LAKEHOUSE_SQL_RAW=1, as for `lakehouse sql`. Every query reads each table's current snapshot (the
-catalog keeps no cached metadata), so a commit by a run or the stream shows in the next query.
+refused unless LAKEHOUSE_SQL_RAW=1, by the rule `lakehouse sql` applies (read_rule.py), which the check receives in
+the server's Spark settings. Clients sign in with the users file (users.py). Every query reads each table's current
+snapshot (the catalog keeps no cached metadata), so a commit by a run or the stream shows in the next query.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import ipaddress
 import os
 import re
-import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -30,13 +28,13 @@ from ..errors import LakehouseError
 from ..runtime.java_jar import EXTENSION_CLASS, PASSWORD_CLASS
 from ..runtime.spark import ICEBERG_EXTENSIONS, spark_conf
 from ..settings import Settings
-from .duckdb_sql import declared_raw, looks_raw, read_only_settings
+from .read_rule import endpoint_rule, read_only_settings
+from .users import read_users, users_file
 
 # What of its environment the endpoint's JVM is started with: what a JVM and Spark need to start, nothing else
 # (no key, password or credential of the pipeline's: the endpoint's settings reach Spark as its configuration).
 KEPT_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
                     "JAVA_HOME", "SPARK_HOME", "SPARK_LOCAL_IP", "XDG_CACHE_HOME", "LAKEHOUSE_JVM_ARCHIVE")
-PASSWORD_ITERATIONS = 600_000  # PBKDF2-SHA256, as current guidance asks
 
 
 @dataclass(frozen=True)
@@ -54,11 +52,6 @@ class Endpoint:
         return f"hive://{self.host}:{self.port}/{self.namespace}"
 
 
-def exposed_raw_looking(settings: Settings) -> list[str]:
-    """Declared tables of other layers whose names look raw (a gold `bronze_medals`): the endpoint reads them."""
-    return sorted(name for name, raw in declared_raw(settings).items() if not raw and looks_raw(name))
-
-
 def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
     """The lakehouse's settings as the endpoint's Spark needs them: the read-only extension and identity, raw
     tables hidden, SQL on files off, the Thrift server's address, each query's own snapshot."""
@@ -68,8 +61,7 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
     catalog = f"spark.sql.catalog.{settings.catalog_name}"
     conf = {
         "spark.sql.extensions": f"{ICEBERG_EXTENSIONS},{EXTENSION_CLASS}",
-        "spark.lakehouse.serve.raw": str(settings.sql_raw).lower(),
-        "spark.lakehouse.serve.exposed": ",".join(exposed_raw_looking(settings)),
+        **endpoint_rule(settings),  # which tables are raw, for ReadOnlySql's check
         "spark.lakehouse.serve.catalog": settings.catalog_name,
         "spark.sql.runSQLOnFiles": "false",
         "spark.sql.variable.substitute": "false",  # no ${env:...}, ${system:...} or ${spark...} in a statement
@@ -127,6 +119,7 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
     from ..runtime.spark import get_spark
 
     users = users_file(settings)
+    read_users(users)  # a malformed file is said now, not at each sign-in
     if not users.exists() and not _loopback(endpoint.host):
         raise LakehouseError(f"the SQL endpoint listens beyond this machine ({endpoint.host}) only with sign-in: "
                              f"add a user first (lakehouse serve --add-user NAME writes {users})")
@@ -232,37 +225,6 @@ def check(endpoint: Endpoint, user: str = "", password: str = "") -> str:
     except Exception:  # noqa: BLE001 - something listens there but does not answer as the endpoint
         return ""
     return f"answers (Spark {version.split()[0]})"
-
-
-def users_file(settings: Settings) -> Path:
-    """The endpoint's users and their password hashes; when the file exists, clients sign in."""
-    return settings.home / "secrets" / "sql-endpoint-users"
-
-
-def add_user(path: Path, name: str, password: str, iterations: int = PASSWORD_ITERATIONS) -> None:
-    """Add a user (or change their password) in the users file, as PasswordFile.java reads it: the password
-    kept as PBKDF2-SHA256 with a random salt. The file is written whole and renamed into place, readable by its
-    owner only."""
-    if not re.fullmatch(r"[A-Za-z0-9_.@-]+", name):
-        raise ValueError(f"a user name is letters, digits and _.@- only, not {name!r}")
-    if len(password) < 8:
-        raise ValueError("a password has at least 8 characters")
-    salt = secrets.token_bytes(16)
-    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    line = (f"{name}:pbkdf2_sha256${iterations}${base64.b64encode(salt).decode()}$"
-            f"{base64.b64encode(digest).decode()}")
-    kept = [kept for kept in (path.read_text().splitlines() if path.exists() else [])
-            if kept.strip() and kept.split(":", 1)[0] != name]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    before = path.stat() if path.exists() else None  # an endpoint of its own user reads it through its group
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write("\n".join([*kept, line]) + "\n")
-    if before is not None:
-        os.chown(partial, before.st_uid, before.st_gid)
-        partial.chmod(before.st_mode & 0o640)
-    os.replace(partial, path)
 
 
 def _loopback(host: str) -> bool:

@@ -78,6 +78,7 @@ STATEMENTS = [
 QUERIES = ["SELECT * FROM {t}", "SELECT count(*) FROM {t}", "SELECT * FROM {t} WHERE event_id IN (SELECT 1)"]
 PREFIXES = ["set:hiveconf:", "set:hivevar:", "set:system:", "set:env:", "set:metaconf:", "set:", ""]
 EXTRA_SETTINGS = ["spark.lakehouse.serve.raw", "spark.lakehouse.serve.exposed", "spark.lakehouse.serve.catalog",
+                  "spark.lakehouse.serve.rawPrefixes", "spark.lakehouse.serve.rawSuffixes",
                   "spark.sql.catalog.{cat}.uri", "spark.sql.catalog.{cat}.warehouse", "spark.sql.catalog.{cat}",
                   "spark.sql.extensions", "spark.sql.runSQLOnFiles", "spark.sql.variable.substitute",
                   "spark.sql.thriftServer.queryTimeout", "spark.sql.thriftServer.incrementalCollect",

@@ -23,6 +23,7 @@ from pyhive import hive
 from thrift.transport.TTransport import TTransportException
 
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.serving import read_rule
 from lakehouse_assets.serving.duckdb_sql import query
 from lakehouse_assets_tests.conftest import dsn_of
 from lakehouse_services.process import free_port
@@ -68,10 +69,11 @@ def served(lake_settings, tmp_path_factory):
 
 
 @contextlib.contextmanager
-def endpoint(env: dict, log: Path):
-    """`lakehouse serve` with these settings, from the moment it says it listens until it is stopped."""
+def endpoint(env: dict, log: Path, command: list[str] | None = None):
+    """`lakehouse serve` (or `command`) with these settings, from the moment it says it listens until it is
+    stopped."""
     with open(log, "w") as out:
-        server = subprocess.Popen([LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(command or [LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
         while "SQL endpoint (read-only) on" not in log.read_text():
@@ -115,6 +117,50 @@ QUERIES = [
     "ORDER BY u.name",
     "SELECT count(*) AS n FROM events WHERE ts >= '2025-01-02'",
 ]
+
+
+def test_both_doors_follow_the_raw_table_rule_changed_in_read_rule_alone(lake_settings, tmp_path, monkeypatch):
+    """The rule changed in serving/read_rule.py and nowhere else (a prefix added, the suffix dropped): `lakehouse
+    sql` and an endpoint started with it both refuse the table that is now raw and both read the one no longer
+    raw. (First in the module: its endpoint runs before the module's own starts.)"""
+    namespace = f"t_rule_{uuid.uuid4().hex[:6]}"
+    settings = lake_settings.with_(home=tmp_path / "home", catalog_uri="", warehouse="", namespace=namespace,
+                                   project=str(tmp_path / "no-declaration.yaml"))
+    catalog = catalog_for(settings)
+    catalog.create_namespace(namespace)
+    _create(catalog, namespace, "scratch_events", [{"note": "raw by the changed rule"}])
+    _create(catalog, namespace, "events_quarantine", [{"note": "raw by today's rule"}])
+    _create(catalog, namespace, "bronze_events", [RAW_ROW])
+    with pytest.raises(ValueError, match="table 'events_quarantine' is raw data"):
+        query(settings, "SELECT * FROM events_quarantine")
+    assert query(settings, "SELECT note FROM scratch_events").to_pylist() == [{"note": "raw by the changed rule"}]
+
+    changed = {"RAW_PREFIXES": ("bronze_", "scratch_"), "RAW_SUFFIXES": ()}
+    for name, value in changed.items():
+        monkeypatch.setattr(read_rule, name, value)
+    for table in ("scratch_events", "bronze_events"):
+        with pytest.raises(ValueError, match=f"table '{table}' is raw data"):
+            query(settings, f"SELECT * FROM {table}")
+    assert query(settings, "SELECT note FROM events_quarantine").to_pylist() == [{"note": "raw by today's rule"}]
+
+    # The endpoint's process changes the same names before `lakehouse serve` runs.
+    script = "\n".join(["import sys", "from lakehouse_assets.serving import read_rule",
+                        *(f"read_rule.{name} = {value!r}" for name, value in changed.items()),
+                        "from lakehouse_assets.cli import main", "sys.exit(main(['serve']))"])
+    port = free_port()
+    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": namespace,
+           "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SERVE_PORT": str(port),
+           "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1",
+           "LAKEHOUSE_SERVE_EXECUTOR_MEMORY": "512m"}
+    with endpoint(env, tmp_path / "serve.log", [sys.executable, "-c", script]):
+        cursor = hive.connect(host="127.0.0.1", port=port, database=namespace).cursor()
+        for table in ("scratch_events", "bronze_events"):
+            with pytest.raises(hive.OperationalError, match="holds raw data and is not exposed"):
+                cursor.execute(f"SELECT * FROM {table}")
+        cursor.execute("SELECT note FROM events_quarantine")
+        assert cursor.fetchall() == [("raw by today's rule",)]
+        cursor.execute("SHOW TABLES")
+        assert cursor.fetchall() == [("events_quarantine",)]
 
 
 def test_pyhive_sqlalchemy_and_beeline_get_the_answers_lakehouse_sql_gives(served, tmp_path):
@@ -261,6 +307,7 @@ def test_what_reading_is_not_made_of_is_refused_by_name_before_it_runs(served, t
         "SET -v": "may not be read",
         f"SET spark.sql.catalog.{settings.catalog_name}.uri": "may not be read",
         "SET spark.lakehouse.serve.raw=true": "may not be changed",
+        "SET spark.lakehouse.serve.rawPrefixes=nothing_": "may not be changed",
         "SET spark.sql.variable.substitute=true": "may not be changed",
         "SET spark.sql.shuffle.partitions=100000": "takes a whole number from 1 64",
     }
@@ -286,6 +333,7 @@ def test_a_session_cannot_reconfigure_the_server_when_it_opens(served):
         "set:hiveconf:spark.sql.runSQLOnFiles": ("true", "setting spark.sql.runSQLOnFiles may not be changed"),
         "set:hiveconf:spark.lakehouse.serve.raw": ("true", "setting spark.lakehouse.serve.raw may not"),
         "set:hivevar:spark.lakehouse.serve.exposed": ("bronze_events", "setting spark.lakehouse.serve.exposed"),
+        "set:hiveconf:spark.lakehouse.serve.rawSuffixes": ("_none", "setting spark.lakehouse.serve.rawSuffixes"),
         "set:system:hive.server2.custom.authentication.class": (
             "org.apache.hive.service.auth.AnonymousAuthenticationProviderImpl", "may not open with set:system:"),
         "set:env:PATH": ("/tmp", "may not open with set:env:PATH"),

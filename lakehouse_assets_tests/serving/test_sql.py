@@ -34,6 +34,7 @@ from pyiceberg.types import (
 
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.serving import duckdb_sql as sql
+from lakehouse_assets.serving import read_rule
 from lakehouse_assets.serving.duckdb_sql import query, run
 from lakehouse_assets.settings import Settings
 from lakehouse_services.s3server import SeaweedS3
@@ -462,7 +463,7 @@ def test_the_docs_queries_are_queries_and_name_raw_tables_with_the_raw_flag():
         named = re.findall(r"\w+", statement)  # any word may be a table here: what matters is the statement's kind
         statements = sql._judged(duckdb.connect(), statement, "lake", named, set(), lambda name: f"unknown {name}")
         assert [s.type for s in statements] == [duckdb.StatementType.SELECT], statement
-        assert bool(flag) == any(sql.looks_raw(word) for word in named), statement
+        assert bool(flag) == any(read_rule.looks_raw(word) for word in named), statement
 
 
 def test_raw_tables_are_hidden_unless_an_engineer_asks(raw_lake):
@@ -529,9 +530,9 @@ def test_the_raw_tables_are_the_bronze_layer_the_build_declares(example):
 
     path = Path(__file__).resolve().parents[2] / "examples" / example / "lakehouse.yaml"
     specs = table_specs(load_project(path))
-    declared = sql.declared_raw(Settings(home=Path("/nonexistent"), project=str(path)))
+    declared = read_rule.declared_raw(Settings(home=Path("/nonexistent"), project=str(path)))
     assert declared == {name: spec.layer == "bronze" for name, spec in specs.items()}
-    assert {n for n, raw in declared.items() if raw} == {n for n in specs if sql.looks_raw(n)}
+    assert {n for n, raw in declared.items() if raw} == {n for n in specs if read_rule.looks_raw(n)}
     assert "bronze_ingest_log" in specs and declared["bronze_ingest_log"]
 
 

@@ -12,9 +12,13 @@ import java.security.SecureRandom;
 import java.util.ArrayDeque;
 import java.util.Base64;
 import java.util.Deque;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 import javax.crypto.Mac;
 import javax.crypto.SecretKeyFactory;
@@ -33,11 +37,12 @@ import org.apache.thrift.transport.TTransportFactory;
 
 /**
  * The SQL endpoint's sign-in: every connection is decided here, from the users file, read at each sign-in, so
- * a user added or removed counts at once. The file has one user a line as `name:pbkdf2_sha256$iterations$salt$hash`
- * (salt and hash in base64), written by `lakehouse serve --add-user` (serving/endpoint.py: add_user). With no user
- * in it (or no file), an endpoint that listens on this machine alone takes any client, and one that listens
- * beyond refuses everyone. Where the file is and which of the two applies are the server's, set when it starts
- * (configure), never a system property a client could change.
+ * a user added or removed counts at once. The file's format is stated once, in serving/users.py (FORMAT), whose
+ * add_user writes it (`lakehouse serve --add-user`); parse reads it with the same regular expression (LINE), and a
+ * malformed file refuses every sign-in, its line named. With no user in it (or no file), an endpoint that listens
+ * on this machine alone takes any client, and one that listens beyond refuses everyone. Where the file is and which
+ * of the two applies are the server's, set when it starts (configure), never a system property a client could
+ * change. `java lakehouse.PasswordFile FILE USER` (the password on stdin) signs in once, for tests.
  *
  * <p>Failed sign-ins are limited: past MAX_FAILURES of a user's, or MAX_ADDRESS_FAILURES from one address (any
  * user names), within WINDOW_MS, sign-ins of that user or from that address are refused without a look at the
@@ -51,6 +56,11 @@ public class PasswordFile implements PasswdAuthenticationProvider {
     static final int MAX_ADDRESS_FAILURES = 20;
     static final long WINDOW_MS = 60_000L;
     static final long REMEMBER_MS = 600_000L;
+    // serving/users.py's LINE: NAME:pbkdf2_sha256$ITERATIONS$SALT$HASH, salt and hash in padded base64.
+    private static final String BASE64 =
+        "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2}==)";
+    static final Pattern LINE = Pattern.compile(
+        "([A-Za-z0-9_.@-]+):pbkdf2_sha256\\$([1-9][0-9]{0,8})\\$(" + BASE64 + ")\\$(" + BASE64 + ")");
 
     private static volatile Path file;
     private static volatile boolean openWithoutUsers;
@@ -86,19 +96,14 @@ public class PasswordFile implements PasswdAuthenticationProvider {
         } catch (IOException e) {
             throw new AuthenticationException("sign-in refused: the password file cannot be read");
         }
-        String line = null;
-        boolean anyUser = false;
-        for (String candidate : lines) {
-            int colon = candidate.indexOf(':');
-            if (colon <= 0) {
-                continue;
-            }
-            anyUser = true;
-            if (user != null && candidate.substring(0, colon).equals(user)) {
-                line = candidate.substring(colon + 1).trim();
-            }
+        Map<String, String> users;
+        try {
+            users = parse(lines);
+        } catch (IllegalArgumentException e) {
+            throw new AuthenticationException("sign-in refused: the users file is malformed: " + e.getMessage());
         }
-        if (!anyUser) {
+        String line = user == null ? null : users.get(user);
+        if (users.isEmpty()) {
             if (openWithoutUsers) {
                 return;
             }
@@ -131,8 +136,7 @@ public class PasswordFile implements PasswdAuthenticationProvider {
         if (until != null && until > now) {
             return;
         }
-        String[] parts = line == null ? new String[0] : line.split("\\$");
-        if (parts.length == 4 && parts[0].equals("pbkdf2_sha256") && matches(password, parts)) {
+        if (line != null && matches(password, line)) {
             if (REMEMBERED.size() > 10_000) {
                 REMEMBERED.clear();
             }
@@ -193,7 +197,36 @@ public class PasswordFile implements PasswdAuthenticationProvider {
         }
     }
 
-    private static boolean matches(String password, String[] parts) {
+    /**
+     * The users of a users file's lines, each name with the rest of its line (serving/users.py: FORMAT): blank
+     * lines and spaces or tabs around a line ignored, any other line an IllegalArgumentException that names its number, as parse_users does.
+     */
+    static Map<String, String> parse(List<String> lines) {
+        Map<String, String> users = new LinkedHashMap<>();
+        Map<String, Integer> numbers = new HashMap<>();
+        for (int i = 0; i < lines.size(); i++) {
+            String line = lines.get(i).replaceAll("^[ \t]+|[ \t]+$", "");
+            if (line.isEmpty()) {
+                continue;
+            }
+            Matcher found = LINE.matcher(line);
+            if (!found.matches()) {
+                throw new IllegalArgumentException("line " + (i + 1) + ": not NAME:pbkdf2_sha256$ITERATIONS$SALT$HASH");
+            }
+            String name = found.group(1);
+            if (users.containsKey(name)) {
+                throw new IllegalArgumentException("line " + (i + 1) + ": user " + name + " is already on line "
+                    + numbers.get(name));
+            }
+            users.put(name, line.substring(name.length() + 1));
+            numbers.put(name, i + 1);
+        }
+        return users;
+    }
+
+    /** Whether the password derives the hash of a user's line past its name (parse has checked its form). */
+    private static boolean matches(String password, String hashed) {
+        String[] parts = hashed.split("\\$");
         try {
             int iterations = Integer.parseInt(parts[1]);
             byte[] salt = Base64.getDecoder().decode(parts[2]);
@@ -203,6 +236,25 @@ public class PasswordFile implements PasswdAuthenticationProvider {
             return MessageDigest.isEqual(got, expected);
         } catch (IllegalArgumentException | GeneralSecurityException e) {
             return false;
+        }
+    }
+
+    /** Sign in once as USER (the password on stdin's first line) with the users file FILE: prints the outcome. */
+    public static void main(String[] args) throws IOException {
+        if (args.length != 2) {
+            System.err.println("usage: java lakehouse.PasswordFile FILE USER < password");
+            System.exit(2);
+        }
+        String password = new java.io.BufferedReader(new java.io.InputStreamReader(System.in,
+            StandardCharsets.UTF_8)).readLine();
+        configure(args[0], false);
+        ready();
+        try {
+            new PasswordFile().Authenticate(args[1], password);
+            System.out.println("accepted");
+        } catch (AuthenticationException e) {
+            System.out.println(e.getMessage());
+            System.exit(1);
         }
     }
 }

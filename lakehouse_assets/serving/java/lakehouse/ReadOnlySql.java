@@ -2,7 +2,7 @@ package lakehouse;
 
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HashSet;
+import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 
@@ -58,11 +58,10 @@ import scala.runtime.BoxedUnit;
  * allows what reading is made of, by name (ReadPolicy's list): plan nodes of queries over the lakehouse's
  * catalog, the commands that show or describe, built-in functions but those that reach out of the query (Java
  * methods, XML documents), and a few session settings within bounds. Anything else, a kind the list has never
- * heard of included, is refused before it runs, named in the error. Raw tables (named bronze_* or
- * *_quarantine, as the declaration names them) are refused to every reader, in a query, a DESCRIBE or a SHOW
- * alike, but for those named in spark.lakehouse.serve.exposed (declared tables of other layers named so) and
- * unless spark.lakehouse.serve.raw is true. Both are the server's settings, read from its Spark context's
- * configuration, never a client's session.
+ * heard of included, is refused before it runs, named in the error. Raw tables are refused to every reader, in
+ * a query, a DESCRIBE or a SHOW alike. Which tables are raw is not decided here: the rule is serving/read_rule.py's
+ * (the one `lakehouse sql` applies), received in the server's Spark settings (RAW, RAW_PREFIXES, RAW_SUFFIXES,
+ * EXPOSED: read_rule.endpoint_rule writes them), never a client's session; rawName turns it into one expression.
  *
  * <p>SHOW TABLES answers as HiveServer2 does, one column of table names, and without the raw tables a reader
  * may not read: clients of the protocol (PyHive's SQLAlchemy dialect, and through it Superset) take a table's
@@ -72,7 +71,10 @@ import scala.runtime.BoxedUnit;
  * Spark's own "# Partitioning" rows, with no type, stop those clients' column reflection.
  */
 public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+    // The raw-table rule's settings (serving/read_rule.py: RAW_VISIBLE_KEY, RAW_PREFIXES_KEY, ...).
     public static final String RAW = "spark.lakehouse.serve.raw";
+    public static final String RAW_PREFIXES = "spark.lakehouse.serve.rawPrefixes";
+    public static final String RAW_SUFFIXES = "spark.lakehouse.serve.rawSuffixes";
     public static final String EXPOSED = "spark.lakehouse.serve.exposed";
     public static final String CATALOG = "spark.lakehouse.serve.catalog";
 
@@ -109,9 +111,14 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
         return session.sparkContext().conf().get(CATALOG, "");
     }
 
-    static Set<String> exposed(SparkSession session) {
-        Set<String> names = new HashSet<>();
-        for (String name : session.sparkContext().conf().get(EXPOSED, "").split(",")) {
+    /** A comma-separated setting of the rule, its names lower-cased; the endpoint always sets the rule. */
+    static List<String> ruleNames(SparkSession session, String key) {
+        Option<String> value = session.sparkContext().conf().getOption(key);
+        if (value.isEmpty()) {
+            throw new IllegalStateException("the endpoint was started without its raw-table rule (" + key + ")");
+        }
+        List<String> names = new ArrayList<>();
+        for (String name : value.get().split(",")) {
             if (!name.trim().isEmpty()) {
                 names.add(name.trim().toLowerCase(Locale.ROOT));
             }
@@ -119,11 +126,32 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
         return names;
     }
 
+    /**
+     * Whether the table named by `name` holds raw data a reader of this endpoint may not read, as an expression:
+     * its lower-cased name starts with one of the rule's prefixes or ends with one of its suffixes, and is not one
+     * of the exposed names. SHOW TABLES filters with it; raw() evaluates it on one name.
+     */
+    static Expression rawName(SparkSession session, Expression name) {
+        if (rawVisible(session)) {
+            return Literal$.MODULE$.apply(false);
+        }
+        Expression lower = new Lower(name);
+        Expression raw = Literal$.MODULE$.apply(false);
+        for (String prefix : ruleNames(session, RAW_PREFIXES)) {
+            raw = new Or(raw, new StartsWith(lower, Literal$.MODULE$.apply(prefix)));
+        }
+        for (String suffix : ruleNames(session, RAW_SUFFIXES)) {
+            raw = new Or(raw, new EndsWith(lower, Literal$.MODULE$.apply(suffix)));
+        }
+        for (String exposed : ruleNames(session, EXPOSED)) {
+            raw = new And(raw, new Not(new EqualTo(lower, Literal$.MODULE$.apply(exposed))));
+        }
+        return raw;
+    }
+
     /** Whether a table of this name holds raw data a reader of this endpoint may not read. */
     static boolean raw(SparkSession session, String name) {
-        String lower = name.toLowerCase(Locale.ROOT);
-        return !rawVisible(session) && (lower.startsWith("bronze_") || lower.endsWith("_quarantine"))
-            && !exposed(session).contains(lower);
+        return Boolean.TRUE.equals(rawName(session, Literal$.MODULE$.apply(name)).eval(InternalRow.empty()));
     }
 
     /** SHOW TABLES as the table names alone, the raw ones a reader may not read left out. */
@@ -141,14 +169,8 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
             }
             Attribute name = ((ShowTables) plan).output().apply(1);
             LogicalPlan listed = plan;
-            if (!rawVisible(session)) {  // the same rule as raw(): bronze_* or *_quarantine, but the exposed
-                Expression lower = new Lower(name);
-                Expression raw = new Or(new StartsWith(lower, Literal$.MODULE$.apply("bronze_")),
-                    new EndsWith(lower, Literal$.MODULE$.apply("_quarantine")));
-                for (String exposed : exposed(session)) {
-                    raw = new And(raw, new Not(new EqualTo(lower, Literal$.MODULE$.apply(exposed))));
-                }
-                listed = new Filter(new Not(raw), plan);
+            if (!rawVisible(session)) {
+                listed = new Filter(new Not(rawName(session, name)), plan);
             }
             java.util.List<NamedExpression> columns = Arrays.asList(name);
             return new Project(JavaConverters.asScalaBuffer(columns).toSeq(), listed);
