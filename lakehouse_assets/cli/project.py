@@ -38,9 +38,9 @@ def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
 
 def _declared_plan(settings: Settings):
     """The catalog, and the plan of what differs between the declaration and its tables."""
+    from ..build import table_specs, tables_taking_data_columns
     from ..project import load_project
     from ..runtime.catalog import catalog_for
-    from ..build import table_specs, tables_taking_data_columns
     from ..tables.evolution import plan
 
     project = load_project(settings.project, settings.project_origin)

@@ -28,9 +28,9 @@ from websockets.sync.client import connect
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_services.process import free_port
 
-from ..shop import ROOT, temporary_instance
 from ..live.test_stream import TODAY, batch_of, land, minute_oracle, now
 from ..serving.test_serve import endpoint
+from ..shop import ROOT, temporary_instance
 from .conftest import BIN
 from .test_ui import ARTEFACTS, _chromium
 
