@@ -20,7 +20,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 
@@ -99,15 +102,66 @@ def _stages(result) -> dict:
     return dict(entries[0]) if entries else {}
 
 
+@dataclass
+class _Source:
+    """The timed project's two capture reports (the snapshot, then the workload's changes), the workload, and the
+    source's rows at the end."""
+
+    snapshot: dict
+    streamed: dict
+    made: int
+    workload_s: float
+    rows: int
+    server: int  # PostgreSQL's version number, e.g. 150012 for 15.12
+
+
 def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000) -> dict:
-    # The connector's default encodings (decimals as scaled bytes) and, a capture of its own with its own slot on
-    # the same database, decimal.handling.mode=string; the second is captured after the first, which is timed.
+    # Two projects capture the same database, each with its own slot: one with the connector's default encodings
+    # (decimals as scaled bytes), timed; one with decimal.handling.mode=string, captured after it.
     root, root_s = settings.home / "bench_cdc", settings.home / "bench_cdc_string"
     today = dt.datetime.now(dt.timezone.utc).date()
     for folder, suffix, decimal in ((root, "", "precise"), (root_s, "_s", "string")):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "lakehouse.yaml").write_text(DECLARATION.format(start=today - dt.timedelta(days=1), suffix=suffix,
                                                                   decimal=decimal))
+    source = _capture_workload(root, root_s, changes, initial)
+
+    defs = build_definitions(load_project(root / "lakehouse.yaml"), settings)
+    by_name = {k.to_user_string(): a for a in defs.assets for k in a.keys}
+    resource = lakehouse(settings, "bench_cdc", root / "landing")
+    partition = today.isoformat()
+    timings: dict[str, float] = {}
+    stages: dict[str, dict] = {}
+    timings["bronze"], done = _timed(by_name["bronze_cdc_items"], resource, partition, "bronze")
+    stages["wrapped"] = _stages(done)
+    timings["silver"], _ = _timed(by_name["silver_items"], resource, partition, "silver")
+    silver_rows = spark.table(resource.table_id("silver_items")).count()
+    if silver_rows != source.rows:
+        raise RuntimeError(f"silver holds {silver_rows} rows, the source {source.rows}")
+    bronze_rows = _bronze_rows(spark, resource)
+
+    for form, write in _FORMS.items():
+        form_resource = _form_landing(spark, settings, root, form, write)
+        seconds, done = _timed(by_name["bronze_cdc_items"], form_resource, partition, f"bronze of {form} records")
+        timings[f"bronze_{form}"] = seconds
+        stages[f"{form}, warm" if form == "wrapped" else form] = _stages(done)
+        if (form_rows := _bronze_rows(spark, form_resource)) != bronze_rows:
+            raise RuntimeError(f"bronze kept {bronze_rows} wrapped records but {form_rows} {form} ones")
+
+    # The records of the capture with decimal.handling.mode=string, wrapped as captured, the JVM warm.
+    strings = {k.to_user_string(): a for a in build_definitions(load_project(root_s / "lakehouse.yaml"), settings).assets
+               for k in a.keys}["bronze_cdc_items"]
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.bench_cdc_string")
+    string_resource = lakehouse(settings, "bench_cdc_string", root_s / "landing")
+    timings["bronze_string"], done = _timed(strings, string_resource, partition, "bronze of the string-mode records")
+    stages["string"] = _stages(done)
+    if (string_rows := _bronze_rows(spark, string_resource)) != bronze_rows:
+        raise RuntimeError(f"bronze kept {bronze_rows} records of the default encodings but {string_rows} strings")
+    return _results(source, timings, stages, _plain_spark(spark, root, root_s), root, root_s, initial)
+
+
+def _capture_workload(root: Path, root_s: Path, changes: int, initial: int) -> _Source:
+    """A throwaway PostgreSQL with `initial` rows, captured by both projects; then the workload, captured again."""
     with ThrowawayPostgres(root / "pg") as pg:
         conn = psycopg2.connect(pg.dsn)
         cur = conn.cursor()
@@ -126,90 +180,73 @@ def run(spark, settings: Settings, changes: int = 100_000, initial: int = 20_000
         conn = psycopg2.connect(pg.dsn)
         cur = conn.cursor()
         cur.execute("SELECT count(*) FROM items")
-        source_rows = cur.fetchone()[0]
-        server = conn.server_version  # e.g. 150012: 15.12
+        rows = cur.fetchone()[0]
+        server = conn.server_version
         conn.close()
+    return _Source(snapshot, streamed, made, workload_s, rows, server)
 
-    defs = build_definitions(load_project(root / "lakehouse.yaml"), settings)
-    by_name = {k.to_user_string(): a for a in defs.assets for k in a.keys}
-    resource = lakehouse(settings, "bench_cdc", root / "landing")
-    timings = {}
-    stages: dict[str, dict] = {}
-    for stage, names in (("bronze", ["bronze_cdc_items"]), ("silver", ["silver_items"])):
-        started = time.perf_counter()
-        done = materialize_partition([by_name[n] for n in names], resource, today.isoformat())
-        if not done.success:
-            raise RuntimeError(f"{stage} failed")
-        timings[stage] = time.perf_counter() - started
-        if stage == "bronze":
-            stages["wrapped"] = _stages(done)
-    silver_rows = spark.table(resource.table_id("silver_items")).count()
-    if silver_rows != source_rows:
-        raise RuntimeError(f"silver holds {silver_rows} rows, the source {source_rows}")
-    records = snapshot["records"] + streamed["records"]
-    bronze_rows = spark.table(resource.table_id("bronze_cdc_items")).count()
 
-    # The same records again once the JVM is warm (the first bronze above paid for compiling the parse, as a run
-    # in a process of its own does); bare (the converter's schemas off): each line its payload alone; and
-    # wrapped, spaced as JSON passed on by a relay written in Python is (`", "`, `": "`); mixed, as files that
-    # several writers fed are (`_mixed`). Each into a bronze of its own.
-    forms = {"wrapped": None,
-             "bare": lambda r, n: json.dumps(r["payload"] if isinstance(r, dict) else r, separators=(",", ":")),
-             "spaced": lambda r, n: json.dumps(r), "mixed": _mixed}
-    for form, write in forms.items():
-        for path in (root / "landing").rglob("*.jsonl") if write else ():
+def _timed(asset, resource, partition: str, what: str) -> tuple[float, Any]:
+    """Seconds to materialise one asset's partition, and the run's result; a failed run raises."""
+    started = time.perf_counter()
+    done = materialize_partition([asset], resource, partition)
+    if not done.success:
+        raise RuntimeError(f"{what} failed")
+    return time.perf_counter() - started, done
+
+
+def _bronze_rows(spark, resource) -> int:
+    return spark.table(resource.table_id("bronze_cdc_items")).count()
+
+
+def _form_landing(spark, settings: Settings, root: Path, form: str, write: Callable[[Any, int], str] | None):
+    """The resource of a bronze of its own for one form of the records: its landing zone rewritten line by line
+    with `write` (None: the records as captured, read where they landed)."""
+    if write is not None:
+        for path in (root / "landing").rglob("*.jsonl"):
             target = root / f"landing_{form}" / path.relative_to(root / "landing")
             target.parent.mkdir(parents=True, exist_ok=True)
             with path.open() as lines, target.open("w") as out:
                 for n, line in enumerate(lines):
                     out.write(write(json.loads(line), n) + "\n")
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.bench_cdc_{form}")
-        form_resource = lakehouse(settings, f"bench_cdc_{form}", root / (f"landing_{form}" if write else "landing"))
-        started = time.perf_counter()
-        done = materialize_partition([by_name["bronze_cdc_items"]], form_resource, today.isoformat())
-        if not done.success:
-            raise RuntimeError(f"bronze of {form} records failed")
-        timings[f"bronze_{form}"] = time.perf_counter() - started
-        stages[f"{form}, warm" if form == "wrapped" else form] = _stages(done)
-        form_rows = spark.table(form_resource.table_id("bronze_cdc_items")).count()
-        if form_rows != bronze_rows:
-            raise RuntimeError(f"bronze kept {bronze_rows} wrapped records but {form_rows} {form} ones")
-    # The records of the capture with decimal.handling.mode=string, wrapped as captured, the JVM warm.
-    strings = {k.to_user_string(): a for a in build_definitions(load_project(root_s / "lakehouse.yaml"), settings).assets
-               for k in a.keys}["bronze_cdc_items"]
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.bench_cdc_string")
-    string_resource = lakehouse(settings, "bench_cdc_string", root_s / "landing")
-    started = time.perf_counter()
-    done = materialize_partition([strings], string_resource, today.isoformat())
-    if not done.success:
-        raise RuntimeError("bronze of the string-mode records failed")
-    timings["bronze_string"] = time.perf_counter() - started
-    stages["string"] = _stages(done)
-    string_rows = spark.table(string_resource.table_id("bronze_cdc_items")).count()
-    if string_rows != bronze_rows:
-        raise RuntimeError(f"bronze kept {bronze_rows} records of the default encodings but {string_rows} strings")
-    # The peer: plain Spark's read.json -> Parquet of the same files (nothing decoded, checked or committed).
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.bench_cdc_{form}")
+    return lakehouse(settings, f"bench_cdc_{form}", root / (f"landing_{form}" if write else "landing"))
+
+
+def _plain_spark(spark, root: Path, root_s: Path) -> dict[str, float]:
+    """The peer: seconds of plain Spark's read.json -> Parquet of the same files (nothing decoded, checked or
+    committed)."""
     plain = {}
     for form, folder in (("wrapped", root / "landing"), ("spaced", root / "landing_spaced"),
                          ("mixed", root / "landing_mixed"), ("string", root_s / "landing")):
         started = time.perf_counter()
         spark.read.json(str(folder)).write.mode("overwrite").parquet(str(root / f"plain_{form}"))
         plain[form] = time.perf_counter() - started
+    return plain
+
+
+def _megabytes(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*.jsonl")) / 2**20
+
+
+def _results(source: _Source, timings: dict[str, float], stages: dict[str, dict], plain: dict[str, float],
+             root: Path, root_s: Path, initial: int) -> dict:
+    snapshot, streamed, made = source.snapshot, source.streamed, source.made
+    records = snapshot["records"] + streamed["records"]
     return {
         "params": {"initial_rows": initial, "changes": made, "records_landed": records},
-        "workload_s": workload_s, "capture_snapshot_s": snapshot["wall_s"], "capture_stream_s": streamed["wall_s"],
+        "workload_s": source.workload_s, "capture_snapshot_s": snapshot["wall_s"], "capture_stream_s": streamed["wall_s"],
         "capture_flowing_s": streamed["flowing_seconds"],
-        "bronze_s": timings["bronze"], "silver_s": timings["silver"], "source_rows": source_rows,
-        "postgresql": f"{server // 10000}.{server % 10000}",
+        "bronze_s": timings["bronze"], "silver_s": timings["silver"], "source_rows": source.rows,
+        "postgresql": f"{source.server // 10000}.{source.server % 10000}",
         "bronze_bare_s": timings["bronze_bare"], "bronze_spaced_s": timings["bronze_spaced"],
         "bronze_mixed_s": timings["bronze_mixed"],
         "bronze_warm_s": timings["bronze_wrapped"], "bronze_string_s": timings["bronze_string"],
-        "plain_spark_s": plain, "bronze_stages_s": stages, "landed_mb": sum(
-            p.stat().st_size for p in (root / "landing").rglob("*.jsonl")) / 2**20,
-        "bare_mb": sum(p.stat().st_size for p in (root / "landing_bare").rglob("*.jsonl")) / 2**20,
-        "spaced_mb": sum(p.stat().st_size for p in (root / "landing_spaced").rglob("*.jsonl")) / 2**20,
-        "mixed_mb": sum(p.stat().st_size for p in (root / "landing_mixed").rglob("*.jsonl")) / 2**20,
-        "string_mb": sum(p.stat().st_size for p in (root_s / "landing").rglob("*.jsonl")) / 2**20,
+        "plain_spark_s": plain, "bronze_stages_s": stages, "landed_mb": _megabytes(root / "landing"),
+        "bare_mb": _megabytes(root / "landing_bare"),
+        "spaced_mb": _megabytes(root / "landing_spaced"),
+        "mixed_mb": _megabytes(root / "landing_mixed"),
+        "string_mb": _megabytes(root_s / "landing"),
         "rates": {
             "capture_changes_per_s": streamed["records"] / streamed["flowing_seconds"],
             "capture_wall_records_per_s": streamed["records"] / streamed["wall_s"],
@@ -237,6 +274,18 @@ def _mixed(record: object, n: int) -> str:
     if n % 3 == 2:
         return json.dumps(record, sort_keys=True, separators=(",", ":"))
     return json.dumps({"schema": keys(record["schema"]), "payload": record["payload"]})
+
+
+# The same records again once the JVM is warm (the first bronze paid for compiling the parse, as a run in a
+# process of its own does), each form into a bronze of its own: wrapped, as captured; bare, each line its payload
+# alone (as with the converter's schemas off); spaced, as JSON that a relay written in Python passes on
+# (`", "`, `": "`); mixed, as files that several writers fed. Each form writes a record (and its line number).
+_FORMS: dict[str, Callable[[Any, int], str] | None] = {
+    "wrapped": None,
+    "bare": lambda r, n: json.dumps(r["payload"] if isinstance(r, dict) else r, separators=(",", ":")),
+    "spaced": lambda r, n: json.dumps(r),
+    "mixed": _mixed,
+}
 
 
 def markdown(results: dict) -> str:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakehouse_assets.runtime.catalog import catalog_for
@@ -79,62 +80,34 @@ def stream_batches(stream: subprocess.Popen, home: Path, landed: int, timeout: f
     return json.loads(out)
 
 
+@dataclass
+class _Produced:
+    """What the producer landed: events and files in all, when each step began (epoch seconds, rate), and how late
+    its latest file of each step was (seconds)."""
+
+    events: int = 0
+    files: int = 0
+    began: list[tuple[float, int]] = field(default_factory=list)
+    late: dict[int, float] = field(default_factory=dict)
+
+
 def run(rates: tuple[int, ...] = RATES, step: float = 60, interval: float = 2.0, trigger: float = 1.0,
         warmup: float = 30) -> dict:
     with tempfile.TemporaryDirectory(prefix="lakehouse-capacity-") as tmp:
         home = Path(tmp)
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_HOME"))},
-               "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP),
-               "LAKEHOUSE_PII_KEY": "bench-key-for-pseudonyms-in-benchmarks"}
         today = dt.datetime.now(dt.timezone.utc).date()
         folder = home / "landing" / "events" / f"date={today.isoformat()}"
         folder.mkdir(parents=True)
-        log = open(home / "stream.log", "w")
-        stream = subprocess.Popen(
-            [sys.executable, "-m", "lakehouse_assets.cli", "stream", "--no-dagster", "--json",
-             "--trigger-seconds", str(trigger), "--until-idle", "30"],
-            env=env, stdout=subprocess.PIPE, stderr=log, text=True)
-        rng = random.Random(11)
+        stream = _start_stream(home, trigger)
         time.sleep(15)  # the stream's JVM starts before the clock does: it is a long-lived service
-        landed, n = 0, 0
-        began: list[tuple[float, int]] = []  # (epoch seconds, rate): when each step began
-        producer_late = {}
-        # The warm-up first, at the first rate: the stream creates its tables and its JVM compiles the batch's code.
-        for rate, events_per_s, seconds in [(WARMUP, rates[0], warmup), *((r, r, step) for r in rates)]:
-            per_file = int(events_per_s * interval)
-            began.append((time.time(), rate))
-            started = time.monotonic()
-            k, late = 0, 0.0
-            while k * interval < seconds:
-                due = started + k * interval
-                late = max(late, time.monotonic() - due)
-                time.sleep(max(0.0, due - time.monotonic()))
-                land_file(folder, n, per_file, landed, rng)
-                landed += per_file
-                n, k = n + 1, k + 1
-            producer_late[rate] = round(late, 1)
-            if rate == WARMUP and seconds:
-                time.sleep(interval * 5)  # the warm-up's last batches end before the first step begins
-        batches = stream_batches(stream, home, landed, timeout=3600)
+        produced = _produce(folder, rates, step, interval, warmup)
+        batches = stream_batches(stream, home, produced.events, timeout=3600)
 
-    by_rate: dict[int, list[tuple[float, float]]] = {r: [] for r in (WARMUP, *rates)}  # (landed, lag) per file
-    for b in batches:
-        visible = dt.datetime.fromisoformat(b["visible_at"]).timestamp()
-        for t in b["landed_at"]:  # a file's modification time: the step it landed in
-            rate = next((r for at, r in reversed(began) if at <= t), began[0][1])
-            by_rate[rate].append((t, visible - t))
+    by_rate = _lags_by_rate(batches, produced.began, rates)
     warm = [lag for _, lag in by_rate.pop(WARMUP)]
-    batches = [b for b in batches if min(b["landed_at"]) >= began[-len(rates)][0]]  # the steps' batches
+    batches = [b for b in batches if min(b["landed_at"]) >= produced.began[-len(rates)][0]]  # the steps' batches
     mean_batch = statistics.mean(b["seconds"] for b in batches)
-    steps = []
-    for rate in rates:
-        files = sorted(by_rate[rate])
-        lags = [lag for _, lag in files]
-        head, tail = statistics.median(lags[:5]), statistics.median(lags[-5:])
-        steps.append({"rate": rate, "files": len(files), "lag_p50_s": round(_pct(lags, 0.5), 1),
-                      "lag_p95_s": round(_pct(lags, 0.95), 1), "first_files_lag_s": round(head, 1),
-                      "last_files_lag_s": round(tail, 1), "backlog_grew": tail > head + mean_batch,
-                      "producer_late_s": producer_late[rate]})
+    steps = [_step(rate, by_rate[rate], mean_batch, produced.late[rate]) for rate in rates]
     stages = {s: round(statistics.mean(b["stage_seconds"].get(s, 0.0) for b in batches), 2)
               for s in ("bronze", "silver", "gold")}
     return {
@@ -142,10 +115,75 @@ def run(rates: tuple[int, ...] = RATES, step: float = 60, interval: float = 2.0,
                    "warmup_s": warmup},
         "warmup": {"files": len(warm), "lag_p50_s": round(_pct(warm, 0.5), 1) if warm else None,
                    "lag_p95_s": round(_pct(warm, 0.95), 1) if warm else None},
-        "events": landed, "files": n, "batches": len(batches), "batch_s_mean": round(mean_batch, 1),
+        "events": produced.events, "files": produced.files, "batches": len(batches),
+        "batch_s_mean": round(mean_batch, 1),
         "files_per_batch": round(sum(len(b["landed_at"]) for b in batches) / max(1, len(batches)), 1),
         "stage_s_mean": stages, "steps": steps,
     }
+
+
+def _start_stream(home: Path, trigger: float) -> subprocess.Popen:
+    """`lakehouse stream` over the shop project in `home`, as a process of its own; its log in home/stream.log."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_HOME"))},
+           "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_PROJECT": str(SHOP),
+           "LAKEHOUSE_PII_KEY": "bench-key-for-pseudonyms-in-benchmarks"}
+    with open(home / "stream.log", "w") as log:  # the stream writes to its own copy of the file
+        return subprocess.Popen(
+            [sys.executable, "-m", "lakehouse_assets.cli", "stream", "--no-dagster", "--json",
+             "--trigger-seconds", str(trigger), "--until-idle", "30"],
+            env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+
+
+def _produce(folder: Path, rates: tuple[int, ...], step: float, interval: float, warmup: float) -> _Produced:
+    """Land a file every `interval` seconds: first the warm-up at the first rate (the stream creates its tables and
+    its JVM compiles the batch's code), then `step` seconds at each rate."""
+    rng = random.Random(11)
+    produced = _Produced()
+    for rate, events_per_s, seconds in [(WARMUP, rates[0], warmup), *((r, r, step) for r in rates)]:
+        produced.began.append((time.time(), rate))
+        late = _land_step(folder, produced, int(events_per_s * interval), seconds, interval, rng)
+        produced.late[rate] = round(late, 1)
+        if rate == WARMUP and seconds:
+            time.sleep(interval * 5)  # the warm-up's last batches end before the first step begins
+    return produced
+
+
+def _land_step(folder: Path, produced: _Produced, per_file: int, seconds: float, interval: float,
+               rng: random.Random) -> float:
+    """Land a file of `per_file` events every `interval` seconds for `seconds`, counting them in `produced`;
+    how late the latest file was."""
+    started = time.monotonic()
+    k, late = 0, 0.0
+    while k * interval < seconds:
+        due = started + k * interval
+        late = max(late, time.monotonic() - due)
+        time.sleep(max(0.0, due - time.monotonic()))
+        land_file(folder, produced.files, per_file, produced.events, rng)
+        produced.events += per_file
+        produced.files, k = produced.files + 1, k + 1
+    return late
+
+
+def _lags_by_rate(batches: list[dict], began: list[tuple[float, int]],
+                  rates: tuple[int, ...]) -> dict[int, list[tuple[float, float]]]:
+    """(landed, lag) of each file, by the rate of the step it landed in (its modification time says which)."""
+    by_rate: dict[int, list[tuple[float, float]]] = {r: [] for r in (WARMUP, *rates)}
+    for b in batches:
+        visible = dt.datetime.fromisoformat(b["visible_at"]).timestamp()
+        for t in b["landed_at"]:
+            rate = next((r for at, r in reversed(began) if at <= t), began[0][1])
+            by_rate[rate].append((t, visible - t))
+    return by_rate
+
+
+def _step(rate: int, files: list[tuple[float, float]], mean_batch: float, producer_late: float) -> dict:
+    """One step's lags; its backlog grew when its last files waited longer than its first by more than a batch."""
+    lags = [lag for _, lag in sorted(files)]
+    head, tail = statistics.median(lags[:5]), statistics.median(lags[-5:])
+    return {"rate": rate, "files": len(files), "lag_p50_s": round(_pct(lags, 0.5), 1),
+            "lag_p95_s": round(_pct(lags, 0.95), 1), "first_files_lag_s": round(head, 1),
+            "last_files_lag_s": round(tail, 1), "backlog_grew": tail > head + mean_batch,
+            "producer_late_s": producer_late}
 
 
 def sustained(r: dict) -> int:

@@ -9,8 +9,11 @@ declaration, not to this package.
 from __future__ import annotations
 
 from dagster import (
+    AssetsDefinition,
     AssetSpec,
+    DailyPartitionsDefinition,
     Definitions,
+    SensorDefinition,
     TableColumn,
     TableColumnConstraints,
     TableSchema,
@@ -21,7 +24,7 @@ from .automation.conditions import automation_sensor
 from .automation.partitions import daily_partitions
 from .bronze.assets import cdc_landing_source, event_landing_source, landing_sources
 from .bronze.capture_asset import capture_asset, capture_schedule
-from .bronze.ingest import INGEST_LOG, landing_asset
+from .bronze.ingest import INGEST_LOG, LandingSource, landing_asset
 from .bronze.late_events import late_events_sensor
 from .bronze.sensors import landing_sensor
 from .gold.bi import gold_event_assets, gold_specs
@@ -76,32 +79,13 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
     sources = landing_sources(project)
 
     captures = {name: capture_asset(project, capture) for name, capture in project.captures.items()}
-    assets = [*captures.values()]
-    for landing in sources:
-        table = next((t for t in project.cdc.values() if t.landing == landing.name), None)
-        captured_by = captures.get(table.source) if table is not None else None
-        assets.append(landing_asset(landing, partitions, deps=[captured_by.key] if captured_by else []))
-    for events in project.events.values():
-        assets.append(silver_events_asset(events, specs[events.bronze], partitions))
-    for table in project.cdc.values():
-        referenced = {target: specs[project.cdc[target].silver] for target, _ in table.references.values()}
-        assets.append(silver_cdc_asset(table, specs[table.bronze], partitions, referenced))
-    gold = project.gold
-    bi = []
-    if gold.events is not None:
-        silver = specs[gold.events.silver]
-        bi += gold_event_assets(gold, silver, partitions)
-        assets += ml_assets(gold, silver, partitions, project.maintenance.pin_retention)
-    bi += [sql_table_asset(t, specs) for t in gold.sql_tables.values()]
-    assets += bi
-
-    sensors = [landing_sensor(source, partitions) for source in sources]
-    sensors += [late_events_sensor(events, partitions) for events in project.events.values()]
-    # Everything after bronze follows by automation conditions (capture and bronze by their own schedule and sensors).
-    layers = {name: spec.layer for name, spec in specs.items()}
-    automated = [a for a in assets if any(layers.get(k.to_user_string()) in ("silver", "gold", "ml") for k in a.keys)]
-    if automated:
-        sensors.append(automation_sensor(automated))
+    assets = [
+        *captures.values(),
+        *_bronze_assets(project, sources, partitions, captures),
+        *_silver_assets(project, specs, partitions),
+        *_gold_and_ml_assets(project, specs, partitions),
+    ]
+    sensors = _layer_sensors(project, sources, partitions, specs, assets)
     schedules = [s for name, c in project.captures.items() if (s := capture_schedule(c, captures[name]))]
     assets = [a.map_asset_specs(lambda spec: with_column_schema(spec, specs)) for a in assets]
     asset_tables = {key.to_user_string() for a in assets for key in a.keys} & set(specs)
@@ -117,3 +101,49 @@ def build_definitions(project: Project, settings: Settings | None = None) -> Def
         # One JVM for the whole run: a process per step would start Spark each time.
         executor=in_process_executor,
     )
+
+
+def _bronze_assets(project: Project, sources: list[LandingSource], partitions: DailyPartitionsDefinition,
+                   captures: dict[str, AssetsDefinition]) -> list[AssetsDefinition]:
+    """One bronze asset per landing source; a captured CDC table's bronze depends on its capture."""
+    assets = []
+    for landing in sources:
+        table = next((t for t in project.cdc.values() if t.landing == landing.name), None)
+        captured_by = captures.get(table.source) if table is not None else None
+        assets.append(landing_asset(landing, partitions, deps=[captured_by.key] if captured_by else []))
+    return assets
+
+
+def _silver_assets(project: Project, specs: dict[str, TableSpec],
+                   partitions: DailyPartitionsDefinition) -> list[AssetsDefinition]:
+    """Silver of each event source, then of each CDC table (with the tables its references point to)."""
+    assets = [silver_events_asset(events, specs[events.bronze], partitions) for events in project.events.values()]
+    for table in project.cdc.values():
+        referenced = {target: specs[project.cdc[target].silver] for target, _ in table.references.values()}
+        assets.append(silver_cdc_asset(table, specs[table.bronze], partitions, referenced))
+    return assets
+
+
+def _gold_and_ml_assets(project: Project, specs: dict[str, TableSpec],
+                        partitions: DailyPartitionsDefinition) -> list[AssetsDefinition]:
+    """The ML assets and gold event tables (when gold reads an event source), then the SQL gold tables."""
+    gold = project.gold
+    assets = []
+    if gold.events is not None:
+        silver = specs[gold.events.silver]
+        assets += ml_assets(gold, silver, partitions, project.maintenance.pin_retention)
+        assets += gold_event_assets(gold, silver, partitions)
+    return assets + [sql_table_asset(t, specs) for t in gold.sql_tables.values()]
+
+
+def _layer_sensors(project: Project, sources: list[LandingSource], partitions: DailyPartitionsDefinition,
+                   specs: dict[str, TableSpec], assets: list[AssetsDefinition]) -> list[SensorDefinition]:
+    """A landing sensor per source, a late-events sensor per event source, and one automation sensor for
+    everything after bronze (capture and bronze run by their own schedules and sensors)."""
+    sensors = [landing_sensor(source, partitions) for source in sources]
+    sensors += [late_events_sensor(events, partitions) for events in project.events.values()]
+    layers = {name: spec.layer for name, spec in specs.items()}
+    automated = [a for a in assets if any(layers.get(k.to_user_string()) in ("silver", "gold", "ml") for k in a.keys)]
+    if automated:
+        sensors.append(automation_sensor(automated))
+    return sensors

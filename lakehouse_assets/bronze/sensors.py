@@ -1,20 +1,22 @@
-"""One sensor per landing source: new or changed files in the zone -> a bronze run for each landing day touched.
+"""One sensor per landing source: it requests a bronze run for each landing day with new or changed files.
 
-A file is new or changed when the ingest log does not hold it as it is now: its path,
-size and modification time (and ETag on S3) are not those of the log's newest row
-of it (landing/versions.py). Timestamps only say where to look: a tick lists the
-folders that changed since its last look (local zones: by the folders' inode change
-time, which copies that keep old file times still move), and every
-FULL_LISTING_SECONDS the whole source folder, so a file with any time, in any day
-folder, is found. A file is requested once it has settled (unchanged for the
-declared `landing.settle`: by its modification time, or as seen tick after tick,
-which is all a time ahead of the clock counts for; its folder marked ready when a
-marker is declared); a request is remembered for RETRY_SECONDS, after which a file
-the log still does not hold (a failed run, a file still being written) is
-requested again. Requests are
-safe to repeat anyway: bronze decides each file against the log, and publishes the
-log with the rows in one commit. While `lakehouse stream` runs for the source (its
-heartbeat is fresh), the sensor stands aside: the stream takes the files.
+A file is new or changed when the ingest log has no row of it as it is now: the same path, size and
+modification time (and ETag on S3) as the log's newest row of it (landing/versions.py).
+
+Listing: each tick lists the folders changed since its last look (in a local zone by the folders' inode
+change time, which moves even when a copy keeps old file times), and every FULL_LISTING_SECONDS the whole
+source folder, so a file with any time, in any day folder, is found.
+
+Settling: a file is requested once it has stayed unchanged for the declared `landing.settle` (by its
+modification time; a file whose time is ahead of the clock, by being seen unchanged tick after tick), and,
+when a ready marker is declared, once its folder holds the marker.
+
+Retries: a request is remembered for RETRY_SECONDS; after that, a file the log still does not hold (its run
+failed, or it was still being written) is requested again. Repeating a request is safe: bronze checks each
+file against the log, and commits the log together with the rows.
+
+While `lakehouse stream` runs for the source (its heartbeat is fresh), the sensor skips: the stream takes
+the files.
 """
 
 import datetime as dt
@@ -54,7 +56,8 @@ FULL_LISTING_SECONDS = 600
 # A file requested this long ago that the log still does not hold as it is is requested again.
 RETRY_SECONDS = 600
 
-# The daemon's code server keeps it between ticks: a tick whose log has not changed reads its pointer only.
+# What the ingest log holds, kept between ticks (the daemon's code server stays up): a tick rereads the log
+# only when it has changed.
 TAKEN = TakenIndex()
 
 
@@ -79,52 +82,20 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
         if stream_is_running(lakehouse.settings.home, source.name):
             return SkipReason(f"lakehouse stream is taking the new files of {source.name}/")
         state: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
-        watermark = state.get("watermark", 0.0)
-        requested: dict[str, float] = state.get("requested", {})
         now = time.time()
-        whole = not watermark or now - state.get("listed_all_at", 0.0) >= FULL_LISTING_SECONDS
-        # Yesterday's and today's folders (where files are written and appended to), and any folder that changed.
-        since = None if whole else (dt.datetime.fromtimestamp(now - LOOKBACK_SECONDS, UTC).date()
-                                    - dt.timedelta(days=1))
         zone = landing_zone(lakehouse.settings)
-        files = zone.list(source.name, since=since, changed_after=None if whole else watermark - LOOKBACK_SECONDS)
-        if whole:
-            state["listed_all_at"] = now
-        reported = set(state.get("refused", []))
-        root = source_root(lakehouse.settings, source.name)
-        refused = refusals((f.uri for f in files), root, partitions)
-        if not whole:  # what a whole listing found stays reported until the next one
-            refused.update({uri: "" for uri in reported if uri not in refused})
+        files, whole = _list_files(zone, source.name, state, now)
+        refused, newly_refused = _refused(files, whole, state, source_root(lakehouse.settings, source.name),
+                                          partitions)
         events = []
-        if set(refused) - reported:
-            newly = {uri: why for uri, why in refused.items() if uri not in reported}
-            for uri, why in newly.items():
+        if newly_refused:
+            for uri, why in newly_refused.items():
                 context.log.warning(f"{source.name}: not ingested: {uri}: {why}")
-            events.append(AssetObservation(asset_key=keys[0], metadata={
-                "refused_files": MetadataValue.json([{"file": u, "reason": w} for u, w in sorted(newly.items())]),
-            }))
-        requested = {k: at for k, at in requested.items() if now - at < RETRY_SECONDS}
-        candidates = [f for f in files if f.uri not in refused and _identity(f) not in requested]
-        if candidates:
-            taken = TAKEN.taken(lakehouse.settings, source.name, {f.day for f in candidates if f.day is not None})
-            candidates = [f for f in candidates if needs_a_look(f.stat, taken.get(f.uri))]
-        now_dt = dt.datetime.fromtimestamp(now, UTC)
-        ready = _ready(zone, candidates, source.policy.ready_marker)
-        # How long each file has been seen as it is, tick after tick: a file whose time is ahead of the clock
-        # settles by being seen unchanged for the settle time.
-        sightings = Sightings({uri: tuple(seen) for uri, seen in state.get("seen", {}).items()})  # type: ignore[misc]
-        new = []
-        for f in candidates:
-            stat = Stat(f.size, round(max(f.modified, f.changed) * 1000))
-            if settled(stat, now_dt, source.policy, ready.get(f.uri.rsplit("/", 1)[0], True),
-                       sightings.see(f.uri, stat, now)):
-                new.append(f)
-        unsettled = [f for f in candidates if f not in new]
-        sightings.keep({f.uri for f in unsettled})
-        state["seen"] = sightings.seen
-        # The next partial listing starts where this one's newest file is, but not past a file still settling.
-        newest = max((f.changed for f in files), default=watermark)
-        state["watermark"] = min([max(watermark, newest), *(f.changed for f in unsettled)])
+            events.append(_refusal_observation(keys[0], newly_refused))
+        requested = {k: at for k, at in state.get("requested", {}).items() if now - at < RETRY_SECONDS}
+        candidates = _not_yet_taken(lakehouse, source.name, files, refused, requested)
+        new, unsettled = _split_settled(zone, candidates, source, state, now)
+        _advance_watermark(state, files, unsettled)
         state["refused"] = sorted(refused)
         if not new:
             waiting = f", {len(unsettled)} not settled yet" if unsettled else ""
@@ -133,25 +104,100 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
             state["requested"] = requested
             return SensorResult(skip_reason=None if events else skip, asset_events=events, cursor=json.dumps(state))
 
-        by_day = defaultdict(list)
-        for f in new:
-            assert f.day is not None  # files without a landing day were left out above
-            by_day[f.day.isoformat()].append(_identity(f))
-        requests = [
-            RunRequest(
-                run_key=f"{source.name}:{day}:" + hashlib.sha1("\n".join(sorted(ids)).encode()).hexdigest()[:16],
-                partition_key=day,
-                asset_selection=keys,
-                tags={"lakehouse/new_files": str(len(ids)), "lakehouse/source": source.name},
-            )
-            for day, ids in sorted(by_day.items())
-        ]
+        requests = _run_requests(source.name, keys, new)
         requested.update({_identity(f): now for f in new})
         state["requested"] = requested
-        context.log.info(f"{len(new)} new or changed files under {source.name}/ on {len(by_day)} landing days")
+        context.log.info(f"{len(new)} new or changed files under {source.name}/ on {len(requests)} landing days")
         return SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(state))
 
     return _sensor
+
+
+def _list_files(zone: Any, source_name: str, state: dict[str, Any], now: float) -> tuple[list[LandedFile], bool]:
+    """The files to look at this tick, and whether the whole source folder was listed.
+
+    The whole folder on the first tick and every FULL_LISTING_SECONDS; otherwise yesterday's and today's
+    folders (where files are written and appended to) and any folder changed since the last look."""
+    watermark = state.get("watermark", 0.0)
+    whole = not watermark or now - state.get("listed_all_at", 0.0) >= FULL_LISTING_SECONDS
+    if whole:
+        files = zone.list(source_name, since=None, changed_after=None)
+        state["listed_all_at"] = now
+    else:
+        since = dt.datetime.fromtimestamp(now - LOOKBACK_SECONDS, UTC).date() - dt.timedelta(days=1)
+        files = zone.list(source_name, since=since, changed_after=watermark - LOOKBACK_SECONDS)
+    return files, whole
+
+
+def _refused(files: list[LandedFile], whole: bool, state: dict[str, Any], root: str,
+             partitions: DailyPartitionsDefinition) -> tuple[dict[str, str], dict[str, str]]:
+    """The files that cannot be placed (uri -> reason), and those among them not reported before."""
+    reported = set(state.get("refused", []))
+    refused = refusals((f.uri for f in files), root, partitions)
+    if not whole:  # what a whole listing found stays reported until the next one
+        refused.update({uri: "" for uri in reported if uri not in refused})
+    return refused, {uri: why for uri, why in refused.items() if uri not in reported}
+
+
+def _refusal_observation(key: AssetKey, refused: dict[str, str]) -> AssetObservation:
+    return AssetObservation(asset_key=key, metadata={
+        "refused_files": MetadataValue.json([{"file": u, "reason": w} for u, w in sorted(refused.items())]),
+    })
+
+
+def _not_yet_taken(lakehouse: LakehouseResource, source_name: str, files: list[LandedFile],
+                   refused: dict[str, str], requested: dict[str, float]) -> list[LandedFile]:
+    """The files neither refused, nor recently requested, nor held by the ingest log as they are now."""
+    candidates = [f for f in files if f.uri not in refused and _identity(f) not in requested]
+    if not candidates:
+        return candidates
+    taken = TAKEN.taken(lakehouse.settings, source_name, {f.day for f in candidates if f.day is not None})
+    return [f for f in candidates if needs_a_look(f.stat, taken.get(f.uri))]
+
+
+def _split_settled(zone: Any, candidates: list[LandedFile], source: LandingSource, state: dict[str, Any],
+                   now: float) -> tuple[list[LandedFile], list[LandedFile]]:
+    """The candidates that have settled and those still settling; records in `state` when each was seen.
+
+    A file whose time is ahead of the clock settles by being seen unchanged, tick after tick, for the
+    settle time."""
+    now_dt = dt.datetime.fromtimestamp(now, UTC)
+    ready = _ready(zone, candidates, source.policy.ready_marker)
+    sightings = Sightings({uri: tuple(seen) for uri, seen in state.get("seen", {}).items()})  # type: ignore[misc]
+    new = []
+    for f in candidates:
+        stat = Stat(f.size, round(max(f.modified, f.changed) * 1000))
+        if settled(stat, now_dt, source.policy, ready.get(f.uri.rsplit("/", 1)[0], True),
+                   sightings.see(f.uri, stat, now)):
+            new.append(f)
+    unsettled = [f for f in candidates if f not in new]
+    sightings.keep({f.uri for f in unsettled})
+    state["seen"] = sightings.seen
+    return new, unsettled
+
+
+def _advance_watermark(state: dict[str, Any], files: list[LandedFile], unsettled: list[LandedFile]) -> None:
+    """The next partial listing starts at this one's newest file, but not past a file still settling."""
+    watermark = state.get("watermark", 0.0)
+    newest = max((f.changed for f in files), default=watermark)
+    state["watermark"] = min([max(watermark, newest), *(f.changed for f in unsettled)])
+
+
+def _run_requests(source_name: str, keys: list[AssetKey], new: list[LandedFile]) -> list[RunRequest]:
+    """One run per landing day; its run key names the exact file versions, so a repeated request is dropped."""
+    by_day = defaultdict(list)
+    for f in new:
+        assert f.day is not None  # files without a landing day were refused above
+        by_day[f.day.isoformat()].append(_identity(f))
+    return [
+        RunRequest(
+            run_key=f"{source_name}:{day}:" + hashlib.sha1("\n".join(sorted(ids)).encode()).hexdigest()[:16],
+            partition_key=day,
+            asset_selection=keys,
+            tags={"lakehouse/new_files": str(len(ids)), "lakehouse/source": source_name},
+        )
+        for day, ids in sorted(by_day.items())
+    ]
 
 
 def _ready(zone: Any, files: list[LandedFile], marker: str | None) -> dict[str, bool]:

@@ -14,6 +14,7 @@ reads the data back exactly, with or without Spark.
 """
 
 import datetime as dt
+from collections.abc import Callable
 
 from dagster import (
     AssetDep,
@@ -181,60 +182,50 @@ def training_frame(events: DataFrame, features: DataFrame, window: Window) -> Da
     return training.select(*ML_TRAINING_SET.column_names)
 
 
-def _user_features_asset(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
-                         pin_retention: dt.timedelta | None) -> AssetsDefinition:
+# What an ML asset builds from silver's events and its window: its rows, and the snapshots of any other
+# table it read (table id -> snapshot id), to pin beside silver's.
+RowsOf = Callable[[LakehouseResource, DataFrame, Window], tuple[DataFrame, dict[str, int]]]
+
+
+def _user_features_rows(lakehouse: LakehouseResource, events: DataFrame,
+                        window: Window) -> tuple[DataFrame, dict[str, int]]:
+    return user_features_frame(lakehouse.spark, events, window), {}
+
+
+def _training_rows(lakehouse: LakehouseResource, events: DataFrame,
+                   window: Window) -> tuple[DataFrame, dict[str, int]]:
+    """The training rows, joined with the feature table at the snapshot this read pins."""
+    feature_table = lakehouse.table(ML_USER_FEATURES)
+    features, features_snapshot = feature_table.read_pinned(ML_TRAINING_SET.name)
+    return training_frame(events, features, window), {feature_table.id: features_snapshot}
+
+
+def _ml_asset(spec: TableSpec, deps: list[AssetDep], window_column: str, as_date: bool, rows_of: RowsOf,
+              gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
+              pin_retention: dt.timedelta | None) -> AssetsDefinition:
+    """The asset writing `spec` one window of days at a time (on `window_column`, a date column when `as_date`):
+    silver's events and whatever `rows_of` reads are read pinned, and the rows it makes are published pinned."""
     @asset(
-        name=ML_USER_FEATURES.name,
-        description=ML_USER_FEATURES.description,
+        name=spec.name,
+        description=spec.description,
         group_name="ml",
         kinds={"spark", "iceberg"},
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
-        # Day D's features look back over silver's days D-29..D: late data on any of them refreshes D.
-        deps=[AssetDep(silver.name, partition_mapping=reads_days(LOOKBACK_DAYS - 1, 0))],
+        deps=deps,
         automation_condition=CHAIN_REFRESH,
     )
-    def ml_user_features(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
+    def ml_table(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
         def attempt() -> MaterializeResult:
             start, end = context.partition_time_window
-            window = Window.of_days("as_of_date", start, end, as_date=True)
-            events, read = _read_events(lakehouse, silver, gold, ML_USER_FEATURES.name)
-            return _publish_pinned(lakehouse, context.run_id, ML_USER_FEATURES,
-                                   user_features_frame(lakehouse.spark, events, window), window, read, pin_retention)
+            window = Window.of_days(window_column, start, end, as_date=as_date)
+            events, read = _read_events(lakehouse, silver, gold, spec.name)
+            rows, also_read = rows_of(lakehouse, events, window)
+            return _publish_pinned(lakehouse, context.run_id, spec, rows, window, {**read, **also_read}, pin_retention)
 
-        return materialize_with_retries(attempt, ML_USER_FEATURES.name, context.log.info)
+        return materialize_with_retries(attempt, spec.name, context.log.info)
 
-    return ml_user_features
-
-
-def _training_set_asset(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
-                        pin_retention: dt.timedelta | None) -> AssetsDefinition:
-    @asset(
-        name=ML_TRAINING_SET.name,
-        description=ML_TRAINING_SET.description,
-        group_name="ml",
-        kinds={"spark", "iceberg"},
-        partitions_def=partitions,
-        backfill_policy=SINGLE_RUN,
-        # Sessions read a day past each edge; a session's features are the newest at or before its start.
-        deps=[AssetDep(silver.name, partition_mapping=reads_days(1, 1)),
-              AssetDep(ML_USER_FEATURES.name, partition_mapping=reads_days(1, 0))],
-        automation_condition=CHAIN_REFRESH,
-    )
-    def ml_training_set(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-        def attempt() -> MaterializeResult:
-            start, end = context.partition_time_window
-            window = Window.of_days("observed_at", start, end)
-            events, read = _read_events(lakehouse, silver, gold, ML_TRAINING_SET.name)
-            feature_table = lakehouse.table(ML_USER_FEATURES)
-            features, features_snapshot = feature_table.read_pinned(ML_TRAINING_SET.name)
-            return _publish_pinned(lakehouse, context.run_id, ML_TRAINING_SET,
-                                   training_frame(events, features, window), window,
-                                   {**read, feature_table.id: features_snapshot}, pin_retention)
-
-        return materialize_with_retries(attempt, ML_TRAINING_SET.name, context.log.info)
-
-    return ml_training_set
+    return ml_table
 
 
 def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
@@ -242,5 +233,15 @@ def ml_assets(gold: Gold, silver: TableSpec, partitions: PartitionsDefinition,
     """Features and training set over the gold event source (none when the project has no user field)."""
     if not gold.ml_tables:
         return []
-    return [_user_features_asset(gold, silver, partitions, pin_retention),
-            _training_set_asset(gold, silver, partitions, pin_retention)]
+    return [
+        _ml_asset(ML_USER_FEATURES,
+                  # Day D's features look back over silver's days D-29..D: late data on any of them refreshes D.
+                  [AssetDep(silver.name, partition_mapping=reads_days(LOOKBACK_DAYS - 1, 0))],
+                  "as_of_date", True, _user_features_rows, gold, silver, partitions, pin_retention),
+        _ml_asset(ML_TRAINING_SET,
+                  # Sessions are read a day past each edge; a session's features are the newest at or before
+                  # its start.
+                  [AssetDep(silver.name, partition_mapping=reads_days(1, 1)),
+                   AssetDep(ML_USER_FEATURES.name, partition_mapping=reads_days(1, 0))],
+                  "observed_at", False, _training_rows, gold, silver, partitions, pin_retention),
+    ]

@@ -21,6 +21,7 @@ from ..tables.registry import transform_column
 from ..tables.types import is_numeric, spark_type
 from .declaration import (
     CdcSourceDecl,
+    CdcTableDecl,
     EventSourceDecl,
     FieldDecl,
     FreshnessDecl,
@@ -28,6 +29,7 @@ from .declaration import (
     LandingDecl,
     MaintenanceDecl,
     ProjectDecl,
+    SqlTableDecl,
     TableMaintenanceDecl,
     ValueCheck,
 )
@@ -121,39 +123,73 @@ class _Checker:
                 self.regex((*path, column, "matches"), check.matches)
 
 
+# Lineage columns bronze adds to every event row: a declared field cannot take their names.
+_LINEAGE_COLUMNS = ("source_file", "source_line", "landing_date", "payload", "ingested_at", "run_id")
+
+
 def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
     path = ("events", name)
     c.identifier(path, name, "event source name")
+    fields, paths = _event_fields(c, path, decl)
+    renamed = _renames(c, path, "fields", {f: s.renamed_from for f, s in decl.fields.items()
+                                           if isinstance(s, FieldDecl) and s.renamed_from}, fields)
+    _check_event_roles(c, path, name, decl, fields)
+    _check_rules(c, path, name, decl, fields)
+    c.checks((*path, "checks"), decl.checks, fields, f"fields of event source {name}")
+
+    # Key and timestamp are always required: without them an event cannot be placed or deduplicated.
+    required = tuple(dict.fromkeys([decl.key, decl.timestamp, *decl.required]))
+    landing = decl.landing or name
+    return EventSource(
+        name=name, landing=landing, description=decl.description or f"Behavioural events of source {name}.",
+        fields=fields, paths=paths, required=required, key=decl.key, timestamp=decl.timestamp,
+        user=decl.user, session=decl.session, event_type=decl.event_type,
+        event_types=tuple(decl.event_types) if decl.event_types is not None else None,
+        pii=tuple(decl.pii), rules=tuple(decl.rules), checks=dict(decl.checks), late_days=decl.late_days,
+        max_lateness=parse_duration(decl.max_lateness) if decl.max_lateness is not None else None,
+        renamed=renamed,
+    )
+
+
+def _event_fields(c: _Checker, path: tuple[Any, ...],
+                  decl: EventSourceDecl) -> tuple[dict[str, T.DataType], dict[str, str]]:
+    """Each field's type, and where in the JSON event it is read from (its own name unless `path` says)."""
     fields: dict[str, T.DataType] = {}
     paths: dict[str, str] = {}
     for field_name, spec in decl.fields.items():
         c.identifier((*path, "fields", field_name), field_name, "field name")
-        if field_name in ("source_file", "source_line", "landing_date", "payload", "ingested_at", "run_id"):
+        if field_name in _LINEAGE_COLUMNS:
             c.fail((*path, "fields", field_name), f"field name {field_name!r} is reserved for lineage columns")
         type_name = spec.type if isinstance(spec, FieldDecl) else spec
         fields[field_name] = c.type((*path, "fields", field_name), type_name)
         paths[field_name] = (spec.path if isinstance(spec, FieldDecl) and spec.path else field_name)
-    renamed = _renames(c, path, "fields", {f: s.renamed_from for f, s in decl.fields.items()
-                                           if isinstance(s, FieldDecl) and s.renamed_from}, fields)
+    return fields, paths
 
-    def known(key: str, value: str | None) -> None:
-        c.member((*path, key), value, fields, key, f"fields of event source {name}")
 
+def _check_event_roles(c: _Checker, path: tuple[Any, ...], name: str, decl: EventSourceDecl,
+                       fields: dict[str, T.DataType]) -> None:
+    """The fields named as key, timestamp, user, session, event type, required or pii are declared and fit."""
+    owner = f"fields of event source {name}"
     for key in ("key", "timestamp", "user", "session", "event_type"):
-        known(key, getattr(decl, key))
+        c.member((*path, key), getattr(decl, key), fields, key, owner)
     if not isinstance(fields[decl.timestamp], T.TimestampType):
         c.fail((*path, "timestamp"), f"timestamp field {decl.timestamp!r} must have type timestamp")
     if not isinstance(fields[decl.key], (T.StringType, T.LongType, T.IntegerType)):
         c.fail((*path, "key"), f"key field {decl.key!r} must be a string, int or long")
     for n, f in enumerate(decl.required):
-        c.member((*path, "required", n), f, fields, "required field", f"fields of event source {name}")
+        c.member((*path, "required", n), f, fields, "required field", owner)
     for n, f in enumerate(decl.pii):
-        c.member((*path, "pii", n), f, fields, "pii field", f"fields of event source {name}")
+        c.member((*path, "pii", n), f, fields, "pii field", owner)
         if f in (decl.key, decl.timestamp):
             c.fail((*path, "pii", n), f"{f!r} is the key or timestamp: it cannot be pseudonymised")
     if decl.event_types is not None and decl.event_type is None:
         c.fail((*path, "event_types"), "event_types (a closed vocabulary) needs event_type: the field holding it")
 
+
+def _check_rules(c: _Checker, path: tuple[Any, ...], name: str, decl: EventSourceDecl,
+                 fields: dict[str, T.DataType]) -> None:
+    """Each quarantine rule has a unique name, reads declared fields and tests exactly one thing;
+    max_lateness is a duration and no rule takes its name."""
     rule_names: set[str] = set()
     for n, rule in enumerate(decl.rules):
         rpath = (*path, "rules", n)
@@ -176,20 +212,6 @@ def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
         c.duration((*path, "max_lateness"), decl.max_lateness)
         if MAX_LATENESS in rule_names:
             c.fail((*path, "max_lateness"), f"rule name {MAX_LATENESS!r} is taken by max_lateness: rename the rule")
-    c.checks((*path, "checks"), decl.checks, fields, f"fields of event source {name}")
-
-    # Key and timestamp are structurally required: without them an event cannot be placed or deduplicated.
-    required = tuple(dict.fromkeys([decl.key, decl.timestamp, *decl.required]))
-    landing = decl.landing or name
-    return EventSource(
-        name=name, landing=landing, description=decl.description or f"Behavioural events of source {name}.",
-        fields=fields, paths=paths, required=required, key=decl.key, timestamp=decl.timestamp,
-        user=decl.user, session=decl.session, event_type=decl.event_type,
-        event_types=tuple(decl.event_types) if decl.event_types is not None else None,
-        pii=tuple(decl.pii), rules=tuple(decl.rules), checks=dict(decl.checks), late_days=decl.late_days,
-        max_lateness=parse_duration(decl.max_lateness) if decl.max_lateness is not None else None,
-        renamed=renamed,
-    )
 
 
 def _renames(c: _Checker, path: tuple[Any, ...], key: str, renames: dict[str, str],
@@ -221,94 +243,88 @@ def _check_rule_field(c: _Checker, path: tuple[Any, ...], name: str, fields: dic
 
 
 def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcTable]:
-    tables = []
     c.identifier(("cdc", source_name), source_name, "CDC source name")
     # The server names the replication slot and the capture's state; the schema goes into Debezium's table filter.
     if decl.server is not None:
         c.identifier(("cdc", source_name, "server"), decl.server, "CDC server name")
     if decl.schema_ is not None:
         c.identifier(("cdc", source_name, "schema"), decl.schema_, "CDC schema name")
-    for name, t in decl.tables.items():
-        path = ("cdc", source_name, "tables", name)
-        c.identifier(path, name, "CDC table name")
-        columns = {}
-        for column, type_name in t.columns.items():
-            c.identifier((*path, "columns", column), column, "column name")
-            columns[column] = c.type((*path, "columns", column), type_name)
-        if not t.primary_key:
-            c.fail((*path, "primary_key"), f"table {name}: a primary key is needed to apply changes")
-        owner = f"columns of table {name}"
-        for n, k in enumerate(t.primary_key):
-            c.member((*path, "primary_key", n), k, columns, "primary key column", owner)
-        for n, p in enumerate(t.pii):
-            c.member((*path, "pii", n), p, columns, "pii column", owner)
-            if p in t.primary_key:
-                c.fail((*path, "pii", n), f"{p!r} is part of the primary key: it cannot be pseudonymised")
-        c.checks((*path, "checks"), t.checks, columns, owner)
-        for n, transform in enumerate(t.partition or ()):
-            try:
-                source_column = transform_column(transform)
-            except ValueError as exc:
-                c.fail((*path, "partition", n), str(exc))
-            c.member((*path, "partition", n), source_column, columns, "partition column", owner)
-        for column in t.references:
-            c.member((*path, "references", column), column, columns, "referencing column", owner)
-        renamed = _renames(c, path, "renamed_from", dict(t.renamed_from), columns)
-        c.member((*path, "subject"), t.subject, columns, "subject column", owner)
-        for column, how in t.rounding.items():
-            c.member((*path, "rounding", column), column, columns, "rounded column", owner)
-            if not isinstance(columns[column], T.DecimalType):
-                c.fail((*path, "rounding", column), f"only a decimal column is rounded; {column} is "
-                                                     f"{columns[column].simpleString()}")
-            if how not in ROUNDINGS:
-                c.fail((*path, "rounding", column), f"rounding {how!r} of {column} is not known: write half_up "
-                                                     "(half away from zero), or leave the column out to quarantine "
-                                                     "values with more scale than declared")
-        tables.append(CdcTable(
-            name=name, connector=decl.connector, server=decl.server or source_name, database=decl.database,
-            db_schema=decl.schema_ if decl.connector == "postgresql" else None,
-            primary_key=tuple(t.primary_key), columns=dict(t.columns), description=t.description,
-            pii=tuple(t.pii), checks=dict(t.checks),
-            references={col: tuple(target.split(".", 1)) for col, target in t.references.items()},  # type: ignore[misc]
-            partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
-            write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
-            time_precision_mode=decl.time_precision_mode, source=source_name,
-            subject=t.subject, rounding=dict(t.rounding), renamed=renamed,
-        ))
-    return tables
+    return [_cdc_table(c, source_name, decl, name, t) for name, t in decl.tables.items()]
+
+
+def _cdc_table(c: _Checker, source_name: str, decl: CdcSourceDecl, name: str, t: CdcTableDecl) -> CdcTable:
+    path = ("cdc", source_name, "tables", name)
+    c.identifier(path, name, "CDC table name")
+    columns = _columns(c, path, t.columns)
+    if not t.primary_key:
+        c.fail((*path, "primary_key"), f"table {name}: a primary key is needed to apply changes")
+    owner = f"columns of table {name}"
+    for n, k in enumerate(t.primary_key):
+        c.member((*path, "primary_key", n), k, columns, "primary key column", owner)
+    for n, p in enumerate(t.pii):
+        c.member((*path, "pii", n), p, columns, "pii column", owner)
+        if p in t.primary_key:
+            c.fail((*path, "pii", n), f"{p!r} is part of the primary key: it cannot be pseudonymised")
+    c.checks((*path, "checks"), t.checks, columns, owner)
+    _check_partition(c, path, t.partition or (), columns, owner)
+    for column in t.references:
+        c.member((*path, "references", column), column, columns, "referencing column", owner)
+    renamed = _renames(c, path, "renamed_from", dict(t.renamed_from), columns)
+    c.member((*path, "subject"), t.subject, columns, "subject column", owner)
+    _check_rounding(c, path, t.rounding, columns, owner)
+    return CdcTable(
+        name=name, connector=decl.connector, server=decl.server or source_name, database=decl.database,
+        db_schema=decl.schema_ if decl.connector == "postgresql" else None,
+        primary_key=tuple(t.primary_key), columns=dict(t.columns), description=t.description,
+        pii=tuple(t.pii), checks=dict(t.checks),
+        references={col: tuple(target.split(".", 1)) for col, target in t.references.items()},  # type: ignore[misc]
+        partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
+        write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
+        time_precision_mode=decl.time_precision_mode, source=source_name,
+        subject=t.subject, rounding=dict(t.rounding), renamed=renamed,
+    )
+
+
+def _columns(c: _Checker, path: tuple[Any, ...], declared: dict[str, str]) -> dict[str, T.DataType]:
+    """Each declared column's Spark type; names and types checked."""
+    columns = {}
+    for column, type_name in declared.items():
+        c.identifier((*path, "columns", column), column, "column name")
+        columns[column] = c.type((*path, "columns", column), type_name)
+    return columns
+
+
+def _check_partition(c: _Checker, path: tuple[Any, ...], transforms: list[str] | tuple[()], columns: dict[str, T.DataType],
+                     owner: str) -> None:
+    """Each partition transform (e.g. `day(created_at)`) is known and reads a declared column."""
+    for n, transform in enumerate(transforms):
+        try:
+            source_column = transform_column(transform)
+        except ValueError as exc:
+            c.fail((*path, "partition", n), str(exc))
+        c.member((*path, "partition", n), source_column, columns, "partition column", owner)
+
+
+def _check_rounding(c: _Checker, path: tuple[Any, ...], rounding: dict[str, str], columns: dict[str, T.DataType],
+                    owner: str) -> None:
+    """Only declared decimal columns are rounded, each by a known rounding."""
+    for column, how in rounding.items():
+        c.member((*path, "rounding", column), column, columns, "rounded column", owner)
+        if not isinstance(columns[column], T.DecimalType):
+            c.fail((*path, "rounding", column), f"only a decimal column is rounded; {column} is "
+                                                 f"{columns[column].simpleString()}")
+        if how not in ROUNDINGS:
+            c.fail((*path, "rounding", column), f"rounding {how!r} of {column} is not known: write half_up "
+                                                 "(half away from zero), or leave the column out to quarantine "
+                                                 "values with more scale than declared")
 
 
 def _gold(c: _Checker, decl: GoldDecl, events: dict[str, EventSource], known_tables: list[str]) -> Gold:
-    source = None
-    if decl.events is not None:
-        c.member(("gold", "events"), decl.events, events, "gold event source", "declared event sources")
-        source = events[decl.events]
-    elif len(events) == 1:
-        source = next(iter(events.values()))
-    elif len(events) > 1:
-        c.fail(("gold",), f"several event sources ({', '.join(events)}): say which one gold reads (gold.events)")
-
+    source = _gold_source(c, decl, events)
     fields = source.fields if source else {}
     owner = f"fields of event source {source.name}" if source else "fields (no event source)"
-    purchase_type = amount = None
-    if decl.purchase is not None:
-        if source is None or source.event_type is None:
-            c.fail(("gold", "purchase"), "purchase needs an event source with an event_type field")
-        assert source is not None
-        purchase_type, amount = decl.purchase.event_type, decl.purchase.amount
-        if source.event_types is not None:
-            c.member(("gold", "purchase", "event_type"), purchase_type, list(source.event_types),
-                     "purchase event type", f"event_types of {source.name}")
-        c.member(("gold", "purchase", "amount"), amount, fields, "purchase amount field", owner)
-        if amount is not None and not is_numeric(fields[amount]):
-            c.fail(("gold", "purchase", "amount"), f"purchase amount {amount!r} must be numeric")
-    if decl.funnel:
-        if source is None or source.event_type is None:
-            c.fail(("gold", "funnel"), "a funnel needs an event source with an event_type field")
-        assert source is not None
-        if source.event_types is not None:
-            for n, step in enumerate(decl.funnel):
-                c.member(("gold", "funnel", n), step, list(source.event_types), "funnel step", f"event_types of {source.name}")
+    purchase_type, amount = _purchase(c, decl, source, fields, owner)
+    _check_funnel(c, decl, source)
     session_field = source.session if source else None
     inactivity = dt.timedelta(minutes=30)
     if decl.sessions is not None:
@@ -321,27 +337,68 @@ def _gold(c: _Checker, decl: GoldDecl, events: dict[str, EventSource], known_tab
         c.member(("gold", "freshness", table), table, freshness, "freshness of table", "event gold tables")
         freshness[table] = c.freshness(("gold", "freshness", table), value)  # type: ignore[assignment]
 
-    sql_tables = {}
-    for name, t in decl.tables.items():
-        path = ("gold", "tables", name)
-        c.identifier(path, name, "table name")
-        columns = {}
-        for column, type_name in t.columns.items():
-            c.identifier((*path, "columns", column), column, "column name")
-            columns[column] = c.type((*path, "columns", column), type_name)
-        for n, table in enumerate(t.reads):
-            c.member((*path, "reads", n), table, [*known_tables, *decl.tables], "read table", "declared tables")
-            if table == name:
-                c.fail((*path, "reads", n), f"table {name} cannot read itself")
-        for n, column in enumerate(t.partitioned_by):
-            c.member((*path, "partitioned_by", n), column, columns, "partition column", f"columns of {name}")
-        sql_tables[name] = SqlTable(
-            name=name, description=t.description or f"Gold table {name}, recomputed from {', '.join(t.reads)}.",
-            reads=tuple(t.reads), sql=t.sql, columns=dict(t.columns), partitioned_by=tuple(t.partitioned_by),
-            freshness=c.freshness((*path, "freshness"), t.freshness),
-        )
+    readable = [*known_tables, *decl.tables]
+    sql_tables = {name: _sql_table(c, name, t, readable) for name, t in decl.tables.items()}
     return Gold(events=source, purchase_type=purchase_type, amount=amount, funnel=tuple(decl.funnel),
                 session_field=session_field, inactivity=inactivity, freshness=freshness, sql_tables=sql_tables)
+
+
+def _gold_source(c: _Checker, decl: GoldDecl, events: dict[str, EventSource]) -> EventSource | None:
+    """The event source gold reads: the one named, else the only one declared, else none."""
+    if decl.events is not None:
+        c.member(("gold", "events"), decl.events, events, "gold event source", "declared event sources")
+        return events[decl.events]
+    if len(events) > 1:
+        c.fail(("gold",), f"several event sources ({', '.join(events)}): say which one gold reads (gold.events)")
+    return next(iter(events.values()), None)
+
+
+def _purchase(c: _Checker, decl: GoldDecl, source: EventSource | None, fields: dict[str, T.DataType],
+              owner: str) -> tuple[str | None, str | None]:
+    """The purchase event type and amount field, when declared: a known event type, a numeric field."""
+    if decl.purchase is None:
+        return None, None
+    if source is None or source.event_type is None:
+        c.fail(("gold", "purchase"), "purchase needs an event source with an event_type field")
+    assert source is not None
+    purchase_type, amount = decl.purchase.event_type, decl.purchase.amount
+    if source.event_types is not None:
+        c.member(("gold", "purchase", "event_type"), purchase_type, list(source.event_types),
+                 "purchase event type", f"event_types of {source.name}")
+    c.member(("gold", "purchase", "amount"), amount, fields, "purchase amount field", owner)
+    if amount is not None and not is_numeric(fields[amount]):
+        c.fail(("gold", "purchase", "amount"), f"purchase amount {amount!r} must be numeric")
+    return purchase_type, amount
+
+
+def _check_funnel(c: _Checker, decl: GoldDecl, source: EventSource | None) -> None:
+    """A funnel needs an event type field, and its steps are among the declared event types (if declared)."""
+    if not decl.funnel:
+        return
+    if source is None or source.event_type is None:
+        c.fail(("gold", "funnel"), "a funnel needs an event source with an event_type field")
+    assert source is not None
+    if source.event_types is not None:
+        for n, step in enumerate(decl.funnel):
+            c.member(("gold", "funnel", n), step, list(source.event_types), "funnel step", f"event_types of {source.name}")
+
+
+def _sql_table(c: _Checker, name: str, t: SqlTableDecl, readable: list[str]) -> SqlTable:
+    """A gold table made by SQL: it reads declared tables other than itself, and is partitioned by its columns."""
+    path = ("gold", "tables", name)
+    c.identifier(path, name, "table name")
+    columns = _columns(c, path, t.columns)
+    for n, table in enumerate(t.reads):
+        c.member((*path, "reads", n), table, readable, "read table", "declared tables")
+        if table == name:
+            c.fail((*path, "reads", n), f"table {name} cannot read itself")
+    for n, column in enumerate(t.partitioned_by):
+        c.member((*path, "partitioned_by", n), column, columns, "partition column", f"columns of {name}")
+    return SqlTable(
+        name=name, description=t.description or f"Gold table {name}, recomputed from {', '.join(t.reads)}.",
+        reads=tuple(t.reads), sql=t.sql, columns=dict(t.columns), partitioned_by=tuple(t.partitioned_by),
+        freshness=c.freshness((*path, "freshness"), t.freshness),
+    )
 
 
 def _policy(c: _Checker, path: tuple[Any, ...], decl: TableMaintenanceDecl, base: TablePolicy) -> TablePolicy:
@@ -414,58 +471,15 @@ def parse_project(text: str, file: str = "<declaration>") -> Project:
     c.identifier(("name",), decl.name, "project name")
 
     events = {name: _event_source(c, name, e) for name, e in decl.events.items()}
-    cdc: dict[str, CdcTable] = {}
-    cdc_paths: dict[str, tuple[Any, ...]] = {}
-    captures: dict[str, Capture] = {}
-    for source_name, cdc_decl in decl.cdc.items():
-        if cdc_decl.capture is not None:
-            path: tuple[Any, ...] = ("cdc", source_name, "capture")
-            if cdc_decl.connector != "postgresql":
-                c.fail(path, "capture runs Debezium's PostgreSQL connector: a mysql source is captured by its own "
-                             "Debezium deployment into the landing zone")
-            cap = cdc_decl.capture
-            captures[source_name] = Capture(
-                source=source_name, until_idle=c.duration((*path, "until_idle"), cap.until_idle),
-                max_duration=c.duration((*path, "max_duration"), cap.max_duration), schedule=cap.schedule,
-                max_retained_wal_bytes=cap.max_retained_wal_mb << 20,
-            )
-        for cdc_table in _cdc_tables(c, source_name, cdc_decl):
-            path = ("cdc", source_name, "tables", cdc_table.name)
-            if cdc_table.name in cdc:
-                c.fail(path, f"CDC table {cdc_table.name!r} is declared twice (also under {cdc[cdc_table.name].server})")
-            cdc[cdc_table.name], cdc_paths[cdc_table.name] = cdc_table, path
-
-    # One owner per table name and per landing folder, across everything declared.
-    owners: dict[str, tuple[Any, ...]] = {INGEST_LOG: ("name",)}
-
-    def claim(name: str, path: tuple[Any, ...]) -> None:
-        if name in owners:
-            first = line_of(document, owners[name])
-            c.fail(path, f"table {name!r} is declared twice (first on line {first})")
-        owners[name] = path
-
-    landings: dict[str, tuple[Any, ...]] = {}
-    sources: list[EventSource | CdcTable] = [*events.values(), *cdc.values()]
-    for source in sources:
-        path = ("events", source.name) if isinstance(source, EventSource) else cdc_paths[source.name]
-        if source.landing in landings:
-            c.fail(path, f"landing folder {source.landing!r} is used twice (first on line "
-                         f"{line_of(document, landings[source.landing])})")
-        landings[source.landing] = path
-        for table in source.table_names:
-            claim(table, path)
-    for table_name, (column, (target_table, target_column)) in (
-        (t.name, ref) for t in cdc.values() for ref in t.references.items()
-    ):
-        path = (*cdc_paths[table_name], "references", column)
-        if target_table not in cdc or target_column not in cdc[target_table].columns:
-            c.fail(path, f"reference {target_table}.{target_column} is not a declared CDC table and column")
-
-    gold = _gold(c, decl.gold, events, list(owners))
+    cdc, cdc_paths, captures = _cdc_sources(c, decl)
+    owners = _Owners(c)
+    _check_landings(c, [*events.values(), *cdc.values()], cdc_paths, owners)
+    _check_references(c, cdc, cdc_paths)
+    gold = _gold(c, decl.gold, events, list(owners.paths))
     for name in [*gold.event_tables, *gold.ml_tables]:
-        claim(name, ("gold",))
+        owners.claim(name, ("gold",))
     for name in gold.sql_tables:
-        claim(name, ("gold", "tables", name))
+        owners.claim(name, ("gold", "tables", name))
 
     generator = None
     if decl.generator:
@@ -476,8 +490,79 @@ def parse_project(text: str, file: str = "<declaration>") -> Project:
         name=decl.name, file=Path(file), description=decl.description,
         start_date=decl.start_date or dt.date(2025, 1, 1), generator=generator,
         events=events, cdc=cdc, gold=gold, captures=captures,
-        maintenance=_maintenance(c, decl.maintenance, list(owners)), landing=_landing(c, decl.landing),
+        maintenance=_maintenance(c, decl.maintenance, list(owners.paths)), landing=_landing(c, decl.landing),
     )
+
+
+def _capture(c: _Checker, source_name: str, decl: CdcSourceDecl) -> Capture:
+    """How `lakehouse capture` runs Debezium for a PostgreSQL source."""
+    assert decl.capture is not None
+    path: tuple[Any, ...] = ("cdc", source_name, "capture")
+    if decl.connector != "postgresql":
+        c.fail(path, "capture runs Debezium's PostgreSQL connector: a mysql source is captured by its own "
+                     "Debezium deployment into the landing zone")
+    cap = decl.capture
+    return Capture(
+        source=source_name, until_idle=c.duration((*path, "until_idle"), cap.until_idle),
+        max_duration=c.duration((*path, "max_duration"), cap.max_duration), schedule=cap.schedule,
+        max_retained_wal_bytes=cap.max_retained_wal_mb << 20,
+    )
+
+
+def _cdc_sources(c: _Checker, decl: ProjectDecl) -> tuple[dict[str, CdcTable], dict[str, tuple[Any, ...]],
+                                                         dict[str, Capture]]:
+    """The CDC tables of every source by name and where each is declared (a name is used once), and the
+    captures declared."""
+    cdc: dict[str, CdcTable] = {}
+    cdc_paths: dict[str, tuple[Any, ...]] = {}
+    captures: dict[str, Capture] = {}
+    for source_name, cdc_decl in decl.cdc.items():
+        if cdc_decl.capture is not None:
+            captures[source_name] = _capture(c, source_name, cdc_decl)
+        for cdc_table in _cdc_tables(c, source_name, cdc_decl):
+            path = ("cdc", source_name, "tables", cdc_table.name)
+            if cdc_table.name in cdc:
+                c.fail(path, f"CDC table {cdc_table.name!r} is declared twice (also under {cdc[cdc_table.name].server})")
+            cdc[cdc_table.name], cdc_paths[cdc_table.name] = cdc_table, path
+    return cdc, cdc_paths, captures
+
+
+class _Owners:
+    """Where each table name is declared: a name is declared once across the whole project."""
+
+    def __init__(self, c: _Checker):
+        self.c = c
+        self.paths: dict[str, tuple[Any, ...]] = {INGEST_LOG: ("name",)}
+
+    def claim(self, name: str, path: tuple[Any, ...]) -> None:
+        if name in self.paths:
+            first = line_of(self.c.document, self.paths[name])
+            self.c.fail(path, f"table {name!r} is declared twice (first on line {first})")
+        self.paths[name] = path
+
+
+def _check_landings(c: _Checker, sources: list[EventSource | CdcTable], cdc_paths: dict[str, tuple[Any, ...]],
+                    owners: _Owners) -> None:
+    """Each source has a landing folder of its own, and claims the names of the tables it makes."""
+    landings: dict[str, tuple[Any, ...]] = {}
+    for source in sources:
+        path = ("events", source.name) if isinstance(source, EventSource) else cdc_paths[source.name]
+        if source.landing in landings:
+            c.fail(path, f"landing folder {source.landing!r} is used twice (first on line "
+                         f"{line_of(c.document, landings[source.landing])})")
+        landings[source.landing] = path
+        for table in source.table_names:
+            owners.claim(table, path)
+
+
+def _check_references(c: _Checker, cdc: dict[str, CdcTable], cdc_paths: dict[str, tuple[Any, ...]]) -> None:
+    """Each reference between CDC tables names a declared CDC table and column."""
+    for table_name, (column, (target_table, target_column)) in (
+        (t.name, ref) for t in cdc.values() for ref in t.references.items()
+    ):
+        path = (*cdc_paths[table_name], "references", column)
+        if target_table not in cdc or target_column not in cdc[target_table].columns:
+            c.fail(path, f"reference {target_table}.{target_column} is not a declared CDC table and column")
 
 
 def _landing(c: _Checker, decl: LandingDecl) -> LandingPolicy:

@@ -32,6 +32,7 @@ import json
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
@@ -83,39 +84,60 @@ def column_encodings(schema: Column, side: str = "after") -> Column:
 def encodings_of(schema_text: str, side: str = "after") -> Column | None:
     """`column_encodings` of one record schema's text, worked out once on the driver as a literal map.
 
-    None where the text is not a schema `column_encodings` reads the same way (the record's own schema is
-    then decoded per record, as before).
+    None when the text is not a schema read exactly as `column_encodings` would read it: each record's own
+    schema is then decoded in Spark instead.
     """
     try:
-        schema = json.loads(schema_text)
-        images = [f for f in schema.get("fields") or [] if isinstance(f, dict) and f.get("field") == side]
-        columns = (images[0].get("fields") if images else None) or []
-        if not isinstance(columns, list) or not all(isinstance(c, dict) for c in columns):
-            return None
-        names = [c.get("field") for c in columns]
-        if None in names or len(set(names)) != len(names) or not all(isinstance(n, str) for n in names):
+        columns = _image_columns(json.loads(schema_text), side)
+        if columns is None:
             return None
         entries = []
-        for c in columns:
-            parameters = c.get("parameters")
-            if parameters is not None and not isinstance(parameters, dict):
+        for column in columns:
+            entry = _encoding_entry(column)
+            if entry is None:
                 return None
-            for key in ("type", "name"):
-                if c.get(key) is not None and not isinstance(c.get(key), str):
-                    return None
-            params = None if parameters is None else F.create_map(*(
-                x for k, v in parameters.items()
-                for x in (F.lit(k), F.lit(None if v is None else v if isinstance(v, str)
-                                           else json.dumps(v, separators=(",", ":"))))))
-            entries += [F.lit(c["field"]), F.struct(
-                F.lit(c["field"]).alias("field"), F.lit(c.get("type")).cast("string").alias("type"),
-                F.lit(c.get("name")).cast("string").alias("name"),
-                (params if params is not None else F.lit(None)).cast(_FIELD["parameters"].dataType).alias("parameters"))]
+            entries += entry
         if not entries:
             return F.create_map().cast(T.MapType(T.StringType(), _FIELD))
         return F.create_map(*entries)
     except (ValueError, AttributeError, TypeError):
         return None
+
+
+def _image_columns(schema: Any, side: str) -> list[dict] | None:
+    """The column fields of one image (`before` or `after`) of a parsed schema; None unless each is an
+    object and their names are distinct text."""
+    images = [f for f in schema.get("fields") or [] if isinstance(f, dict) and f.get("field") == side]
+    columns = (images[0].get("fields") if images else None) or []
+    if not isinstance(columns, list) or not all(isinstance(c, dict) for c in columns):
+        return None
+    names = [c.get("field") for c in columns]
+    if None in names or len(set(names)) != len(names) or not all(isinstance(n, str) for n in names):
+        return None
+    return columns
+
+
+def _encoding_entry(column: dict) -> list[Column] | None:
+    """One column's map entry as literals: its name, then struct<field, type, name, parameters>. None when its
+    type or name is not text, or its parameters not an object."""
+    parameters = column.get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        return None
+    if any(column.get(key) is not None and not isinstance(column.get(key), str) for key in ("type", "name")):
+        return None
+    params = F.lit(None) if parameters is None else _parameters_map(parameters)
+    return [F.lit(column["field"]), F.struct(
+        F.lit(column["field"]).alias("field"), F.lit(column.get("type")).cast("string").alias("type"),
+        F.lit(column.get("name")).cast("string").alias("name"),
+        params.cast(_FIELD["parameters"].dataType).alias("parameters"))]
+
+
+def _parameters_map(parameters: dict) -> Column:
+    """A field's parameters as a literal map of text: a value that is not text is kept as compact JSON."""
+    def text(value: Any) -> str | None:
+        return None if value is None else value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+    return F.create_map(*(x for k, v in parameters.items() for x in (F.lit(k), F.lit(text(v)))))
 
 
 def _unscaled_text(b64: Column) -> Column:
