@@ -759,10 +759,10 @@ class Forget:
 
     def _landing(self, subject: str, targets: list[Target], landed: dict[str, set[str]], report: ForgetReport,
                  dry_run: bool) -> None:
-        """Removes the landed files whose lines were deleted, or that name the subject (their lines left bronze in
-        an earlier forget that stopped before this step), when the zone holds them as they were taken; reports as
-        pending the files that name the subject and are not (all) taken yet. A source's lines are judged as its
-        quarantine's (a number in the subject's field only)."""
+        """Removes from the landing zone the files whose lines were deleted, or that name the subject (an earlier
+        forget may have deleted their lines and stopped before this step), when the file is as bronze took it.
+        A file that names the subject but is not taken yet, or grew since, is reported as pending. Lines are
+        judged as the source's quarantine judges them (a number counts only in the subject's field)."""
         zone = landing_zone(self.lakehouse.settings)
         judges = {t.landing: t for t in targets if t.raw_lines and t.landing}
         for source in self.project.landing_sources:
@@ -885,13 +885,14 @@ class Forget:
         return expire
 
     def _snapshots_naming(self, table: Table, target: Target, live: set[str], held: set[str]) -> set[int]:
-        """Snapshots with a manifest that keeps the bounds of a file holding the subject. A manifest keeps each
-        file's smallest and largest value of each column (a name, an e-mail of the subject's row among them), also
-        of the files a delete removed from the table, until the manifest is written again. A file is judged by its
-        rows where they can be read: `held`, those found holding the subject; the other `live` ones (read whole,
-        clean), whose bounds are their rows', whatever they look like (`{"account_id":28` is 280's key cut to 16
-        characters); a file no kept snapshot references is read if it is still stored; one that is gone, by its
-        bounds (`BoundJudge`)."""
+        """The snapshots with a manifest that records a file holding the subject.
+
+        A manifest keeps each file's smallest and largest value of each column (so possibly the subject's name or
+        e-mail), even for files a delete removed, until the manifest is written again. A file is judged by its
+        rows when they can be read: those in `held` hold the subject; the other `live` files were read whole and
+        are clean, whatever their bounds look like (`{"account_id":28` may be 280's row cut to 16 characters).
+        A file no kept snapshot references is read if it is still stored, else judged by its bounds
+        (`BoundJudge`)."""
         judge = BoundJudge.of(table, target, self._subject, self._hashed)
         verdicts: dict[str, bool] = {}
 

@@ -97,8 +97,8 @@ class TableHealth:
 def files_of(table: Table, snapshot_id: int | None = None, data: bool | None = None) -> list[DataFile]:
     """The live files of a snapshot (default: the current one): data files, delete files, or both (None).
 
-    Read from the manifests directly: pyiceberg's `inspect` fails on snapshots without manifests
-    (an empty table's stamped commit).
+    Read from the manifests directly: pyiceberg's `inspect` fails on a snapshot without manifests
+    (what a write of no rows to an empty table commits, to record its properties).
     """
     snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
     if snapshot is None:
