@@ -402,7 +402,7 @@ def _descendant_at(warehouse: _Warehouse, level: list[_Candidate], version: int,
     if not kept:
         return None, "", forks
     kind = kinds[kept[0].location]
-    if kind == "pointer":  # the row exactly as the backup spells it
+    if kind == "pointer":  # registered with the location spelt as in the backup's row
         return _Candidate(pointer, version), _SOURCES[kind], forks
     return kept[0], _SOURCES[kind], forks
 
