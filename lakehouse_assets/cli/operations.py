@@ -13,6 +13,7 @@ from .output import print_table, progress
 from .tables import maintenance_policies, open_table, table_names
 
 if TYPE_CHECKING:
+    from ..operations.forget import ForgetReport
     from ..project import Project
 
 
@@ -154,33 +155,42 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(proof_json(report))
     else:
-        rows = [{"table": t.table, "rows_deleted": t.rows_deleted, "files_rewritten": t.files_rewritten,
-                 "snapshots_expired": len(t.snapshots_expired), "tags_removed": ", ".join(t.tags_removed),
-                 "legal_holds": ", ".join(t.legal_holds), "live_files_scanned": t.live_files_scanned,
-                 "rows_found_after": t.rows_found_after, "done": "yes" if t.done else "NO"} for t in report.tables]
-        print_table(rows, list(rows[0]) if rows else ["table"])
-        for name, why in sorted(report.left_alone.items()):
-            print(f"left alone: {name}: {why}")
-        for uri in report.landing_removed:
-            print(f"landing file removed: {uri}")
-        for uri, why in sorted(report.landing_pending.items()):
-            print(f"landing file pending: {uri}: {why}")
-        for run in report.runs_in_flight:
-            print(f"run still in flight: {run}: it may publish the subject; run forget again once it ends")
-        for file in report.orphans_removed:
-            print(f"file no snapshot referenced, removed: {file}")
-        for file, why in sorted(report.traces.items()):
-            print(f"still holds the subject: {file}: {why}")
-        if report.tables_not_done and not args.dry_run:
-            print(f"tables done: {', '.join(report.tables_done) or 'none'}")
-            for name, why in report.tables_not_done.items():
-                print(f"table NOT done: {name}: {why}")
-            print("run the same command again to finish: the tables done are left as they are")
-        verdict = ("purged: no file of the tables, the landing zone or staging holds the subject" if report.purged
-                   else "NOT purged: the subject remains (see the tables not done, rows_found_after, pending files, "
-                        "runs and files above)")
-        print(f"{'dry run, ' if args.dry_run else ''}{verdict}")
+        _print_forget_report(report, args.dry_run)
     return 0 if report.purged or args.dry_run else 1
+
+
+def _print_forget_report(report: ForgetReport, dry_run: bool) -> None:
+    """The proof for a person: one line per table, then what was left, removed or is still pending, then the
+    verdict."""
+    rows = [{"table": t.table, "rows_deleted": t.rows_deleted, "files_rewritten": t.files_rewritten,
+             "snapshots_expired": len(t.snapshots_expired), "tags_removed": ", ".join(t.tags_removed),
+             "legal_holds": ", ".join(t.legal_holds), "live_files_scanned": t.live_files_scanned,
+             "rows_found_after": t.rows_found_after, "done": "yes" if t.done else "NO"} for t in report.tables]
+    print_table(rows, list(rows[0]) if rows else ["table"])
+    for line in _forget_findings(report):
+        print(line)
+    if report.tables_not_done and not dry_run:
+        print(f"tables done: {', '.join(report.tables_done) or 'none'}")
+        for name, why in report.tables_not_done.items():
+            print(f"table NOT done: {name}: {why}")
+        print("run the same command again to finish: the tables done are left as they are")
+    verdict = ("purged: no file of the tables, the landing zone or staging holds the subject" if report.purged
+               else "NOT purged: the subject remains (see the tables not done, rows_found_after, pending files, "
+                    "runs and files above)")
+    print(f"{'dry run, ' if dry_run else ''}{verdict}")
+
+
+def _forget_findings(report: ForgetReport) -> list[str]:
+    """What forget left alone, removed, or found still there, one line each."""
+    return [
+        *(f"left alone: {name}: {why}" for name, why in sorted(report.left_alone.items())),
+        *(f"landing file removed: {uri}" for uri in report.landing_removed),
+        *(f"landing file pending: {uri}: {why}" for uri, why in sorted(report.landing_pending.items())),
+        *(f"run still in flight: {run}: it may publish the subject; run forget again once it ends"
+          for run in report.runs_in_flight),
+        *(f"file no snapshot referenced, removed: {file}" for file in report.orphans_removed),
+        *(f"still holds the subject: {file}: {why}" for file, why in sorted(report.traces.items())),
+    ]
 
 
 def _verify_only(args: argparse.Namespace, settings: Settings) -> int:

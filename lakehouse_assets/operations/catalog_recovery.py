@@ -334,41 +334,83 @@ _SOURCES = {
 
 def choose(warehouse: _Warehouse, candidates: list[_Candidate], pointer: str | None) -> tuple[_Candidate, str, list[str]]:
     """(the file to register, how it was chosen, the candidates refused on the way); `_Refused` if none can be."""
+    if pointer is None:
+        return _newest_without_backup(warehouse, candidates)
+    return _newest_from_backup(warehouse, candidates, pointer)
+
+
+def _by_version(candidates: list[_Candidate]) -> list[tuple[int, list[_Candidate]]]:
+    """The candidates grouped by version, the newest version first, each group sorted by location."""
+    return [(version, sorted((c for c in candidates if c.version == version), key=lambda c: c.location))
+            for version in sorted({c.version for c in candidates}, reverse=True)]
+
+
+def _check_readable(warehouse: _Warehouse, level: list[_Candidate], version: int) -> None:
+    """Refuse the table if any file at this version cannot be read: which one was committed is then unknown."""
+    for candidate in level:
+        try:
+            warehouse.read(candidate.location)
+        except Exception as exc:
+            raise _Refused(f"unreadable metadata file {candidate.location} at version {version} "
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                           "move it aside to take the version below") from None
+
+
+def _newest_without_backup(warehouse: _Warehouse, candidates: list[_Candidate]) -> tuple[_Candidate, str, list[str]]:
+    """Without a backup: the only file at the highest version. Two there cannot be told apart."""
+    for version, level in _by_version(candidates)[:1]:
+        _check_readable(warehouse, level, version)
+        if len(level) == 1:
+            return level[0], "newest metadata file", []
+        raise _Refused(f"{len(level)} metadata files at version {version}, only one was committed: "
+                       f"{', '.join(c.location for c in level)}; give a backup (--backup) to choose, "
+                       "or move aside the one no catalog row pointed to")
+    raise _Refused(_nothing_descends(None, None, []))
+
+
+def _newest_from_backup(warehouse: _Warehouse, candidates: list[_Candidate],
+                        pointer: str) -> tuple[_Candidate, str, list[str]]:
+    """With a backup: the newest file that is the backup's pointer or descends from it.
+
+    Versions are tried from the newest down to the pointer's own; files that fork off are skipped.
+    """
     skipped: list[str] = []
     pointer_version = metadata_version(pointer) if pointer else None
-    for version in sorted({c.version for c in candidates}, reverse=True):
-        if pointer and pointer_version is not None and version < pointer_version:
+    for version, level in _by_version(candidates):
+        if pointer_version is not None and version < pointer_version:
             break
-        level = sorted((c for c in candidates if c.version == version), key=lambda c: c.location)
-        for candidate in level:
-            try:
-                warehouse.read(candidate.location)
-            except Exception as exc:
-                raise _Refused(f"unreadable metadata file {candidate.location} at version {version} "
-                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                               "move it aside to take the version below") from None
-        if pointer is None:
-            if len(level) == 1:
-                return level[0], "newest metadata file", skipped
-            raise _Refused(f"{len(level)} metadata files at version {version}, only one was committed: "
-                           f"{', '.join(c.location for c in level)}; give a backup (--backup) to choose, "
-                           "or move aside the one no catalog row pointed to")
-        kinds = {c.location: _descent(warehouse, c.location, pointer) for c in level}
-        kept = [c for c in level if kinds[c.location] != "fork"]
-        skipped += [f"{c.location} (version {version}: does not descend from the backup's pointer)"
-                    for c in level if kinds[c.location] == "fork"]
-        if len(kept) == 1:
-            kind = kinds[kept[0].location]
-            if kind == "pointer":  # the row exactly as the backup spells it
-                return _Candidate(pointer, version), _SOURCES[kind], skipped
-            return kept[0], _SOURCES[kind], skipped
-        if len(kept) > 1:
-            raise _Refused(f"{len(kept)} metadata files at version {version} all descend from the backup's pointer "
-                           f"{pointer}: {', '.join(c.location for c in kept)}; move aside the one no catalog row "
-                           "pointed to")
+        _check_readable(warehouse, level, version)
+        chosen, source, forks = _descendant_at(warehouse, level, version, pointer)
+        skipped += forks
+        if chosen is not None:
+            return chosen, source, skipped
+    raise _Refused(_nothing_descends(pointer, pointer_version, skipped))
+
+
+def _descendant_at(warehouse: _Warehouse, level: list[_Candidate], version: int,
+                   pointer: str) -> tuple[_Candidate | None, str, list[str]]:
+    """Of the files at one version, the one that is the backup's pointer or descends from it (None: no such file),
+    how it relates to the pointer, and the files that fork off."""
+    kinds = {c.location: _descent(warehouse, c.location, pointer) for c in level}
+    kept = [c for c in level if kinds[c.location] != "fork"]
+    forks = [f"{c.location} (version {version}: does not descend from the backup's pointer)"
+             for c in level if kinds[c.location] == "fork"]
+    if len(kept) > 1:
+        raise _Refused(f"{len(kept)} metadata files at version {version} all descend from the backup's pointer "
+                       f"{pointer}: {', '.join(c.location for c in kept)}; move aside the one no catalog row "
+                       "pointed to")
+    if not kept:
+        return None, "", forks
+    kind = kinds[kept[0].location]
+    if kind == "pointer":  # registered with the location spelt as in the backup's row
+        return _Candidate(pointer, version), _SOURCES[kind], forks
+    return kept[0], _SOURCES[kind], forks
+
+
+def _nothing_descends(pointer: str | None, pointer_version: int | None, skipped: list[str]) -> str:
     where = "" if pointer_version is None else f" (version {pointer_version})"
     refused = f"; refused: {'; '.join(skipped)}" if skipped else ""
-    raise _Refused(f"no metadata file is the backup's pointer {pointer}{where} or descends from it{refused}")
+    return f"no metadata file is the backup's pointer {pointer}{where} or descends from it{refused}"
 
 
 def _catalog_rows(engine: Any, catalog_name: str, namespace: str) -> dict[str, str | None]:
@@ -409,54 +451,75 @@ def rebuild(settings: Settings, project: Project, backup: str | Path | None = No
     contents = read_backup(backup, catalog_name, namespace) if backup else None
     pointers = contents.pointers if contents else {}
     warehouse = _Warehouse(settings)
-    namespace_dir = f"{settings.warehouse.rstrip('/')}/{namespace}"
-
-    declared = list(dict.fromkeys(project.table_names))
-    folders = [name for name in warehouse.names(namespace_dir, FileType.Directory)
-               if warehouse.metadata_files(f"{namespace_dir}/{name}")]
-    others = sorted((set(folders) | set(pointers)) - set(declared))
+    declared, others = _declared_and_others(settings, project, warehouse, pointers)
 
     catalog: Any = None
     if dry_run:
-        engine = None
-        if settings.catalog.kind == "postgresql" or Path(settings.catalog.path).is_file():
-            from sqlalchemy import create_engine
-
-            engine = create_engine(settings.catalog.sqlalchemy_url)
-        try:
-            existing = _catalog_rows(engine, catalog_name, namespace) if engine is not None else {}
-        finally:
-            if engine is not None:
-                engine.dispose()
+        existing = _catalog_rows_read_only(settings)
     else:
-        catalog = open_catalog(catalog_name, settings.catalog, settings.warehouse, **s3_properties(settings))
+        catalog = _catalog_with_namespace(settings, contents, log)
         existing = _catalog_rows(catalog.engine, catalog_name, namespace)
-        if not catalog.namespace_exists(namespace):
-            properties = contents.namespace_properties if contents else {}
-            catalog.create_namespace(namespace, properties)
-            log(f"namespace {catalog_name}.{namespace} created"
-                + (f" with {len(properties)} properties from the backup" if properties else ""))
 
     rebuild = _Rebuild(settings, warehouse, catalog, existing, dry_run, replace, has_backup=contents is not None)
     try:
-        results = []
-        for name in declared + others:
-            if name in others and not all_tables:
-                held = "the catalog has it" if name in existing else "--all registers it"
-                results.append(TableResult(f"{namespace}.{name}", "undeclared",
-                                           reason=f"not in the declaration; left out ({held})"))
-                continue
-            results.append(rebuild.table(name, pointers.get(name)))
+        results = [_left_out(f"{namespace}.{name}", name in existing)
+                   if name in others and not all_tables else rebuild.table(name, pointers.get(name))
+                   for name in declared + others]
     finally:
         if catalog is not None:
             catalog.engine.dispose()
+    _raise_if_refused(results, dry_run)
+    return results
+
+
+def _declared_and_others(settings: Settings, project: Project, warehouse: _Warehouse,
+                         pointers: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The declared tables, and the other tables found: folders holding metadata files, and the backup's rows."""
+    namespace_dir = f"{settings.warehouse.rstrip('/')}/{settings.namespace}"
+    declared = list(dict.fromkeys(project.table_names))
+    folders = [name for name in warehouse.names(namespace_dir, FileType.Directory)
+               if warehouse.metadata_files(f"{namespace_dir}/{name}")]
+    return declared, sorted((set(folders) | set(pointers)) - set(declared))
+
+
+def _catalog_rows_read_only(settings: Settings) -> dict[str, str | None]:
+    """The catalog's rows for the namespace, read without creating anything (none if the catalog does not exist)."""
+    if settings.catalog.kind != "postgresql" and not Path(settings.catalog.path).is_file():
+        return {}
+    from sqlalchemy import create_engine
+
+    engine = create_engine(settings.catalog.sqlalchemy_url)
+    try:
+        return _catalog_rows(engine, settings.catalog_name, settings.namespace)
+    finally:
+        engine.dispose()
+
+
+def _catalog_with_namespace(settings: Settings, contents: BackupContents | None, log: Callable[[str], None]) -> Any:
+    """The catalog, with the namespace created if missing (its properties from the backup, if any)."""
+    namespace, catalog_name = settings.namespace, settings.catalog_name
+    catalog = open_catalog(catalog_name, settings.catalog, settings.warehouse, **s3_properties(settings))
+    if not catalog.namespace_exists(namespace):
+        properties = contents.namespace_properties if contents else {}
+        catalog.create_namespace(namespace, properties)
+        log(f"namespace {catalog_name}.{namespace} created"
+            + (f" with {len(properties)} properties from the backup" if properties else ""))
+    return catalog
+
+
+def _left_out(table: str, in_catalog: bool) -> TableResult:
+    """The result for a table that is not declared and not asked for (`all_tables` off)."""
+    held = "the catalog has it" if in_catalog else "--all registers it"
+    return TableResult(table, "undeclared", reason=f"not in the declaration; left out ({held})")
+
+
+def _raise_if_refused(results: list[TableResult], dry_run: bool) -> None:
     refused = [r for r in results if r.refused]
     if refused:
         raise CatalogRebuildError(
             f"{len(refused)} table{'s' if len(refused) != 1 else ''} refused, the others "
             f"{'checked' if dry_run else 'registered'}: " + "; ".join(f"{r.table}: {r.reason}" for r in refused),
             results)
-    return results
 
 
 @dataclass
@@ -473,70 +536,92 @@ class _Rebuild:
 
     def table(self, name: str, pointer: str | None) -> TableResult:
         """Point the catalog at the table's newest metadata file that can be trusted (`pointer`: the backup's)."""
-        settings, warehouse, catalog, existing = self.settings, self.warehouse, self.catalog, self.existing
-        dry_run, replace, has_backup = self.dry_run, self.replace, self.has_backup
-        namespace = settings.namespace
-        current = existing.get(name)
-        default_dir = f"{settings.warehouse.rstrip('/')}/{namespace}/{name}"
+        namespace = self.settings.namespace
+        current = self.existing.get(name)
+        # Where the table's files are: the backup's row says, else the catalog's, else the usual folder.
+        default_dir = f"{self.settings.warehouse.rstrip('/')}/{namespace}/{name}"
         table_dir = _table_dir(pointer) if pointer else _table_dir(current) if current else default_dir
         result = TableResult(f"{namespace}.{name}", "")
-        candidates = warehouse.metadata_files(table_dir)
+        candidates = self.warehouse.metadata_files(table_dir)
         if not candidates:
-            if name in existing:
-                result.status, result.metadata_location = "exists", current
-                result.reason = f"left alone; no metadata file under {table_dir}/metadata"
-            elif pointer:
-                result.status = "refused"
-                result.reason = f"the backup points at {pointer}, but no metadata file is under {table_dir}/metadata"
-            else:
-                result.status, result.reason = "never created", f"no metadata file under {table_dir}/metadata"
-            return result
+            return _without_metadata(result, name in self.existing, current, pointer, table_dir)
         try:
-            chosen, source, skipped = choose(warehouse, candidates, pointer)
+            chosen, source, skipped = choose(self.warehouse, candidates, pointer)
         except _Refused as refusal:
-            if name in existing and not replace:
-                result.status, result.metadata_location = "exists", current
-                result.reason = f"left alone; {refusal}"
-            else:
-                result.status, result.reason = "refused", str(refusal)
-            return result
-        metadata = warehouse.read(chosen.location)
+            return _refused(result, refusal, name in self.existing and not self.replace, current)
         result.metadata_location, result.version, result.skipped = chosen.location, chosen.version, skipped
-        result.snapshot_id = metadata.current_snapshot_id
-        result.source = source + (" (not in the backup)" if has_backup and pointer is None else "")
-        identifier = (namespace, name)
-        if name in existing:
-            same = current is not None and location_key(current) == location_key(chosen.location)
-            if same:
-                result.status, result.reason = "exists", "the catalog already points at this file"
-            elif not replace:  # described as the catalog has it, with the file a replace would take
-                result.status, result.metadata_location, result.source = "exists", current, "catalog row"
-                result.version = metadata_version(current) if current else None
-                result.reason = (f"left alone; --replace points it at {chosen.location} (version {chosen.version}, "
-                                 f"{source})")
-                try:
-                    result.snapshot_id = warehouse.read(current).current_snapshot_id if current else None
-                except Exception as exc:  # described all the same, with why its snapshot is not known
-                    result.snapshot_id = None
-                    result.reason += f"; its own metadata file cannot be read ({type(exc).__name__}: {exc})"
-            elif dry_run:
-                result.status = "would replace"
-                result.reason = f"from {current}"
-            elif _point_row(catalog.engine, settings.catalog_name, namespace, name, current, chosen.location):
-                result.status, result.reason = "replaced", f"was {current}"
-            else:
-                result.status, result.reason = "refused", "its catalog row changed meanwhile: run again"
-            return result
-        if dry_run:
+        result.snapshot_id = self.warehouse.read(chosen.location).current_snapshot_id
+        result.source = source + (" (not in the backup)" if self.has_backup and pointer is None else "")
+        if name in self.existing:
+            return self._move_row(result, name, current, chosen, source)
+        return self._register(result, name, chosen)
+
+    def _move_row(self, result: TableResult, name: str, current: str | None, chosen: _Candidate,
+                  source: str) -> TableResult:
+        """A table the catalog has: left alone, or (with `replace`) its row moved to the chosen file."""
+        if current is not None and location_key(current) == location_key(chosen.location):
+            result.status, result.reason = "exists", "the catalog already points at this file"
+        elif not self.replace:
+            _left_alone(result, self.warehouse, current, chosen, source)
+        elif self.dry_run:
+            result.status, result.reason = "would replace", f"from {current}"
+        elif _point_row(self.catalog.engine, self.settings.catalog_name, self.settings.namespace, name, current,
+                        chosen.location):
+            result.status, result.reason = "replaced", f"was {current}"
+        else:
+            result.status, result.reason = "refused", "its catalog row changed meanwhile: run again"
+        return result
+
+    def _register(self, result: TableResult, name: str, chosen: _Candidate) -> TableResult:
+        """A table the catalog lacks: registered at the chosen file."""
+        if self.dry_run:
             result.status = "would register"
             return result
         from pyiceberg.exceptions import TableAlreadyExistsError
 
         try:
-            catalog.register_table(identifier, chosen.location)
+            self.catalog.register_table((self.settings.namespace, name), chosen.location)
         except TableAlreadyExistsError:
             result.status, result.reason = "refused", "registered by someone else meanwhile: run again with the writers stopped"
             return result
         result.status = "registered"
         return result
 
+
+def _without_metadata(result: TableResult, in_catalog: bool, current: str | None, pointer: str | None,
+                      table_dir: str) -> TableResult:
+    """No metadata file under the table's folder: left alone if the catalog has it, refused if the backup
+    points there, else never created."""
+    if in_catalog:
+        result.status, result.metadata_location = "exists", current
+        result.reason = f"left alone; no metadata file under {table_dir}/metadata"
+    elif pointer:
+        result.status = "refused"
+        result.reason = f"the backup points at {pointer}, but no metadata file is under {table_dir}/metadata"
+    else:
+        result.status, result.reason = "never created", f"no metadata file under {table_dir}/metadata"
+    return result
+
+
+def _refused(result: TableResult, refusal: _Refused, keep_row: bool, current: str | None) -> TableResult:
+    """No file could be chosen: the table is refused, unless the catalog has it and may keep it (`keep_row`)."""
+    if keep_row:
+        result.status, result.metadata_location = "exists", current
+        result.reason = f"left alone; {refusal}"
+    else:
+        result.status, result.reason = "refused", str(refusal)
+    return result
+
+
+def _left_alone(result: TableResult, warehouse: _Warehouse, current: str | None, chosen: _Candidate,
+                source: str) -> None:
+    """Describe a table the catalog has, without `replace`: as the catalog has it, with the file a replace
+    would take in the reason."""
+    result.status, result.metadata_location, result.source = "exists", current, "catalog row"
+    result.version = metadata_version(current) if current else None
+    result.reason = f"left alone; --replace points it at {chosen.location} (version {chosen.version}, {source})"
+    try:
+        result.snapshot_id = warehouse.read(current).current_snapshot_id if current else None
+    except Exception as exc:  # still described, with why its snapshot is unknown
+        result.snapshot_id = None
+        result.reason += f"; its own metadata file cannot be read ({type(exc).__name__}: {exc})"

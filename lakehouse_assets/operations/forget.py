@@ -86,7 +86,7 @@ from pyspark.sql.types import DataType
 
 from ..errors import MaintenanceError
 from ..landing.zones import landing_zone
-from ..project import Project
+from ..project import CdcTable, EventSource, Gold, Project
 from ..project.model import FORGOTTEN
 from ..runtime.catalog import append_retrying
 from ..runtime.pii import keyed_hash_of, pii_key
@@ -452,77 +452,95 @@ class ForgetReport:
         }
 
 
+Found = tuple[list[Target], dict[str, str]]  # the tables to search, and those left alone with why
+
+
 def subject_targets(project: Project, subject: str, hashed: str,
-                    event_keys: Callable[[str, str, str], tuple[str, ...]]) -> tuple[list[Target], dict[str, str]]:
+                    event_keys: Callable[[str, str, str], tuple[str, ...]]) -> Found:
     """Where the subject can be, upstream first; and the tables left alone, with why.
 
     `hashed` is the subject's pseudonym (runtime/pii.py), what silver keeps of a personal-data column.
     `event_keys(bronze, user column, key column)` gives the keys of the subject's events (read before any delete).
     """
-    def values(pseudonymised: bool) -> tuple[str, ...]:
-        return (hashed,) if pseudonymised else (subject,)
+    found = [_event_source_targets(source, subject, hashed, event_keys) for source in project.events.values()]
+    found += [_per_user_targets(project.gold, subject, hashed), _sql_table_targets(project.gold, subject, hashed)]
+    found += [_cdc_targets(table, subject, hashed) for table in project.cdc.values()]
+    targets = [target for some, _ in found for target in some]
+    left = {name: why for _, some in found for name, why in some.items()}
+    return targets, left
 
-    targets: list[Target] = []
-    left: dict[str, str] = {}
-    for source in project.events.values():
-        if source.user is None:
-            left.update({t: "the event source declares no user field" for t in source.table_names})
-            continue
-        if is_numeric(source.fields[source.user]) and not is_number(subject):
-            left.update({t: f"its user field {source.user} is a number and the subject is not"
-                         for t in source.table_names})
-            continue
-        user_field = source.paths.get(source.user, source.user).split(".")[-1]
-        mention = Mentions("payload", user_field, subject)
-        keys = event_keys(source.bronze, source.user, source.key)
-        targets += [
-            Target(source.bronze, [Equals((source.user,), (subject,)), mention], "events of the subject, raw payload",
-                   source.landing),
-            Target(source.quarantine, [_raw_lines(source.fields[source.user], user_field, subject)],
-                   "raw lines naming the subject", source.landing, raw_lines=True),
-        ]
-        targets.append(Target(source.silver, [Equals((source.silver_column(source.user),),
-                                                     values(source.user in source.pii))], "the subject's events"))
-        if keys:
-            targets.append(Target(source.rejected, [Equals((source.key,), keys)], "the subject's rejected events"))
-        else:
-            left[source.rejected] = "no event of the subject in bronze"
-    gold = project.gold
-    if gold.events is not None and gold.events.user is not None:
-        for name in gold.per_user_tables:
-            targets.append(Target(name, [Equals(("user_id",), values(gold.events.user in gold.events.pii))],
-                                  "rows per user"))
-        for name in gold.event_tables:
-            if name not in gold.per_user_tables:
-                left[name] = "an aggregate over users: holds no person"
+
+def _as_kept(subject: str, hashed: str, pseudonymised: bool) -> tuple[str, ...]:
+    """The value a table keeps of the subject: their pseudonym in a pseudonymised column, else the subject."""
+    return (hashed,) if pseudonymised else (subject,)
+
+
+def _event_source_targets(source: EventSource, subject: str, hashed: str,
+                          event_keys: Callable[[str, str, str], tuple[str, ...]]) -> Found:
+    """An event source's bronze, quarantine, silver and rejected tables, when its user field can hold the subject."""
+    if source.user is None:
+        return [], {t: "the event source declares no user field" for t in source.table_names}
+    if is_numeric(source.fields[source.user]) and not is_number(subject):
+        return [], {t: f"its user field {source.user} is a number and the subject is not" for t in source.table_names}
+    user_field = source.paths.get(source.user, source.user).split(".")[-1]
+    keys = event_keys(source.bronze, source.user, source.key)
+    targets = [
+        Target(source.bronze, [Equals((source.user,), (subject,)), Mentions("payload", user_field, subject)],
+               "events of the subject, raw payload", source.landing),
+        Target(source.quarantine, [_raw_lines(source.fields[source.user], user_field, subject)],
+               "raw lines naming the subject", source.landing, raw_lines=True),
+        Target(source.silver, [Equals((source.silver_column(source.user),),
+                                      _as_kept(subject, hashed, source.user in source.pii))], "the subject's events"),
+    ]
+    if not keys:
+        return targets, {source.rejected: "no event of the subject in bronze"}
+    targets.append(Target(source.rejected, [Equals((source.key,), keys)], "the subject's rejected events"))
+    return targets, {}
+
+
+def _per_user_targets(gold: Gold, subject: str, hashed: str) -> Found:
+    """Gold's tables of rows per user; its other event tables are aggregates over users."""
+    if gold.events is None or gold.events.user is None:
+        return [], {}
+    user = _as_kept(subject, hashed, gold.events.user in gold.events.pii)
+    targets = [Target(name, [Equals(("user_id",), user)], "rows per user") for name in gold.per_user_tables]
+    left = {name: "an aggregate over users: holds no person"
+            for name in gold.event_tables if name not in gold.per_user_tables}
+    return targets, left
+
+
+def _sql_table_targets(gold: Gold, subject: str, hashed: str) -> Found:
+    """The declared SQL tables. A query may carry an id through, so each text column is searched for the subject
+    and for their pseudonym."""
+    targets, left = [], {}
     for name, sql_table in gold.sql_tables.items():
-        # Its query may carry an id through: each text column is searched for the subject and its pseudonym.
         text = [c for c, kind in sql_table.columns.items() if kind.strip().lower() in ("string", "varchar")]
         if text:
             targets.append(Target(name, [Equals((c,), (subject, hashed)) for c in text],
                                   "a declared SQL table: rows naming the subject in a text column"))
         else:
             left[name] = "a declared SQL table with no text column: holds no one's id"
-    for table in project.cdc.values():
-        if table.subject is None:
-            left.update({t: "the CDC table declares no subject column" for t in table.table_names})
-            continue
-        c = table.subject
-        kind = spark_type(table.columns[c])
-        if is_numeric(kind) and not is_number(subject):
-            left.update({t: f"its subject column {c} is a number and the subject is not" for t in table.table_names})
-            continue
-        mentions = [Mentions("payload", c, subject), Mentions("key", c, subject)]
-        silver = Equals((table.silver_column(c),), values(c in table.pii))
-        targets += [
-            Target(table.bronze, [Equals(("after", c), (subject,)), Equals(("before", c), (subject,)), *mentions],
-                   "changes of the subject's rows", table.landing),
-            Target(table.quarantine, [_raw_lines(kind, c, subject)], "raw change events naming the subject",
-                   table.landing, raw_lines=True),
-            Target(table.silver, [silver], "the subject's current rows"),
-            Target(table.history, [silver], "every version of the subject's rows"),
-        ]
     return targets, left
+
+
+def _cdc_targets(table: CdcTable, subject: str, hashed: str) -> Found:
+    """A CDC table's bronze, quarantine, current state and history, when its subject column can hold the subject."""
+    if table.subject is None:
+        return [], {t: "the CDC table declares no subject column" for t in table.table_names}
+    c = table.subject
+    kind = spark_type(table.columns[c])
+    if is_numeric(kind) and not is_number(subject):
+        return [], {t: f"its subject column {c} is a number and the subject is not" for t in table.table_names}
+    mentions = [Mentions("payload", c, subject), Mentions("key", c, subject)]
+    silver = Equals((table.silver_column(c),), _as_kept(subject, hashed, c in table.pii))
+    return [
+        Target(table.bronze, [Equals(("after", c), (subject,)), Equals(("before", c), (subject,)), *mentions],
+               "changes of the subject's rows", table.landing),
+        Target(table.quarantine, [_raw_lines(kind, c, subject)], "raw change events naming the subject",
+               table.landing, raw_lines=True),
+        Target(table.silver, [silver], "the subject's current rows"),
+        Target(table.history, [silver], "every version of the subject's rows"),
+    ], {}
 
 
 def id_columns(project: Project) -> tuple[str, ...]:
@@ -741,10 +759,10 @@ class Forget:
 
     def _landing(self, subject: str, targets: list[Target], landed: dict[str, set[str]], report: ForgetReport,
                  dry_run: bool) -> None:
-        """Removes the landed files whose lines were deleted, or that name the subject (their lines left bronze in
-        an earlier forget that stopped before this step), when the zone holds them as they were taken; reports as
-        pending the files that name the subject and are not (all) taken yet. A source's lines are judged as its
-        quarantine's (a number in the subject's field only)."""
+        """Removes from the landing zone the files whose lines were deleted, or that name the subject (an earlier
+        forget may have deleted their lines and stopped before this step), when the file is as bronze took it.
+        A file that names the subject but is not taken yet, or grew since, is reported as pending. Lines are
+        judged as the source's quarantine judges them (a number counts only in the subject's field)."""
         zone = landing_zone(self.lakehouse.settings)
         judges = {t.landing: t for t in targets if t.raw_lines and t.landing}
         for source in self.project.landing_sources:
@@ -781,67 +799,100 @@ class Forget:
     def _retry(self, action: Callable[[], Any], what: str) -> Any:
         return retry_on_conflict(action, f"forget: {what}", self.log)[0]
 
-    def _purge(self, target: Target, proof: TableProof, rows: int) -> None:
-        spark, settings = self.spark, self.lakehouse.settings
-        table_id = self.lakehouse.table_id(target.table)
+    def _call(self, name: str, procedure: str, arguments: str, what: str) -> list[Any]:
+        """Runs an Iceberg Spark procedure on table `name` (retried on a commit conflict): its result rows."""
+        settings = self.lakehouse.settings
         catalog = validate_identifier(settings.catalog_name, "catalog name")
-        procedure_table = f"'{validate_identifier(settings.namespace, 'namespace')}.{target.table}'"
+        table = f"'{validate_identifier(settings.namespace, 'namespace')}.{name}'"
+        return self._retry(lambda: self.spark.sql(
+            f"CALL {catalog}.system.{procedure}(table => {table}{arguments})").collect(), what)
+
+    def _purge(self, target: Target, proof: TableProof, rows: int) -> None:
+        """Deletes the subject's rows, then removes every file and manifest still holding them: rewrites the data
+        files under delete files, drops the tags and branches that keep such files (legal holds excepted) and
+        expires the snapshots that reference them."""
+        table_id = self.lakehouse.table_id(target.table)
         if rows:
-            self._retry(lambda: spark.sql(f"DELETE FROM {table_id} WHERE {target.sql()}"), f"DELETE from {table_id}")
-        table = self.lakehouse.iceberg_table(target.table)
-        # Rows hidden by delete files are still in their data files: rewrite those files without them.
-        if files_of(table, data=False):
-            rewritten = self._retry(lambda: spark.sql(
-                f"CALL {catalog}.system.rewrite_data_files(table => {procedure_table}, options => map("
-                "'delete-file-threshold', '1', 'min-input-files', '1', 'remove-dangling-deletes', 'true'))"
-            ).collect(), f"rewrite of {table_id}")
-            proof.files_rewritten += int(rewritten[0]["rewritten_data_files_count"] or 0) if rewritten else 0
-            table = self.lakehouse.iceberg_table(target.table)
+            self._retry(lambda: self.spark.sql(f"DELETE FROM {table_id} WHERE {target.sql()}"),
+                        f"DELETE from {table_id}")
+        table = self._rewrite_files_with_deletes(target, proof)
         live = _live_data_files(table)
-        dirty = _files_with_subject(table, target, live)  # the others of `live` are read and clean
+        dirty = _files_with_subject(table, target, live)  # the other live files were read and are clean
         if set(dirty) & file_paths(table):
             raise MaintenanceError(f"forget: {table_id} still holds the subject in files of its current snapshot "
                                    "after the delete; nothing was expired")
-        naming = self._snapshots_naming(table, target, set(live), set(dirty))
-        if table.metadata.current_snapshot_id in naming:
-            table = self._rewrite_manifests(target.table)
-            naming = self._snapshots_naming(table, target, set(live), set(dirty))
+        table, naming = self._manifests_naming(table, target, set(live), set(dirty))
         if not dirty and not naming:
             return
-        if table.metadata.current_snapshot_id in naming:
-            raise MaintenanceError(f"forget: {table_id}: the manifests of its current snapshot still keep the subject "
-                                   "in their column bounds after rewriting them; nothing was expired")
         holding = sorted({s.snapshot_id for s in table.metadata.snapshots
                           if set(dirty) & file_paths(table, s.snapshot_id)} | naming)
-        for name, ref in list(table.metadata.refs.items()):
-            if name == "main" or ref.snapshot_id not in holding:
-                continue
-            if ref.snapshot_ref_type == "tag" and name.startswith(LEGAL_HOLD):
-                proof.legal_holds[name] = len(set(dirty) & file_paths(table, ref.snapshot_id))
-                continue
-            kind = "TAG" if ref.snapshot_ref_type == "tag" else "BRANCH"
-            spark.sql(f"ALTER TABLE {table_id} DROP {kind} IF EXISTS `{validate_identifier(name, 'ref name')}`")
-            (proof.tags_removed if kind == "TAG" else proof.branches_removed).append(name)
-        held = {self.lakehouse.iceberg_table(target.table).metadata.refs[t].snapshot_id for t in proof.legal_holds}
-        expire = sorted(set(holding) - held)
-        if expire:
-            ids = ", ".join(str(int(i)) for i in expire)
-            self._retry(lambda: spark.sql(
-                f"CALL {catalog}.system.expire_snapshots(table => {procedure_table}, snapshot_ids => array({ids}))"
-            ).collect(), f"expiry of {table_id}")
-            proof.snapshots_expired += expire
+        self._drop_refs_to(table, table_id, holding, set(dirty), proof)
+        expire = self._expire(target, holding, proof)
         self.log(f"forget: {table_id}: {rows} rows deleted, {len(dirty)} files and {len(naming)} snapshots' "
                  "manifests held the subject, "
                  f"{len(expire)} snapshots expired, {len(proof.tags_removed)} tags removed")
 
+    def _rewrite_files_with_deletes(self, target: Target, proof: TableProof) -> Table:
+        """Rows hidden by delete files are still in their data files: rewrites those files without them."""
+        table = self.lakehouse.iceberg_table(target.table)
+        if not files_of(table, data=False):
+            return table
+        rewritten = self._call(target.table, "rewrite_data_files",
+                               ", options => map('delete-file-threshold', '1', 'min-input-files', '1', "
+                               "'remove-dangling-deletes', 'true')",
+                               f"rewrite of {self.lakehouse.table_id(target.table)}")
+        proof.files_rewritten += int(rewritten[0]["rewritten_data_files_count"] or 0) if rewritten else 0
+        return self.lakehouse.iceberg_table(target.table)
+
+    def _manifests_naming(self, table: Table, target: Target, live: set[str],
+                          dirty: set[str]) -> tuple[Table, set[int]]:
+        """The snapshots whose manifests keep the subject in a column bound. When the current snapshot is one, its
+        manifests are written again first (refused if they still keep it). Returns the table as it is after."""
+        naming = self._snapshots_naming(table, target, live, dirty)
+        if table.metadata.current_snapshot_id not in naming:
+            return table, naming
+        table = self._rewrite_manifests(target.table)
+        naming = self._snapshots_naming(table, target, live, dirty)
+        if table.metadata.current_snapshot_id in naming:
+            raise MaintenanceError(f"forget: {self.lakehouse.table_id(target.table)}: the manifests of its current "
+                                   "snapshot still keep the subject in their column bounds after rewriting them; "
+                                   "nothing was expired")
+        return table, naming
+
+    def _drop_refs_to(self, table: Table, table_id: str, holding: list[int], dirty: set[str],
+                      proof: TableProof) -> None:
+        """Drops the tags and branches (main aside) on a snapshot that holds the subject. A legal-hold tag is kept:
+        the proof counts the files it keeps that hold the subject."""
+        for name, ref in list(table.metadata.refs.items()):
+            if name == "main" or ref.snapshot_id not in holding:
+                continue
+            if ref.snapshot_ref_type == "tag" and name.startswith(LEGAL_HOLD):
+                proof.legal_holds[name] = len(dirty & file_paths(table, ref.snapshot_id))
+                continue
+            kind = "TAG" if ref.snapshot_ref_type == "tag" else "BRANCH"
+            self.spark.sql(f"ALTER TABLE {table_id} DROP {kind} IF EXISTS `{validate_identifier(name, 'ref name')}`")
+            (proof.tags_removed if kind == "TAG" else proof.branches_removed).append(name)
+
+    def _expire(self, target: Target, holding: list[int], proof: TableProof) -> list[int]:
+        """Expires the snapshots holding the subject, but those of legal-hold tags: the snapshots expired."""
+        refs = self.lakehouse.iceberg_table(target.table).metadata.refs
+        expire = sorted(set(holding) - {refs[t].snapshot_id for t in proof.legal_holds})
+        if expire:
+            ids = ", ".join(str(int(i)) for i in expire)
+            self._call(target.table, "expire_snapshots", f", snapshot_ids => array({ids})",
+                       f"expiry of {self.lakehouse.table_id(target.table)}")
+            proof.snapshots_expired += expire
+        return expire
+
     def _snapshots_naming(self, table: Table, target: Target, live: set[str], held: set[str]) -> set[int]:
-        """Snapshots with a manifest that keeps the bounds of a file holding the subject. A manifest keeps each
-        file's smallest and largest value of each column (a name, an e-mail of the subject's row among them), also
-        of the files a delete removed from the table, until the manifest is written again. A file is judged by its
-        rows where they can be read: `held`, those found holding the subject; the other `live` ones (read whole,
-        clean), whose bounds are their rows', whatever they look like (`{"account_id":28` is 280's key cut to 16
-        characters); a file no kept snapshot references is read if it is still stored; one that is gone, by its
-        bounds (`BoundJudge`)."""
+        """The snapshots with a manifest that records a file holding the subject.
+
+        A manifest keeps each file's smallest and largest value of each column (so possibly the subject's name or
+        e-mail), even for files a delete removed, until the manifest is written again. A file is judged by its
+        rows when they can be read: those in `held` hold the subject; the other `live` files were read whole and
+        are clean, whatever their bounds look like (`{"account_id":28` may be 280's row cut to 16 characters).
+        A file no kept snapshot references is read if it is still stored, else judged by its bounds
+        (`BoundJudge`)."""
         judge = BoundJudge.of(table, target, self._subject, self._hashed)
         verdicts: dict[str, bool] = {}
 
@@ -871,10 +922,7 @@ class Forget:
     def _rewrite_manifests(self, name: str) -> Table:
         """Writes the current snapshot's data manifests again, with the live files only. Iceberg skips a table whose
         one manifest would be rewritten into one: for the call, the target manifest size is set below its size."""
-        spark, settings = self.spark, self.lakehouse.settings
-        table_id = self.lakehouse.table_id(name)
-        catalog = validate_identifier(settings.catalog_name, "catalog name")
-        procedure_table = f"'{validate_identifier(settings.namespace, 'namespace')}.{name}'"
+        spark, table_id = self.spark, self.lakehouse.table_id(name)
         table = self.lakehouse.iceberg_table(name)
         snapshot = table.current_snapshot()
         data = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DATA] if snapshot else []
@@ -882,8 +930,7 @@ class Forget:
         if len(data) == 1:
             spark.sql(f"ALTER TABLE {table_id} SET TBLPROPERTIES ('{size}' = '{max(1, data[0].manifest_length // 2)}')")
         try:
-            self._retry(lambda: spark.sql(f"CALL {catalog}.system.rewrite_manifests(table => {procedure_table})")
-                        .collect(), f"manifest rewrite of {table_id}")
+            self._call(name, "rewrite_manifests", "", f"manifest rewrite of {table_id}")
         finally:
             if len(data) == 1:
                 spark.sql(f"ALTER TABLE {table_id} SET TBLPROPERTIES ('{size}' = '{int(before)}')" if before else

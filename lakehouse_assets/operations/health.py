@@ -97,8 +97,8 @@ class TableHealth:
 def files_of(table: Table, snapshot_id: int | None = None, data: bool | None = None) -> list[DataFile]:
     """The live files of a snapshot (default: the current one): data files, delete files, or both (None).
 
-    Read from the manifests directly: pyiceberg's `inspect` fails on snapshots without manifests
-    (an empty table's stamped commit).
+    Read from the manifests directly: pyiceberg's `inspect` fails on a snapshot without manifests
+    (what a write of no rows to an empty table commits, to record its properties).
     """
     snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else table.current_snapshot()
     if snapshot is None:
@@ -135,62 +135,137 @@ def write_branch_ages(table: Table, now: dt.datetime) -> dict[str, dt.timedelta]
     return ages
 
 
-def table_health(table: Table, name: str, policy: TablePolicy, now: dt.datetime | None = None) -> TableHealth:
-    now = now or dt.datetime.now(UTC)
-    snapshot = table.current_snapshot()
-    thresholds = {
+def policy_thresholds(policy: TablePolicy) -> dict[str, Any]:
+    """The policy's thresholds, as reported beside the measures."""
+    return {
         "small_file_bytes": policy.small_file_bytes, "max_small_files": policy.max_small_files,
         "max_delete_ratio": policy.max_delete_ratio, "max_snapshots": policy.max_snapshots,
         "snapshot_retention_s": policy.snapshot_retention.total_seconds(),
         "snapshot_detail_s": policy.snapshot_detail.total_seconds(),
         "branch_retention_s": policy.branch_retention.total_seconds(),
     }
-    tags = tuple(sorted(n for n, r in table.metadata.refs.items() if r.snapshot_ref_type == "tag"))
-    write_branches = write_branch_ages(table, now)
-    stale = [n for n, age in write_branches.items() if age > policy.branch_retention]
-    metadata_bytes = len(table.io.new_input(table.metadata_location))
-    if snapshot is None:
-        return TableHealth(name, None, tags=tags, write_branches=tuple(write_branches), stale_branches=tuple(stale),
-                           metadata_file_bytes=metadata_bytes, thresholds=thresholds)
 
-    files = files_of(table)
+
+@dataclass(frozen=True)
+class FileMeasures:
+    """What the current snapshot's files weigh: their sizes, the small ones, rows written and rows deleted."""
+
+    data_files: int
+    small_files: int
+    compactable_small_files: int
+    data_bytes: int
+    avg_file_bytes: int
+    median_file_bytes: int
+    records: int
+    delete_files: int
+    deleted_rows: int
+
+    @property
+    def deleted_ratio(self) -> float:
+        return self.deleted_rows / self.records if self.records else 0.0
+
+    def fields(self) -> dict[str, Any]:
+        """The measures as `TableHealth` fields."""
+        return {**asdict(self), "deleted_ratio": round(self.deleted_ratio, 4)}
+
+
+def measure_files(files: list[DataFile], policy: TablePolicy) -> FileMeasures:
+    """Sizes and row counts of a snapshot's data files and delete files.
+
+    A small file counts as compactable when another small file shares its partition.
+    """
     data = [f for f in files if f.content == DataFileContent.DATA]
     deletes = [f for f in files if f.content != DataFileContent.DATA]
     sizes = [f.file_size_in_bytes for f in data]
     small = [f for f in data if f.file_size_in_bytes < policy.small_file_bytes]
     per_partition = Counter((f.spec_id, repr(f.partition)) for f in small)
-    compactable = sum(n for n in per_partition.values() if n > 1)
-    records = sum(f.record_count for f in data)
-    deleted = sum(f.record_count for f in deletes)
-    manifests = snapshot.manifests(table.io)
-    oldest = min(s.timestamp_ms for s in table.metadata.snapshots)
-    oldest_age = (now - from_ms(oldest)).total_seconds()
-    ratio = deleted / records if records else 0.0
-
-    problems = []
-    if compactable > policy.max_small_files:
-        problems.append(f"compactable_small_files {compactable} > {policy.max_small_files}")
-    if ratio > policy.max_delete_ratio:
-        problems.append(f"deleted_ratio {ratio:.3f} > {policy.max_delete_ratio}")
-    thinned = 0
-    if len(table.metadata.snapshots) > policy.max_snapshots:
-        problems.append(f"snapshots {len(table.metadata.snapshots)} > {policy.max_snapshots}")
-        thinned = len(thinnable(table, policy, now))
-    if len(table.metadata.snapshots) > policy.retain_last and oldest_age > 2 * policy.snapshot_retention.total_seconds():
-        problems.append(f"oldest_snapshot_age_s {oldest_age:.0f} > twice the retention: expiry is not running")
-    if stale:
-        problems.append(f"stale_branches {len(stale)}: {', '.join(stale[:5])}")
-    return TableHealth(
-        table=name, snapshot_id=snapshot.snapshot_id, data_files=len(data), small_files=len(small),
-        compactable_small_files=compactable, data_bytes=sum(sizes),
-        avg_file_bytes=int(sum(sizes) / len(sizes)) if sizes else 0,
-        median_file_bytes=int(statistics.median(sizes)) if sizes else 0, records=records,
-        delete_files=len(deletes), deleted_rows=deleted, deleted_ratio=round(ratio, 4),
-        snapshots=len(table.metadata.snapshots), thinnable_snapshots=thinned, oldest_snapshot_age_s=round(oldest_age, 1),
-        manifests=len(manifests), manifest_bytes=sum(m.manifest_length for m in manifests),
-        metadata_file_bytes=metadata_bytes, tags=tags, write_branches=tuple(write_branches),
-        stale_branches=tuple(stale), problems=tuple(problems), thresholds=thresholds,
+    return FileMeasures(
+        data_files=len(data), small_files=len(small),
+        compactable_small_files=sum(n for n in per_partition.values() if n > 1),
+        data_bytes=sum(sizes), avg_file_bytes=int(sum(sizes) / len(sizes)) if sizes else 0,
+        median_file_bytes=int(statistics.median(sizes)) if sizes else 0,
+        records=sum(f.record_count for f in data),
+        delete_files=len(deletes), deleted_rows=sum(f.record_count for f in deletes),
     )
+
+
+def health_problems(policy: TablePolicy, files: FileMeasures, snapshots: int, oldest_age_s: float,
+                    stale_branches: tuple[str, ...]) -> tuple[str, ...]:
+    """Which thresholds of the policy the table crosses, one line each."""
+    problems = []
+    if files.compactable_small_files > policy.max_small_files:
+        problems.append(f"compactable_small_files {files.compactable_small_files} > {policy.max_small_files}")
+    if files.deleted_ratio > policy.max_delete_ratio:
+        problems.append(f"deleted_ratio {files.deleted_ratio:.3f} > {policy.max_delete_ratio}")
+    if snapshots > policy.max_snapshots:
+        problems.append(f"snapshots {snapshots} > {policy.max_snapshots}")
+    if snapshots > policy.retain_last and oldest_age_s > 2 * policy.snapshot_retention.total_seconds():
+        problems.append(f"oldest_snapshot_age_s {oldest_age_s:.0f} > twice the retention: expiry is not running")
+    if stale_branches:
+        problems.append(f"stale_branches {len(stale_branches)}: {', '.join(stale_branches[:5])}")
+    return tuple(problems)
+
+
+def table_health(table: Table, name: str, policy: TablePolicy, now: dt.datetime | None = None) -> TableHealth:
+    """Measure a table (files, deletes, snapshots, branches) and list the policy thresholds it crosses."""
+    now = now or dt.datetime.now(UTC)
+    write_branches = write_branch_ages(table, now)
+    stale = tuple(n for n, age in write_branches.items() if age > policy.branch_retention)
+    refs_and_metadata: dict[str, Any] = dict(
+        table=name, tags=tuple(sorted(n for n, r in table.metadata.refs.items() if r.snapshot_ref_type == "tag")),
+        write_branches=tuple(write_branches), stale_branches=stale,
+        metadata_file_bytes=len(table.io.new_input(table.metadata_location)), thresholds=policy_thresholds(policy),
+    )
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return TableHealth(snapshot_id=None, **refs_and_metadata)
+
+    files = measure_files(files_of(table), policy)
+    snapshots = len(table.metadata.snapshots)
+    oldest_age = (now - from_ms(min(s.timestamp_ms for s in table.metadata.snapshots))).total_seconds()
+    # Counting what a thinning would expire walks every snapshot: only done when there are too many.
+    thinned = len(thinnable(table, policy, now)) if snapshots > policy.max_snapshots else 0
+    manifests = snapshot.manifests(table.io)
+    return TableHealth(
+        snapshot_id=snapshot.snapshot_id, **files.fields(),
+        snapshots=snapshots, thinnable_snapshots=thinned, oldest_snapshot_age_s=round(oldest_age, 1),
+        manifests=len(manifests), manifest_bytes=sum(m.manifest_length for m in manifests),
+        problems=health_problems(policy, files, snapshots, oldest_age, stale), **refs_and_metadata,
+    )
+
+
+def ancestry(snapshots: Mapping[int, Any], snapshot_id: int | None) -> list[Any]:
+    """A snapshot and its ancestors, newest first, as far back as they are still in the table."""
+    out, s = [], snapshots.get(snapshot_id) if snapshot_id is not None else None
+    while s is not None:
+        out.append(s)
+        s = snapshots.get(s.parent_snapshot_id) if s.parent_snapshot_id is not None else None
+    return out
+
+
+def protected_since_ms(now: dt.datetime, detail_ms: int, branch_lines: list[list[Any]], on_main: set[int]) -> int:
+    """From when main's commits are all kept: the last `snapshot_detail`, or earlier, where the oldest
+    live branch left main (its write is replayed from that base)."""
+    since = int(now.timestamp() * 1000) - detail_ms
+    for branch in branch_lines:
+        fork = next((s for s in branch if s.snapshot_id in on_main), None)
+        if fork is not None:
+            since = min(since, fork.timestamp_ms)
+    return since
+
+
+def thinned_from_main(main: list[Any], since_ms: int, kept: set[int], detail_ms: int) -> list[int]:
+    """Main's commits older than `since_ms` that are not the last of their `snapshot_detail` span
+    and that nothing keeps."""
+    spans: set[int] = set()
+    out = []
+    for s in main:  # newest first: the first commit seen of a span is its last
+        span = s.timestamp_ms // detail_ms
+        if s.timestamp_ms >= since_ms or s.snapshot_id in kept or span not in spans:
+            spans.add(span)
+            continue
+        out.append(s.snapshot_id)
+    return out
 
 
 def thinnable(table: Table, policy: TablePolicy, now: dt.datetime) -> list[int]:
@@ -205,37 +280,15 @@ def thinnable(table: Table, policy: TablePolicy, now: dt.datetime) -> list[int]:
     """
     snapshots = {s.snapshot_id: s for s in table.metadata.snapshots}
     refs = table.metadata.refs
-
-    def line(snapshot_id: int | None) -> list[Any]:
-        out, s = [], snapshots.get(snapshot_id) if snapshot_id is not None else None
-        while s is not None:
-            out.append(s)
-            s = snapshots.get(s.parent_snapshot_id) if s.parent_snapshot_id is not None else None
-        return out
-
-    main = line(refs["main"].snapshot_id) if "main" in refs else []
+    main = ancestry(snapshots, refs["main"].snapshot_id) if "main" in refs else []
     on_main = {s.snapshot_id for s in main}
     kept = {ref.snapshot_id for ref in refs.values()} | {s.snapshot_id for s in main[:policy.retain_last]}
     detail_ms = max(int(policy.snapshot_detail.total_seconds() * 1000), 1)
-    since = int(now.timestamp() * 1000) - detail_ms
-    needed: set[int] = set()  # on some ref's line
-    for name, ref in refs.items():
-        if ref.snapshot_ref_type != "branch" or name == "main":
-            continue
-        branch = line(ref.snapshot_id)
-        needed.update(s.snapshot_id for s in branch)
-        fork = next((s for s in branch if s.snapshot_id in on_main), None)
-        if fork is not None:
-            since = min(since, fork.timestamp_ms)
-    spans: set[int] = set()
-    out = []
-    for s in main:  # newest first: the first commit seen of a span is its last
-        span = s.timestamp_ms // detail_ms
-        if s.timestamp_ms >= since or s.snapshot_id in kept or span not in spans:
-            spans.add(span)
-            continue
-        out.append(s.snapshot_id)
-    needed |= on_main
+    branch_lines = [ancestry(snapshots, ref.snapshot_id) for name, ref in refs.items()
+                    if ref.snapshot_ref_type == "branch" and name != "main"]
+    since = protected_since_ms(now, detail_ms, branch_lines, on_main)
+    needed = on_main | {s.snapshot_id for line in branch_lines for s in line}  # on some branch's line
+    out = thinned_from_main(main, since, kept, detail_ms)
     out += [sid for sid, s in snapshots.items() if sid not in needed and sid not in kept and s.timestamp_ms < since]
     return out
 

@@ -171,16 +171,7 @@ class _Plan:
         instant = _held_until(bronze, name, target, to)
         q_target = _snapshot_at(quarantine, source.quarantine, instant, name)
         q_undone = _undone(quarantine, source.quarantine, q_target)
-        then, then_id = main_at(log, instant)
-        if then is None and then_id is not None:
-            raise SnapshotError(f"{INGEST_LOG}: its snapshot of {iso_ms(instant)} has expired, so which files it "
-                                f"listed then is not known; {name} cannot go back that far")
-        rows = _log_rows(log, source.landing, None)
-        # A file is logged once per version taken (its lines appended, its content changed): a version logged
-        # after the instant is undone, the file's earlier versions stay.
-        listed_then = {_version(r) for r in _log_rows(log, source.landing, then)} if then else set()
-        gone = [r for r in rows if _version(r) not in listed_then]
-        kept = [r for r in rows if _version(r) in listed_then]
+        gone, kept = _log_rows_split(log, source.landing, instant, name)
         q_kept = ancestors_of(quarantine.snapshot_by_id(q_target), quarantine.metadata)
         _check_runs(source, _runs(undone, name), _runs(q_undone, source.quarantine), _runs(q_kept, source.quarantine),
                     {r["run_id"] for r in gone}, {r["run_id"] for r in kept})
@@ -188,9 +179,7 @@ class _Plan:
         q_now = quarantine.current_snapshot()
         report.quarantine_from = q_now.snapshot_id if q_now else None
         report.quarantine_to, report.instant_ms = q_target, instant
-        report.files = sorted({r["source_file"] for r in gone})
-        report.landing_days = sorted({r["landing_date"] for r in gone if r["landing_date"] is not None})
-        report.event_days = sorted({d for s in undone if _props(s).get(ASSET) == name for d in days_added_by(bronze, s)})
+        _report_days(report, bronze, undone, gone)
         # The undone runs' rows of this source (a run's rows are all undone or all kept: _check_runs).
         gone_runs = {r["run_id"] for r in gone}
         log_filter = And(_of_source(source.landing), In("run_id", gone_runs)) if gone else None  # type: ignore[arg-type, call-arg]
@@ -267,6 +256,30 @@ def _log_rows(log: Table, source: str, snapshot: Snapshot | None) -> list[dict[s
     scan = log.scan(row_filter=_of_source(source), selected_fields=fields,
                     snapshot_id=snapshot.snapshot_id if snapshot else None)
     return scan.to_arrow().to_pylist()
+
+
+def _log_rows_split(log: Table, source: str, instant: int,
+                    bronze: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """This source's rows of the ingest log: (those logged after `instant`, to undo; those listed then, to keep).
+
+    A file is logged once per version taken (lines appended, content changed): a version logged after the
+    instant is undone, the file's earlier versions stay.
+    """
+    then, then_id = main_at(log, instant)
+    if then is None and then_id is not None:
+        raise SnapshotError(f"{INGEST_LOG}: its snapshot of {iso_ms(instant)} has expired, so which files it "
+                            f"listed then is not known; {bronze} cannot go back that far")
+    rows = _log_rows(log, source, None)
+    listed_then = {_version(r) for r in _log_rows(log, source, then)} if then else set()
+    return [r for r in rows if _version(r) not in listed_then], [r for r in rows if _version(r) in listed_then]
+
+
+def _report_days(report: LandingRollback, bronze: Table, undone: list[Snapshot], gone: list[dict[str, Any]]) -> None:
+    """The files whose takes are undone, their landing days, and the event days the undone bronze commits added."""
+    report.files = sorted({r["source_file"] for r in gone})
+    report.landing_days = sorted({r["landing_date"] for r in gone if r["landing_date"] is not None})
+    report.event_days = sorted({d for s in undone if _props(s).get(ASSET) == report.bronze
+                                for d in days_added_by(bronze, s)})
 
 
 def _version(row: dict[str, Any]) -> tuple[str, int]:
