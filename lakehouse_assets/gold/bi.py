@@ -313,7 +313,7 @@ def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, m
         events = silver_table.read(reader=spec.name).where(in_days)
         touched = events.withColumn("_minute", F.date_trunc("minute", c.ts)).join(
             F.broadcast(wanted.withColumnRenamed("minute", "_minute")), "_minute", "left_semi").drop("_minute")
-        rows = conform(spark, table.id, c.per_minute(touched), evolve=False)
+        rows = conform(table, c.per_minute(touched), evolve=False)
         view = f"minutes_{uuid.uuid4().hex[:12]}"
         rows.createOrReplaceTempView(view)
         try:

@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 
 from ..landing.zones import LocalZone, S3Zone, landing_zone
 from ..settings import Settings
+from ..tables.types import DECIMAL
 
 WAREHOUSE, LANDING, STAGING = "warehouse", "landing", "staging"
 GZIP_MAGIC, AVRO_MAGIC, PARQUET_MAGIC = b"\x1f\x8b", b"Obj\x01", b"PAR1"
@@ -401,9 +402,9 @@ def _bound_is(number: Number, name: str, kind: str, raw: bytes) -> bool:
         return False
     if kind in ("int", "long"):
         return int.from_bytes(raw, "little", signed=True) == number.value
-    decimal = re.fullmatch(r"decimal\(\d+,\s*(\d+)\)", kind)
-    if decimal:
-        return int.from_bytes(raw, "big", signed=True) == number.value * 10 ** int(decimal.group(1))
+    decimal = DECIMAL.match(kind)
+    if decimal:  # (precision, scale)
+        return int.from_bytes(raw, "big", signed=True) == number.value * 10 ** int(decimal.group(2))
     return False
 
 

@@ -197,7 +197,7 @@ class StagedWrite:
                 **({READ_SNAPSHOTS: json.dumps(read, sort_keys=True)} if read else {}), **self.properties}
 
     def _writer(self, df: DataFrame, fanout: bool = False):
-        writer = conform(self.spark, self.table_id, df, evolve=self.evolve).writeTo(self.target)
+        writer = conform(self.table, df, evolve=self.evolve).writeTo(self.target)
         for key, value in self.stamp().items():
             writer = writer.option(f"snapshot-property.{key}", value)
         if fanout:  # each task writes its rows to their partitions' files as they come: no shuffle, no sort

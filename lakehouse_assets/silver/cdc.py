@@ -323,7 +323,7 @@ def _new_versions(info: CdcTable, batch: DataFrame, staged_history: StagedWrite,
     return recomputed
 
 
-def _write_history(spark, staged_history: StagedWrite, history_id: str, recomputed: DataFrame, since) -> None:
+def _write_history(staged_history: StagedWrite, recomputed: DataFrame, since) -> None:
     """Held versions whose end moved are deleted and written again with it, beside the new versions: the delete
     reads history's keys and positions only (not whole rows, as an update in place would), and its source is
     small, so it is broadcast and history is not shuffled."""
@@ -334,7 +334,7 @@ def _write_history(spark, staged_history: StagedWrite, history_id: str, recomput
         ON t.key = s.key AND t.change_position = s.change_position
             AND (t.valid_to_position IS NULL OR t.valid_to_position >= {since})
         WHEN MATCHED THEN DELETE""")
-    staged_history.append(conform(spark, history_id, recomputed.where(~F.col(HELD) | moved).drop(HELD, HELD_TO),
+    staged_history.append(conform(staged_history.table, recomputed.where(~F.col(HELD) | moved).drop(HELD, HELD_TO),
                                   evolve=False))
 
 
@@ -344,7 +344,6 @@ def _apply_window(lakehouse: LakehouseResource, info: CdcTable, bronze: TableSpe
     published together. Returns the two commits (history's, then current's; none when a check failed), the
     check results and the number of changes applied."""
     current, history = current_spec(info), history_spec(info)
-    spark = lakehouse.spark
     history_table, current_table = lakehouse.table(history).create(), lakehouse.table(current).create()
     batch = changes(lakehouse, info, lakehouse.table(bronze), window).cache()
     try:
@@ -356,13 +355,13 @@ def _apply_window(lakehouse: LakehouseResource, info: CdcTable, bronze: TableSpe
         since = (batch.agg(F.min("change_position")).first() or [None])[0]
         reach = _reach(since)
         recomputed = _new_versions(info, batch, staged_history, reach)
-        _write_history(spark, staged_history, history_table.id, recomputed, since)
+        _write_history(staged_history, recomputed, since)
 
         latest = recomputed.where("is_current").select(
             *(F.col(f.name) for f in current_table.schema().fields if f.name not in ("last_op", "source_ts")),
             F.col("op").alias("last_op"), F.col("valid_from").alias("source_ts"),
         )
-        latest = conform(spark, current_table.id, latest, evolve=False)
+        latest = conform(current_table, latest, evolve=False)
         pk_match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in info.primary_key)
         staged_current = stage(current_table, run_id, current.name, window.label, prefix="audit").derived_from(
             lakehouse.table(bronze), window_end=window.end).sql(f"""

@@ -1,4 +1,4 @@
-"""Creating declared tables idempotently, and adding the columns found in the data.
+"""Creating declared tables idempotently (every later change to a table is tables/evolution.py's `change_table`).
 
 Names in the SQL text come from the validated registry; property values and
 comments are quoted and escaped.
@@ -6,18 +6,12 @@ comments are quoted and escaped.
 
 from __future__ import annotations
 
-import re
-
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from ..settings import validate_identifier
 from .registry import TableSpec
-
-# Types a column discovered in the data may get (decimals too; anything richer is declared by hand).
-DRIFT_TYPES = {"string", "bigint", "int", "double", "boolean", "timestamp", "date", "binary"}
 
 
 def _quote(value: str) -> str:
@@ -63,14 +57,3 @@ def _exists(spark: SparkSession, table_id: str) -> bool:
         return False
     return True
 
-
-def add_columns(spark: SparkSession, table_id: str, columns: list[tuple[str, str]]) -> None:
-    """Add nullable columns (`name` or `struct.name`) found in the data: a metadata-only change."""
-    for path, dtype in columns:
-        for part in path.split("."):
-            validate_identifier(part, f"new column path {path!r} of {table_id}")
-        if dtype not in DRIFT_TYPES and not re.match(r"^decimal\(\d+,\d+\)$", dtype):
-            raise ValueError(f"{table_id}: new column {path} has type {dtype!r}; allowed: {sorted(DRIFT_TYPES)}")
-    if columns:
-        ddl = ", ".join(f"{'.'.join(f'`{p}`' for p in path.split('.'))} {dtype}" for path, dtype in columns)
-        spark.sql(f"ALTER TABLE {table_id} ADD COLUMNS ({ddl})")

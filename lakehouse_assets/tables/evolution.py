@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyiceberg import types as IT
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.transforms import parse_transform
 from pyspark.sql import types as T
 
+from ..settings import validate_identifier
 from .registry import TableSpec
+from .types import DECIMAL, promotes, spark_type
 
-# Type changes Iceberg makes in metadata alone: old files read the narrower values as the wider type.
-_WIDER = {("int", "bigint"), ("float", "double")}
-_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
 # Table properties the plan compares; the rest (snapshot and commit bookkeeping) belong to the table.
 _ENGINE_PROPERTIES = ("format-version",)
 
@@ -78,14 +79,6 @@ def iceberg_type_string(t: IT.IcebergType) -> str:
     raise ValueError(f"an Iceberg type the plan does not know: {t}")
 
 
-def widens(held: str, declared: str) -> bool:
-    """Iceberg's type promotions: int to bigint, float to double, a decimal to more precision (same scale)."""
-    if (held, declared) in _WIDER:
-        return True
-    a, b = _DECIMAL.match(held), _DECIMAL.match(declared)
-    return bool(a and b and a.group(2) == b.group(2) and int(b.group(1)) > int(a.group(1)))
-
-
 def _transform_text(transform: str) -> tuple[str, str]:
     """A declared partition transform (`days(ts)`, `bucket(16, id)`, `ts`) as (column, Iceberg's transform)."""
     m = re.match(r"^\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?(\w+)\s*\)\s*$", transform)
@@ -117,9 +110,6 @@ def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: li
                if new.startswith(declared_prefix) and "." not in new[len(declared_prefix):]}
     renamed_here = set()
     for column, field in declared.items():
-        path = prefix + column
-        want = field.dataType.simpleString()
-        comment = field.metadata.get("comment", "")
         former = formers.get(column, "")
         if column not in held and former in held and former not in declared:
             renamed_here.add(former)
@@ -127,50 +117,68 @@ def _field_changes(name: str, prefix: str, held_fields: Any, declared_fields: li
                                   f"UpdateSchema.rename_column({prefix + former}, {column}): by field id, data "
                                   "files unchanged, older snapshots read under the name they had",
                                   declared=column))
-            path = prefix + former
+            changes += _column_changes(name, prefix + former, held[former], field, takes_data_columns, renamed,
+                                       f"{declared_prefix}{column}.")
         elif column not in held:
-            if field.nullable:
-                changes.append(Change(name, "add column", path, "", want, True, f"UpdateSchema.add_column({path})",
-                                      declared=field))
-            else:
-                changes.append(Change(name, "add column", path, "", f"{want} NOT NULL", False,
-                                      "refused: a required column cannot be added to rows already written; "
-                                      "declare it nullable"))
-            continue
-        have = held[path[len(prefix):]]
-        if isinstance(have.field_type, IT.StructType) and isinstance(field.dataType, T.StructType):
-            changes += _field_changes(name, f"{path}.", have.field_type.fields, field.dataType.fields,
-                                      takes_data_columns, renamed, f"{declared_prefix}{column}.")
+            changes.append(_added_column(name, prefix + column, field))
         else:
-            have_type = iceberg_type_string(have.field_type)
-            if have_type == want:
-                pass
-            elif widens(have_type, want):
-                changes.append(Change(name, "widen type", path, have_type, want, True,
-                                      f"UpdateSchema.update_column({path}, {want})", declared=field))
-            else:
-                changes.append(Change(name, "change type", path, have_type, want, False,
-                                      f"with --allow-drop: UpdateSchema.delete_column({path}) then add_column({path}, "
-                                      f"{want}): a new field id; the values held leave the current schema (older "
-                                      "snapshots still read them) and rows written before read null",
-                                      declared=field))
-        if have.required and field.nullable:
-            changes.append(Change(name, "make optional", path, "required", "optional", True,
-                                  f"UpdateSchema.make_column_optional({path})"))
-        elif not have.required and not field.nullable:
-            changes.append(Change(name, "make required", path, "optional", "required", False,
-                                  "refused: rows already written may hold nulls"))
-        if (have.doc or "") != comment:
-            changes.append(Change(name, "document column", path, have.doc or "", comment, True,
-                                  f"UpdateSchema.update_column({path}, doc=...)"))
+            changes += _column_changes(name, prefix + column, held[column], field, takes_data_columns, renamed,
+                                       f"{declared_prefix}{column}.")
     if not takes_data_columns:
-        for column, have in held.items():
-            if column not in declared and column not in renamed_here:
-                path = prefix + column
-                changes.append(Change(name, "drop column", path, iceberg_type_string(have.field_type), "", False,
-                                      f"UpdateSchema.delete_column({path}): its values leave the current schema "
-                                      "(older snapshots still read them)"))
+        changes += _dropped_columns(name, prefix, held, set(declared) | renamed_here)
     return changes
+
+
+def _added_column(name: str, path: str, field: T.StructField) -> Change:
+    """A declared column the table lacks: added when nullable, refused when required."""
+    want = field.dataType.simpleString()
+    if field.nullable:
+        return Change(name, "add column", path, "", want, True, f"UpdateSchema.add_column({path})", declared=field)
+    return Change(name, "add column", path, "", f"{want} NOT NULL", False,
+                  "refused: a required column cannot be added to rows already written; declare it nullable")
+
+
+def _column_changes(name: str, path: str, have: Any, field: T.StructField, takes_data_columns: bool,
+                    renamed: dict[str, str], declared_prefix: str) -> list[Change]:
+    """The differences between one column the table holds (at `path`) and its declaration: its type (a struct's
+    fields one by one), whether it may be null, its comment."""
+    if isinstance(have.field_type, IT.StructType) and isinstance(field.dataType, T.StructType):
+        changes = _field_changes(name, f"{path}.", have.field_type.fields, field.dataType.fields,
+                                 takes_data_columns, renamed, declared_prefix)
+    else:
+        changes = _type_changes(name, path, have, field)
+    if have.required and field.nullable:
+        changes.append(Change(name, "make optional", path, "required", "optional", True,
+                              f"UpdateSchema.make_column_optional({path})"))
+    elif not have.required and not field.nullable:
+        changes.append(Change(name, "make required", path, "optional", "required", False,
+                              "refused: rows already written may hold nulls"))
+    comment = field.metadata.get("comment", "")
+    if (have.doc or "") != comment:
+        changes.append(Change(name, "document column", path, have.doc or "", comment, True,
+                              f"UpdateSchema.update_column({path}, doc=...)"))
+    return changes
+
+
+def _type_changes(name: str, path: str, have: Any, field: T.StructField) -> list[Change]:
+    have_type, want = iceberg_type_string(have.field_type), field.dataType.simpleString()
+    if have_type == want:
+        return []
+    if promotes(have_type, want):
+        return [Change(name, "widen type", path, have_type, want, True,
+                       f"UpdateSchema.update_column({path}, {want})", declared=field)]
+    return [Change(name, "change type", path, have_type, want, False,
+                   f"with --allow-drop: UpdateSchema.delete_column({path}) then add_column({path}, {want}): a new "
+                   "field id; the values held leave the current schema (older snapshots still read them) and rows "
+                   "written before read null", declared=field)]
+
+
+def _dropped_columns(name: str, prefix: str, held: dict[str, Any], kept: set[str]) -> list[Change]:
+    """The columns a table holds that its declaration neither names nor renames."""
+    return [Change(name, "drop column", prefix + column, iceberg_type_string(have.field_type), "", False,
+                   f"UpdateSchema.delete_column({prefix + column}): its values leave the current schema (older "
+                   "snapshots still read them)")
+            for column, have in held.items() if column not in kept]
 
 
 def _partition_changes(spec: TableSpec, table: Any) -> list[Change]:
@@ -306,31 +314,82 @@ def _applicable(change: Change, allow_drop: bool) -> bool:
     return change.safe or (allow_drop and change.kind in DROPPING)
 
 
+def declared_changes(spec: TableSpec, table: Any) -> list[Change]:
+    """The differences a run makes before its first write to a table: all of them when it may make each by
+    itself, else a DeclarationDriftError with the plan's text."""
+    from ..errors import DeclarationDriftError
+
+    changes = plan_table(spec, table, spec.takes_data_columns)
+    held = [c for c in changes if not _applicable(c, allow_drop=False)]
+    if held:
+        lines = "\n".join(f"  {c.text()}" for c in held)
+        raise DeclarationDriftError(
+            f"table {'.'.join(table.name())} differs from its declaration in ways a run does not change by "
+            f"itself:\n{lines}\n`lakehouse plan` shows every difference; `lakehouse apply --allow-drop` makes "
+            "dropped columns, or declare the table as it is")
+    return changes
+
+
 def bring_to_declaration(catalog: Any, identifier: tuple[str, str], spec: TableSpec) -> list[Change]:
     """What a run does before its first write to a table: the table's safe differences from the declaration
     made (returned, for the run's metadata), or, when any difference is one a run does not make by itself, a
     DeclarationDriftError with the plan's text. A concurrent run making the same changes first is no failure."""
-    from pyiceberg.exceptions import CommitFailedException
-
     from ..errors import DeclarationDriftError
 
-    for _ in range(5):
-        changes = plan_table(spec, catalog.load_table(identifier), spec.takes_data_columns)
-        held = [c for c in changes if not _applicable(c, allow_drop=False)]
-        if held:
-            lines = "\n".join(f"  {c.text()}" for c in held)
-            raise DeclarationDriftError(
-                f"table {'.'.join(identifier)} differs from its declaration in ways a run does not change by "
-                f"itself:\n{lines}\n`lakehouse plan` shows every difference; `lakehouse apply --allow-drop` makes "
-                "dropped columns, or declare the table as it is")
+    try:
+        return evolve(catalog, identifier, lambda table: declared_changes(spec, table))
+    except CommitFailedException:
+        raise DeclarationDriftError(
+            f"table {'.'.join(identifier)}: its declared changes kept meeting other commits") from None
+
+
+# Types a column the data brings may get, and decimals (anything richer is declared by hand).
+DRIFT_TYPES = {"string", "bigint", "int", "double", "boolean", "timestamp", "date", "binary"}
+
+
+def data_columns(table: str, columns: list[tuple[str, str]]) -> list[Change]:
+    """Nullable columns the data brought (`name` or `struct.name`, with a type of DRIFT_TYPES or a decimal) as the
+    changes that add them; ValueError names a column path or type such a column may not have."""
+    for path, dtype in columns:
+        for part in path.split("."):
+            validate_identifier(part, f"new column path {path!r} of {table}")
+        if dtype not in DRIFT_TYPES and not DECIMAL.match(dtype):
+            raise ValueError(f"{table}: new column {path} has type {dtype!r}; allowed: {sorted(DRIFT_TYPES)}")
+    return [Change(table, "add column", path, "", dtype, True, f"UpdateSchema.add_column({path}): from the data",
+                   declared=T.StructField(path.rsplit(".", 1)[-1], spark_type(dtype)))
+            for path, dtype in columns]
+
+
+def missing(changes: list[Change], table: Any) -> list[Change]:
+    """The columns `changes` add that `table` does not hold yet (another run may have added them meanwhile)."""
+    schema = table.schema()
+    held = set()
+    for c in changes:
+        try:
+            schema.find_field(c.subject)
+            held.add(c.subject)
+        except ValueError:
+            pass
+    return [c for c in changes if c.subject not in held]
+
+
+def evolve(catalog: Any, identifier: tuple[str, str], changes_of: Callable[[Any], list[Change]],
+           attempts: int = 5) -> list[Change]:
+    """Make the changes `changes_of` finds on the table as it stands now (`change_table`) and return them. When
+    another commit changed the table first, they are found again on the table as it then stands; after
+    `attempts` such losses, the last CommitFailedException."""
+    for attempt in range(attempts):
+        table = catalog.load_table(identifier)
+        changes = changes_of(table)
         if not changes:
             return []
         try:
-            apply(catalog, identifier[0], Plan(changes, []))
+            change_table(table, changes)
             return changes
         except CommitFailedException:
-            continue  # another run changed the table meanwhile: plan again
-    raise DeclarationDriftError(f"table {'.'.join(identifier)}: its declared changes kept meeting other commits")
+            if attempt == attempts - 1:
+                raise
+    return []
 
 
 def apply(catalog: Any, namespace: str, planned: Plan, allow_drop: bool = False) -> Applied:
@@ -345,51 +404,82 @@ def apply(catalog: Any, namespace: str, planned: Plan, allow_drop: bool = False)
     for change in planned.changes:
         by_table.setdefault(change.table, []).append(change)
     for name, changes in sorted(by_table.items()):
-        table = catalog.load_table((namespace, name))
-        with table.transaction() as tx:
-            schema_changes = [c for c in changes if c.kind in ("add column", "widen type", "make optional",
-                                                                "document column", "drop column")]
-            if schema_changes:
-                with tx.update_schema() as update:
-                    for c in schema_changes:
-                        path = tuple(c.subject.split("."))
-                        if c.kind == "add column":
-                            update.add_column(path, iceberg_type(c.declared.dataType),
-                                              doc=c.declared.metadata.get("comment") or None)
-                        elif c.kind == "widen type":
-                            update.update_column(path, field_type=iceberg_type(c.declared.dataType))
-                        elif c.kind == "make optional":
-                            update.make_column_optional(path)
-                        elif c.kind == "document column":
-                            update.update_column(path, doc=c.after)
-                        else:
-                            update.delete_column(path)
-            partition_changes = [c for c in changes if c.kind in ("add partition field", "drop partition field")]
-            if partition_changes:
-                with tx.update_spec() as spec:
-                    for c in partition_changes:
-                        if c.kind == "add partition field":
-                            column, transform = c.declared
-                            spec.add_field(column, parse_transform(transform))
-                        else:
-                            spec.remove_field(c.declared)
-            properties = {c.subject or "comment": c.after for c in changes
-                          if c.kind in ("set property", "document table")}
-            if properties:
-                tx.set_properties(properties)
-            retyped = [c for c in changes if c.kind == "change type"]
-            if retyped:  # the held column goes, then one of the declared type takes its name (a new field id)
-                with tx.update_schema() as update:
-                    for c in retyped:
-                        update.delete_column(tuple(c.subject.split(".")))
-                with tx.update_schema() as update:
-                    for c in retyped:
-                        update.add_column(tuple(c.subject.split(".")), iceberg_type(c.declared.dataType),
-                                          doc=c.declared.metadata.get("comment") or None)
-            renames = [c for c in changes if c.kind == "rename column"]
-            if renames:  # after the changes above, which name the columns as the table held them
-                with tx.update_schema() as update:
-                    for c in renames:
-                        update.rename_column(tuple(c.subject.split(".")), c.after)
+        change_table(catalog.load_table((namespace, name)), changes)
         applied += changes
     return Applied(applied, [])
+
+
+_COLUMN_KINDS = ("add column", "widen type", "make optional", "document column", "drop column")
+_PARTITION_KINDS = ("add partition field", "drop partition field")
+_PROPERTY_KINDS = ("set property", "document table")
+
+
+def change_table(table: Any, changes: list[Change]) -> None:
+    """Every change to a table's schema, partitioning or properties is made here, whatever its cause: a column
+    the data brought, a column the declaration adds, renames or retypes. One Iceberg transaction (one metadata
+    commit) on the pyiceberg `table` as loaded, by field id; no data file is written. CommitFailedException when
+    another commit changed the table's schema since it was loaded."""
+    with table.transaction() as tx:
+        _update_columns(tx, [c for c in changes if c.kind in _COLUMN_KINDS])
+        _update_partitioning(tx, [c for c in changes if c.kind in _PARTITION_KINDS])
+        properties = {c.subject or "comment": c.after for c in changes if c.kind in _PROPERTY_KINDS}
+        if properties:
+            tx.set_properties(properties)
+        _retype_columns(tx, [c for c in changes if c.kind == "change type"])
+        _rename_columns(tx, [c for c in changes if c.kind == "rename column"])
+
+
+def _path(change: Change) -> tuple[str, ...]:
+    return tuple(change.subject.split("."))
+
+
+def _update_columns(tx: Any, changes: list[Change]) -> None:
+    if not changes:
+        return
+    with tx.update_schema() as update:
+        for c in changes:
+            if c.kind == "add column":
+                update.add_column(_path(c), iceberg_type(c.declared.dataType),
+                                  doc=c.declared.metadata.get("comment") or None)
+            elif c.kind == "widen type":
+                update.update_column(_path(c), field_type=iceberg_type(c.declared.dataType))
+            elif c.kind == "make optional":
+                update.make_column_optional(_path(c))
+            elif c.kind == "document column":
+                update.update_column(_path(c), doc=c.after)
+            else:
+                update.delete_column(_path(c))
+
+
+def _update_partitioning(tx: Any, changes: list[Change]) -> None:
+    if not changes:
+        return
+    with tx.update_spec() as spec:
+        for c in changes:
+            if c.kind == "add partition field":
+                column, transform = c.declared
+                spec.add_field(column, parse_transform(transform))
+            else:
+                spec.remove_field(c.declared)
+
+
+def _retype_columns(tx: Any, changes: list[Change]) -> None:
+    """The held column goes, then one of the declared type takes its name (a new field id)."""
+    if not changes:
+        return
+    with tx.update_schema() as update:
+        for c in changes:
+            update.delete_column(_path(c))
+    with tx.update_schema() as update:
+        for c in changes:
+            update.add_column(_path(c), iceberg_type(c.declared.dataType),
+                              doc=c.declared.metadata.get("comment") or None)
+
+
+def _rename_columns(tx: Any, changes: list[Change]) -> None:
+    """Last: the changes before name the columns as the table held them."""
+    if not changes:
+        return
+    with tx.update_schema() as update:
+        for c in changes:
+            update.rename_column(_path(c), c.after)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 from pyiceberg.catalog.sql import SqlCatalog
@@ -24,8 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..errors import UpstreamMissingError
 from ..settings import Settings
-from .ddl import add_columns, ensure_table
-from .evolution import bring_to_declaration
+from . import evolution
+from .ddl import ensure_table
 from .registry import TableSpec
 
 _EPOCH = dt.date(1970, 1, 1)  # Iceberg's day transform counts days from it
@@ -88,7 +89,9 @@ class TableHandle:
         make (once per handle)."""
         if not self._created:
             ensure_table(self.spark, self.id, self.spec)
-            self.evolved = [c.text() for c in bring_to_declaration(self.engine.catalog, self.identifier, self.spec)]
+            made = evolution.bring_to_declaration(self.engine.catalog, self.identifier, self.spec)
+            self._refresh(made)
+            self.evolved = [c.text() for c in made]
             self._created = True
         return self
 
@@ -157,8 +160,23 @@ class TableHandle:
         return self.spark.table(self.id).schema
 
     def add_columns(self, columns: list[tuple[str, str]]) -> None:
-        """Evolve the table on purpose: nullable columns (`name` or `struct.name`) the data brought."""
-        add_columns(self.spark, self.create().id, columns)
+        """Evolve the table on purpose: nullable columns (`name` or `struct.name`, with their type names) the data
+        brought. Those another run added meanwhile are left as they are."""
+        wanted = evolution.data_columns(self.create().id, columns)
+        self.evolve(lambda table: evolution.missing(wanted, table))
+
+    def evolve(self, changes_of: Callable[[Table], list[evolution.Change]]) -> list[evolution.Change]:
+        """Make the changes `changes_of` finds on the table as it stands (tables/evolution.py: `evolve`, through
+        `change_table`) and return them."""
+        made = evolution.evolve(self.engine.catalog, self.identifier, changes_of)
+        self._refresh(made)
+        return made
+
+    def _refresh(self, made: list[evolution.Change]) -> None:
+        """After a change pyiceberg made, Spark plans what follows (the next write, a read of the schema) on the
+        table as it now is, not on any view of it Spark kept."""
+        if made:
+            self.spark.catalog.refreshTable(self.id)
 
 
 def days_added_by(table: Table, snapshot: Snapshot) -> set[dt.date]:

@@ -25,7 +25,10 @@ _TYPES: dict[str, T.DataType] = {
     "json": T.StringType(),
     "uuid": T.StringType(),
 }
-_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+# A decimal type's name: `decimal(12,2)` (precision, scale), spaces allowed as Iceberg writes it (`decimal(12, 2)`).
+DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+# Iceberg's type promotions besides decimals: a column of the first type can become the second in metadata alone.
+_PROMOTIONS = {("int", "bigint"), ("float", "double")}
 NUMERIC = (T.IntegerType, T.LongType, T.DoubleType, T.FloatType, T.DecimalType)
 TYPE_NAMES = sorted({"string", "int", "long", "double", "float", "boolean", "timestamp", "date", "map", "binary", "time",
                      "json", "uuid"}) + ["decimal(p,s)"]
@@ -34,7 +37,7 @@ TYPE_NAMES = sorted({"string", "int", "long", "double", "float", "boolean", "tim
 def spark_type(name: str) -> T.DataType:
     """`long`, `decimal(12,2)`, `timestamp`... as a Spark type; ValueError names the allowed ones."""
     text = str(name).strip().lower().replace(" ", "")
-    m = _DECIMAL.match(text)
+    m = DECIMAL.match(text)
     if m:
         precision, scale = int(m.group(1)), int(m.group(2))
         if not 1 <= precision <= 38 or scale > precision:
@@ -57,3 +60,14 @@ def type_name(dtype: T.DataType) -> str:
 
 def is_numeric(dtype: T.DataType) -> bool:
     return isinstance(dtype, NUMERIC)
+
+
+def promotes(held: T.DataType | str, wider: T.DataType | str) -> bool:
+    """True when Iceberg can widen a column of type `held` to `wider` in metadata alone: int to bigint, float to
+    double, a decimal to more precision at the same scale. Types are Spark's, or their names as Spark writes
+    them (`simpleString`)."""
+    old, new = (t if isinstance(t, str) else t.simpleString() for t in (held, wider))
+    if (old, new) in _PROMOTIONS:
+        return True
+    a, b = DECIMAL.match(old), DECIMAL.match(new)
+    return bool(a and b and a.group(2) == b.group(2) and int(b.group(1)) > int(a.group(1)))

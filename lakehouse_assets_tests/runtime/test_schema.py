@@ -9,7 +9,8 @@ from pyspark.sql import types as T
 from lakehouse_assets.errors import UpstreamMissingError
 from lakehouse_assets.runtime.commit import publish, stage
 from lakehouse_assets.tables.registry import TableSpec, col
-from lakehouse_assets.tables.schema import SchemaMismatchError, casts_up, promotable
+from lakehouse_assets.tables.schema import SchemaMismatchError, casts_up
+from lakehouse_assets.tables.types import promotes
 
 SPEC = TableSpec(
     name="schema_probe", layer="test", description="schema enforcement probe",
@@ -90,5 +91,8 @@ def test_reading_a_table_that_was_never_materialised_names_the_asset_to_run(lake
 def test_type_rules():
     assert casts_up(T.IntegerType(), T.LongType()) and not casts_up(T.LongType(), T.IntegerType())
     assert casts_up(T.DecimalType(10, 2), T.DecimalType(12, 2)) and not casts_up(T.DecimalType(12, 4), T.DecimalType(14, 2))
-    assert promotable(T.IntegerType(), T.LongType()) and promotable(T.DecimalType(12, 2), T.DecimalType(18, 2))
-    assert not promotable(T.LongType(), T.IntegerType()) and not promotable(T.DecimalType(12, 2), T.DecimalType(18, 3))
+    assert casts_up(T.FloatType(), T.DoubleType()) and not casts_up(T.DoubleType(), T.FloatType())
+    assert promotes(T.IntegerType(), T.LongType()) and promotes(T.DecimalType(12, 2), T.DecimalType(18, 2))
+    assert promotes(T.FloatType(), T.DoubleType()) and promotes("decimal(10, 2)", "decimal(12,2)")  # Iceberg's spelling
+    assert not promotes(T.LongType(), T.IntegerType()) and not promotes(T.DecimalType(12, 2), T.DecimalType(18, 3))
+    assert not promotes(T.DecimalType(12, 2), T.DecimalType(12, 2)) and not promotes("int", "double")
