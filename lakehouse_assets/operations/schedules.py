@@ -94,22 +94,25 @@ def _maintenance_jobs(maintenance: Maintenance, partitions: StaticPartitionsDefi
             meta = {**(report.after.metadata() if report.after else {}), **_report_metadata(report)}
             context.log_event(AssetObservation(asset_key=report.table, metadata=meta))
 
-    @op(name="compact_table", description="rewrite_data_files (and deletes), then rewrite_manifests, of one table")
-    def compact_table(context: OpExecutionContext, lakehouse: LakehouseResource) -> None:
+    def table_of_partition(context: OpExecutionContext, lakehouse: LakehouseResource,
+                         doing: str) -> TableMaintenance | None:
+        """The maintenance of the run's partition's table, or None (logged) while the table does not exist."""
         name = context.partition_key
         if not _exists(lakehouse, name):
-            context.log.info(f"{name} does not exist yet: nothing to compact")
-            return
-        observe(context, TableMaintenance(lakehouse, name, maintenance.policy(name), context.log.info).compact())
+            context.log.info(f"{name} does not exist yet: nothing to {doing}")
+            return None
+        return TableMaintenance(lakehouse, name, maintenance.policy(name), context.log.info)
+
+    @op(name="compact_table", description="rewrite_data_files (and deletes), then rewrite_manifests, of one table")
+    def compact_table(context: OpExecutionContext, lakehouse: LakehouseResource) -> None:
+        if (table := table_of_partition(context, lakehouse, "compact")) is not None:
+            observe(context, table.compact())
 
     @op(name="expire_table", description="drop stale write branches, expire snapshots, remove orphan files")
     def expire_table(context: OpExecutionContext, lakehouse: LakehouseResource) -> None:
-        name = context.partition_key
-        if not _exists(lakehouse, name):
-            context.log.info(f"{name} does not exist yet: nothing to expire")
-            return
-        for report in TableMaintenance(lakehouse, name, maintenance.policy(name), context.log.info).nightly():
-            observe(context, report)
+        if (table := table_of_partition(context, lakehouse, "expire")) is not None:
+            for report in table.nightly():
+                observe(context, report)
 
     @job(name=COMPACT_JOB, partitions_def=partitions, executor_def=in_process_executor,
          tags={"lakehouse/maintenance": "compact"}, description="Compact one table (a partition per table).")
