@@ -342,6 +342,7 @@ def _handler_class():
                 self.seen_any = self.seen_any or bool(records)
                 if self.seen_any:
                     self.report.flowing_seconds = self.last_record - self.first_received
+            failpoint("capture:batch-handled")  # written and synced; Debezium commits its offsets next
 
     return Handler
 
@@ -370,11 +371,17 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
     engine = DebeziumJsonEngine(properties=source.properties(state), handler=handler,
                                 jvm_opts=["-Xrs", f"-Dlog4j2.configurationFile=file:{log4j}"])
     failure: list[BaseException] = []
+    stopping = threading.Event()
 
     def run() -> None:
         try:
             engine.run()
         except BaseException as exc:  # noqa: BLE001 - reported on the caller's thread
+            if stopping.is_set() and type(exc).__name__.endswith("InterruptedException"):
+                # Our own stop reached the engine between a batch's write and the commit of its offsets: the
+                # batch is landed, and Debezium delivers it again at the next start (at least once).
+                log("stopped while Debezium finished a batch: the next capture takes that batch again")
+                return
             failure.append(exc)
 
     started = time.monotonic()
@@ -412,6 +419,7 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
     finally:
         if signalled:
             log(f"{signal.Signals(signalled[0]).name}: stopping")
+        stopping.set()
         engine.interrupt()
         thread.join(timeout=60)
         with handler.lock:
