@@ -361,16 +361,17 @@ def data_columns(table: str, columns: list[tuple[str, str]]) -> list[Change]:
 
 
 def missing(changes: list[Change], table: Any) -> list[Change]:
-    """The columns `changes` add that `table` does not hold yet (another run may have added them meanwhile)."""
+    """The columns `changes` add or widen that `table` does not hold so yet (another run may have made them)."""
     schema = table.schema()
-    held = set()
-    for c in changes:
+
+    def made(change: Change) -> bool:
         try:
-            schema.find_field(c.subject)
-            held.add(c.subject)
+            field = schema.find_field(change.subject)
         except ValueError:
-            pass
-    return [c for c in changes if c.subject not in held]
+            return False
+        return change.kind == "add column" or iceberg_type_string(field.field_type) == change.after
+
+    return [c for c in changes if not made(c)]
 
 
 def evolve(catalog: Any, identifier: tuple[str, str], changes_of: Callable[[Any], list[Change]],

@@ -26,7 +26,7 @@ from pyspark.sql import types as T
 
 from ..errors import SchemaMismatchError
 from ..settings import validate_identifier
-from .evolution import Change
+from .evolution import Change, missing
 from .types import promotes
 
 if TYPE_CHECKING:
@@ -121,8 +121,8 @@ def conform(table: TableHandle, df: DataFrame, evolve: bool = True) -> DataFrame
             raise SchemaMismatchError(
                 f"table {table.id}, column {f.name}: required (NOT NULL) but missing from the write"
             )
-    if changes:  # found again on the table as it stands when the change is made (another run may have made it)
-        table.evolve(lambda _: _write_changes(table, table.schema(), df, evolve))
+    if changes:  # those another run made meanwhile are left out, on the table as it stands when they are made
+        table.evolve(lambda held_now: missing(changes, held_now))
         held = table.schema()
     return df.select(*(
         (F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name)
