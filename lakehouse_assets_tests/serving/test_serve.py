@@ -366,7 +366,7 @@ def test_work_on_the_driver_is_bounded_by_the_query_time_limit(served):
     started = time.monotonic()
     with pytest.raises(hive.OperationalError) as cut:
         _rows(served, f"SELECT '{'a' * 60}!' rlike '(.*a){{20}}$'")  # C(60, 20) ways to fail
-    assert QUERY_TIMEOUT <= time.monotonic() - started < QUERY_TIMEOUT + 20, _refusal(cut.value)
+    assert QUERY_TIMEOUT <= time.monotonic() - started < QUERY_TIMEOUT + 60, _refusal(cut.value)  # not hours
     assert f"longer than the SQL endpoint's limit of {QUERY_TIMEOUT} s" in _refusal(cut.value)
     assert _rows(served, "SELECT count(*) FROM events WHERE kind IS NOT NULL AND event_id > 1")[0][0] > 0
 
