@@ -24,19 +24,23 @@ demo dev stream: export LAKEHOUSE_START_DATE ?= $(FIRST_DEMO_DAY)
 .PHONY: setup home demo demo-cdc cluster-demo dev stream test test-fast e2e soak lint bench snapshots clean
 
 # The installation's class-data archive for Spark's JVM (every run, stream and command starts faster): built
-# once, kept until Java or Spark change (runtime/jvm_archive.py). The project's Java parts (the landing files' line
-# reader, the SQL endpoint's read-only extension), compiled against pyspark's jars (runtime/java_jar.py).
+# once, kept until Java or Spark change (runtime/jvm_archive.py). The project's Java parts (the Maven module java/:
+# the landing files' line reader, the SQL endpoint's extension), built offline against pyspark's jars
+# (runtime/java_jar.py). The jars Spark loads (runtime/jars.tsv: Maven coordinates and sha256) and Maven's plugins
+# are resolved once into the installation's local repository; nothing resolves anything after that.
 setup: $(VENV)/.installed
 	@$(BIN)/python -m lakehouse_assets.runtime.jvm_archive build
 	@$(BIN)/python -m lakehouse_assets.runtime.java_jar build
 
-$(VENV)/.installed: pyproject.toml services/pyproject.toml constraints.txt scripts/system-deps.sh
+$(VENV)/.installed: pyproject.toml services/pyproject.toml constraints.txt scripts/system-deps.sh \
+		lakehouse_assets/runtime/jars.tsv java/pom.xml
 	scripts/system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	$(BIN)/pip install -q -c constraints.txt -e ./services
-	$(BIN)/python -m lakehouse_assets.runtime.jars fetch-s3
+	$(BIN)/python -m lakehouse_assets.runtime.jars resolve >/dev/null
+	$(BIN)/python -m lakehouse_assets.runtime.java_jar resolve
 	touch $@
 
 # The home's folders, and the declaration its lake is made with, recorded in it (LAKEHOUSE_HOME/project): in a
@@ -89,6 +93,7 @@ stream: setup home
 # module's tests stay together on one worker (its module-wide pipeline run is made once).
 TEST_WORKERS ?= 2
 test: setup
+	$(BIN)/python -m lakehouse_assets.runtime.java_jar test
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Whole deployments: the cluster profile (Spark master and workers, S3, PostgreSQL) against the local one.

@@ -191,7 +191,7 @@ def markdown(results: dict) -> str:
     verdict = (f"**Target {'reached' if ratio <= TARGET else 'not reached'}**: ours takes {ratio:.2f}x plain Spark "
                f"Parquet (target: at most {TARGET}x). Plain Spark converts JSON to Parquet in one pass. Ours, per line: "
                "keeps the raw line and its file and line number, read from the files' bytes by the project's line "
-               "reader (`landing/java/lakehouse/JsonLines.java`; each split's lines are counted first, a newline scan), "
+               "reader (`java/src/main/java/lakehouse/JsonLines.java`; each split's lines are counted first, a newline scan), "
                "which also parses each line once, from its bytes, into the declared top-level fields as text and "
                "the keys beyond them (schema drift), leaving to Spark's `from_json` only the lines it cannot read "
                "exactly as `from_json` would; types each field from its text, so that a bad value becomes a reason "

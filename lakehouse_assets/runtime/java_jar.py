@@ -1,10 +1,12 @@
-"""The project's Java parts, each beside the Python that uses it (`<package>/java/lakehouse/`): the landing files'
-line reader (landing/), the decimal digits of change events (sources/), and the SQL endpoint's read-only session
-extension, password sign-in, query time limit, JDBC metadata, result cache and row limit (serving/), compiled
-against pyspark's own jars into a jar once per installation: `make setup` builds it, a Spark session builds it
-when it is missing.
+"""The project's Java parts, a Maven module (`java/`): the landing files' line reader, the decimal digits of change
+events, and the SQL endpoint's read-only session extension, password sign-in, query time limit, JDBC metadata,
+result cache and row limit, compiled against pyspark's own jars into a jar once per installation.
 
-    python -m lakehouse_assets.runtime.java_jar build
+    python -m lakehouse_assets.runtime.java_jar resolve   # make setup: Maven's plugins and JUnit, the tests run
+    python -m lakehouse_assets.runtime.java_jar build     # the jar, offline (a Spark session builds it if missing)
+    python -m lakehouse_assets.runtime.java_jar test      # make test: the module's JUnit tests, offline
+
+Maven works in the installation's local repository (runtime/jars.py `local_repository`), offline but for `resolve`.
 """
 
 from __future__ import annotations
@@ -16,11 +18,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import zipfile
-from importlib import resources
 from pathlib import Path
 
 from ..errors import MissingJarError
+from .jars import local_repository
 from .jvm_archive import _folder, _spark_home
 
 EXTENSION_CLASS = "lakehouse.ReadOnlySql"
@@ -28,21 +29,14 @@ PASSWORD_CLASS = "lakehouse.PasswordFile"
 LINES_FORMAT = "lakehouse.JsonLines"
 UNSCALED_CLASS = "lakehouse.UnscaledDigits"
 
-
-JAVA_PACKAGES = ("landing", "sources", "serving")  # the packages with Java sources, in `<package>/java/`
-
-
-def _roots() -> list[Path]:
-    return [Path(str(resources.files(f"lakehouse_assets.{package}").joinpath("java"))) for package in JAVA_PACKAGES]
+MODULE = Path(__file__).resolve().parents[2] / "java"
 
 
-def _sources() -> list[Path]:
-    return sorted(path for root in _roots() for path in root.rglob("*.java"))
-
-
-def _resources() -> list[tuple[Path, str]]:
-    """Files the classes read from the jar (the SQL endpoint's read-only list), with their names in it."""
-    return sorted((path, path.relative_to(root).as_posix()) for root in _roots() for path in root.rglob("*.tsv"))
+def _module_files() -> list[Path]:
+    if not (MODULE / "pom.xml").is_file():
+        raise MissingJarError(f"the project's Java module is not at {MODULE} (pom.xml): an installation from the "
+                              "repository's checkout builds it (make setup)")
+    return sorted([MODULE / "pom.xml", *(MODULE / "src" / "main").rglob("*")], key=str)
 
 
 @functools.cache  # every Spark session's settings ask for it; the sources do not change while a process runs
@@ -51,50 +45,80 @@ def jar_file() -> Path:
     import pyspark
 
     digest = hashlib.sha256(pyspark.__version__.encode())
-    for source in [*_sources(), *(path for path, _ in _resources())]:
-        digest.update(source.name.encode() + source.read_bytes())
+    for path in _module_files():
+        if path.is_file():
+            digest.update(path.relative_to(MODULE).as_posix().encode() + path.read_bytes())
     return _folder() / f"lakehouse-java-{digest.hexdigest()[:16]}.jar"
 
 
-def _javac() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    found = str(Path(java_home) / "bin" / "javac") if java_home else shutil.which("javac")
-    if not found or not Path(found).exists():
-        raise MissingJarError("the project's Java parts are compiled with javac (a JDK 17): apt-get install "
-                              "openjdk-17-jdk-headless (make setup does where apt is)")
-    return found
+def _maven(goals: list[str], build_dir: Path, offline: bool = True) -> subprocess.CompletedProcess:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise MissingJarError("the project's Java is built with Maven: apt-get install maven (make setup does "
+                              "where apt is)")
+    command = [mvn, "-B", "-q", "-Dstyle.color=never", "-f", str(MODULE / "pom.xml"),
+               f"-Dmaven.repo.local={local_repository()}", f"-Dspark.jars.dir={_spark_home() / 'jars'}",
+               f"-Dbuild.dir={build_dir}", *(["-o"] if offline else []), *goals]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def _failed(what: str, done: subprocess.CompletedProcess) -> MissingJarError:
+    output = (done.stdout + done.stderr).strip()
+    hint = ("; Maven's plugins are resolved by make setup (python -m lakehouse_assets.runtime.java_jar resolve)"
+            if "offline mode" in output else "")
+    return MissingJarError(f"{what} failed (mvn exit code {done.returncode}){hint}:\n{output[-6000:]}")
+
+
+def resolve() -> None:
+    """Maven's plugins and the tests' JUnit into the local repository: the module built and tested once online."""
+    with tempfile.TemporaryDirectory(prefix="lakehouse-java-") as work:
+        done = _maven(["package"], Path(work), offline=False)
+        if done.returncode != 0:
+            raise _failed("resolving and building the project's Java module", done)
 
 
 def build() -> Path:
-    """The jar, compiled now if this installation has none; written under a temporary name, renamed into place."""
+    """The jar, built now (offline, without its tests) if this installation has none; renamed into place."""
     target = jar_file()
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lakehouse-java-") as work:
-        classes = Path(work) / "classes"
-        done = subprocess.run(
-            [_javac(), "-nowarn", "--release", "17", "-d", str(classes), "-cp", str(_spark_home() / "jars" / "*"),
-             *map(str, _sources())], capture_output=True, text=True)
+        done = _maven(["-DskipTests", "package"], Path(work))
         if done.returncode != 0:
-            raise MissingJarError(f"compiling the project's Java parts failed:\n{done.stderr.strip()}")
+            raise _failed("building the project's Java parts", done)
         partial = target.with_suffix(f".{os.getpid()}.partial")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
-            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
-            for path in sorted(classes.rglob("*.class")):
-                jar.write(path, path.relative_to(classes).as_posix())
-            for path, name in _resources():
-                jar.write(path, name)
+        shutil.copyfile(Path(work) / "lakehouse-java.jar", partial)
         os.replace(partial, target)
     return target
 
 
+def test() -> str:
+    """The module's JUnit tests, offline: their summary, or an error with Maven's report."""
+    with tempfile.TemporaryDirectory(prefix="lakehouse-java-") as work:
+        done = _maven(["test"], Path(work))
+        if done.returncode != 0:
+            raise _failed("the Java module's tests", done)
+        reports = sorted((Path(work) / "surefire-reports").glob("*.txt"))
+        return "\n".join(line for report in reports for line in report.read_text().splitlines()
+                         if line.startswith("Tests run"))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args != ["build"]:
+    if args not in (["resolve"], ["build"], ["test"]):
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    print(f"Java parts: {build()}")
+    try:
+        if args == ["resolve"]:
+            resolve()
+        elif args == ["build"]:
+            print(f"Java parts: {build()}")
+        else:
+            print(test())
+    except MissingJarError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from ..errors import SparkConfigConflict
 from ..settings import CatalogUri, Settings
 from . import java_jar, jvm_archive
-from .jars import s3a_jars, spark_jars
+from .jars import spark_jars
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
@@ -74,14 +74,9 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     # The project's Java parts (the landing files' line reader, the SQL endpoint's extension), built when missing.
-    jars = [*spark_jars(kinds, settings.spark_packages, settings.extra_jars), str(java_jar.build())]
+    conf["spark.jars"] = ",".join([*spark_jars(kinds, settings.uses_s3, settings.extra_jars), str(java_jar.build())])
     if settings.uses_s3:
-        jars += [str(j) for j in s3a_jars()]
         conf.update(s3a_conf(settings))
-    if jars:
-        conf["spark.jars"] = ",".join(jars)
-    if settings.spark_packages:
-        conf["spark.jars.packages"] = settings.spark_packages
     conf.update(catalog_spark_conf(settings.catalog_name, settings.catalog, settings.warehouse))
     for name, (uri, warehouse) in extra_catalogs.items():
         conf.update(catalog_spark_conf(name, uri, warehouse))

@@ -2,7 +2,7 @@
 (HiveServer2's protocol) on the same catalog and settings as the assets.
 
 It only reads, by construction: every statement passes the session extension ReadOnlySql (serving/java) after
-analysis and before it runs, which allows what reading is made of by name (serving/java/lakehouse/read-policy.tsv:
+analysis and before it runs, which allows what reading is made of by name (java/src/main/resources/lakehouse/read-policy.tsv:
 plan nodes, commands, functions, settings) and refuses everything else before a file is written; what a session
 sends when it opens passes the same list (GuardedSessions); variable substitution and SQL on raw files are off;
 the catalog is opened read-only where the catalog database allows it (SQLite) and the tables' files are read with

@@ -1,5 +1,5 @@
 """The SQL endpoint's users file: who may sign in to `lakehouse serve`. `lakehouse serve --add-user` writes it
-(add_user); the endpoint reads it at each sign-in (serving/java/lakehouse/PasswordFile.java, which follows FORMAT
+(add_user); the endpoint reads it at each sign-in (java/src/main/java/lakehouse/PasswordFile.java, which follows FORMAT
 below). A test reads a file written here and one written by hand with both readers.
 """
 

@@ -218,7 +218,7 @@ class _Known:
 
 
 def _schema_id(text: str) -> int:
-    """The line reader's id of a head's object (landing/java/lakehouse/JsonLines.java: `Heads.id`): a 64-bit FNV-1a hash
+    """The line reader's id of a head's object (java/src/main/java/lakehouse/JsonLines.java: `Heads.id`): a 64-bit FNV-1a hash
     of its UTF-8 bytes, as a signed long."""
     h = 0xCBF29CE484222325
     for b in text.encode():

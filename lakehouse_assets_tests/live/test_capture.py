@@ -43,7 +43,8 @@ from lakehouse_assets.sources import change_records as cdc
 from lakehouse_assets.sources.change_records import READ_HEAD, READ_JSON, bronze_cdc_schema, parse_cdc, survey_cdc
 from lakehouse_services.postgres import ThrowawayPostgres
 
-pytestmark = pytest.mark.slow
+# The capture as a user runs it, in processes of its own for minutes: with the whole deployments (make e2e).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TODAY = dt.datetime.now(dt.timezone.utc).date()
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))

@@ -37,7 +37,8 @@ from lakehouse_assets.silver.events import take_new_events
 
 from ..shop import SHOP, SHOP_FILE, assets
 
-pytestmark = pytest.mark.slow  # lakehouse stream in processes of its own
+# lakehouse stream in processes of its own, as a user runs it, for minutes: with the whole deployments (make e2e).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TODAY = dt.datetime.now(dt.timezone.utc).date()
 

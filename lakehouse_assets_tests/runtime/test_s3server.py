@@ -1,14 +1,11 @@
-"""The local S3 server checks signatures, keeps objects and stops cleanly; the S3A
-jars come out of their wheel once. No Spark here: these run in seconds."""
+"""The local S3 server checks signatures, keeps objects and stops cleanly. No Spark here: these run in seconds."""
 
 from __future__ import annotations
 
-import io
 import os
 import socket
 import subprocess
 import sys
-import zipfile
 from dataclasses import asdict, replace
 
 import boto3
@@ -16,7 +13,6 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from lakehouse_assets.runtime import jars
 from lakehouse_services.s3server import (
     S3Ports,
     S3ServerError,
@@ -118,58 +114,3 @@ def test_busy_port_is_reported_before_starting(tmp_path):
         with pytest.raises(S3ServerError, match=str(port)):
             server.start()
     assert server.pid is None
-
-
-# -- S3A jars --------------------------------------------------------------------------
-
-
-def _tiny_jar(name: str) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as jar:
-        jar.writestr("META-INF/MANIFEST.MF", f"Manifest-Version: 1.0\nName: {name}\n")
-    return buffer.getvalue()
-
-
-@pytest.fixture
-def fake_wheel(tmp_path):
-    wheel = tmp_path / jars.S3A_WHEEL_NAME
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name in jars.S3A_JARS:
-            archive.writestr(jars.S3A_WHEEL_JAR_DIR + name, _tiny_jar(name))
-        archive.writestr(jars.S3A_WHEEL_JAR_DIR + "aws-java-sdk-kms-1.12.382.jar", _tiny_jar("kms"))
-        archive.writestr("bodo_iceberg_connector/__init__.py", "")
-    return wheel
-
-
-def test_fetch_s3_jars_from_a_wheel(tmp_path, fake_wheel, monkeypatch):
-    dest = tmp_path / "jars"
-    monkeypatch.setenv(jars.JARS_DIR_ENV, str(dest))
-    with pytest.raises(jars.MissingJarError, match="fetch-s3"):
-        jars.s3a_jars()
-
-    paths = jars.fetch_s3_jars(wheel=fake_wheel)
-    assert [p.name for p in paths] == list(jars.S3A_JARS)
-    assert sorted(p.name for p in dest.iterdir()) == sorted(jars.S3A_JARS)  # nothing else unpacked
-    for path in paths:
-        assert zipfile.is_zipfile(path)
-    assert jars.s3a_jars() == paths
-    assert fake_wheel.exists()  # a wheel the caller passed is theirs to keep
-
-    # Idempotent: with every jar present it neither reads a wheel nor downloads one.
-    stamps = {p: p.stat().st_mtime_ns for p in paths}
-    assert jars.fetch_s3_jars(dest, wheel=tmp_path / "absent.whl") == paths
-    assert {p: p.stat().st_mtime_ns for p in paths} == stamps
-
-    # A missing or damaged jar is restored on the next run.
-    paths[0].unlink()
-    paths[1].write_bytes(b"truncated")
-    assert jars.fetch_s3_jars(dest, wheel=fake_wheel) == paths
-    assert all(zipfile.is_zipfile(p) for p in paths)
-
-
-def test_fetch_s3_jars_rejects_an_incomplete_wheel(tmp_path):
-    wheel = tmp_path / "incomplete.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr(jars.S3A_WHEEL_JAR_DIR + jars.S3A_JARS[0], _tiny_jar("only one"))
-    with pytest.raises(jars.MissingJarError, match="aws-java-sdk-dynamodb"):
-        jars.fetch_s3_jars(tmp_path / "jars", wheel=wheel)

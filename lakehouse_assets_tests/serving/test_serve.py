@@ -652,7 +652,7 @@ def test_no_statement_or_session_the_fuzzer_makes_writes_runs_a_process_leaks_or
     cases = corpus(namespace=settings.namespace, catalog=settings.catalog_name, raw_tables=["bronze_events",
                    "bronze_events_quarantine"], tables=["events", f"{settings.namespace}.users"], probe=probe,
                    examples=function_examples(), settings=spark_settings(), variants=FUZZ_VARIANTS)
-    policy = Path(__file__).parents[2] / "lakehouse_assets" / "serving" / "java" / "lakehouse" / "read-policy.tsv"
+    policy = Path(__file__).parents[2] / "java" / "src" / "main" / "resources" / "lakehouse" / "read-policy.tsv"
     refused_functions = {line.split("\t")[1] for line in policy.read_text().splitlines()
                          if line.startswith("function\t") and "\trefuse\t" in line}
     said, wrongly_refused, not_refused, outcomes = [], [], [], {"answered": 0, "refused": 0, "failed": 0}

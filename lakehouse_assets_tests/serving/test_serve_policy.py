@@ -1,15 +1,14 @@
-"""The SQL endpoint's list of what reading is made of (serving/java/lakehouse/read-policy.tsv): every plan node,
+"""The SQL endpoint's list of what reading is made of (java/src/main/resources/lakehouse/read-policy.tsv): every plan node,
 command and built-in function the Spark and Iceberg on this installation have is decided on it, so that an
 upgrade that adds one fails here before the endpoint meets it (the endpoint refuses what the list lacks)."""
 
-from importlib import resources
-from pathlib import Path
 
 from lakehouse_assets.runtime.jars import iceberg_runtime_jar
+from lakehouse_assets.runtime.java_jar import MODULE
 
 from .serve_fuzz import SPARK_JARS, _java
 
-POLICY = Path(str(resources.files("lakehouse_assets.serving").joinpath("java", "lakehouse", "read-policy.tsv")))
+POLICY = MODULE / "src" / "main" / "resources" / "lakehouse" / "read-policy.tsv"
 
 
 def _decided() -> dict[tuple[str, str], str]:
