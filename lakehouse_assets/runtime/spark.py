@@ -23,8 +23,10 @@ from .jars import spark_jars
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
 
-def catalog_spark_conf(name: str, catalog: CatalogUri, warehouse: str) -> dict[str, str]:
-    """Spark settings for an Iceberg JdbcCatalog on the same tables pyiceberg's SqlCatalog uses."""
+def catalog_spark_conf(name: str, catalog: CatalogUri, warehouse: str,
+                       settings: Settings | None = None) -> dict[str, str]:
+    """Spark settings for an Iceberg JdbcCatalog on the same tables pyiceberg's SqlCatalog uses; tables on S3 go
+    through Iceberg's own S3 client (S3FileIO) with the settings' endpoint and keys."""
     prefix = f"spark.sql.catalog.{name}"
     conf = {
         prefix: "org.apache.iceberg.spark.SparkCatalog",
@@ -42,6 +44,20 @@ def catalog_spark_conf(name: str, catalog: CatalogUri, warehouse: str) -> dict[s
         conf[f"{prefix}.jdbc.user"] = catalog.user
     if catalog.password:
         conf[f"{prefix}.jdbc.password"] = catalog.password
+    if settings is not None and warehouse.startswith(("s3://", "s3a://")):
+        conf.update(s3_file_io_conf(prefix, settings))
+    return conf
+
+
+def s3_file_io_conf(prefix: str, settings: Settings) -> dict[str, str]:
+    """Iceberg's S3FileIO (the AWS SDK v2 of iceberg-aws-bundle) for a catalog's tables on S3, not Hadoop's S3A."""
+    conf = {f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO", f"{prefix}.client.region": settings.s3_region}
+    if settings.s3_endpoint:
+        conf[f"{prefix}.s3.endpoint"] = settings.s3_endpoint
+        conf[f"{prefix}.s3.path-style-access"] = "true"
+    if settings.s3_access_key:
+        conf[f"{prefix}.s3.access-key-id"] = settings.s3_access_key
+        conf[f"{prefix}.s3.secret-access-key"] = settings.s3_secret_key
     return conf
 
 
@@ -77,9 +93,9 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
     conf["spark.jars"] = ",".join([*spark_jars(kinds, settings.uses_s3, settings.extra_jars), str(java_jar.build())])
     if settings.uses_s3:
         conf.update(s3a_conf(settings))
-    conf.update(catalog_spark_conf(settings.catalog_name, settings.catalog, settings.warehouse))
+    conf.update(catalog_spark_conf(settings.catalog_name, settings.catalog, settings.warehouse, settings))
     for name, (uri, warehouse) in extra_catalogs.items():
-        conf.update(catalog_spark_conf(name, uri, warehouse))
+        conf.update(catalog_spark_conf(name, uri, warehouse, settings))
     conf.update(dict(settings.spark_conf))
     return conf
 

@@ -86,3 +86,7 @@ def test_a_warehouse_on_s3_keeps_data_and_metadata_in_the_bucket(spark, s3_catal
     keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket="lake", Prefix="warehouse/")["Contents"]]
     assert any(k.endswith(".parquet") and f"/{namespace}/on_s3/data/" in k for k in keys)
     assert any(k.endswith(".metadata.json") and f"/{namespace}/on_s3/metadata/" in k for k in keys)
+    # Written by Iceberg's own S3 client (the AWS SDK v2), not Hadoop's S3A.
+    written = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, f"{S3_CATALOG}.{namespace}.on_s3")
+    assert written.io().getClass().getName() == "org.apache.iceberg.aws.s3.S3FileIO"

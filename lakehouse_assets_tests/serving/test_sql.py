@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
+from py4j.protocol import Py4JJavaError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform
@@ -33,6 +34,7 @@ from pyiceberg.types import (
 )
 
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.runtime.spark import s3_file_io_conf
 from lakehouse_assets.serving import duckdb_sql as sql
 from lakehouse_assets.serving import read_rule
 from lakehouse_assets.serving.duckdb_sql import query, run
@@ -557,9 +559,10 @@ def test_the_raw_setting_and_the_read_only_credential_are_settings(monkeypatch, 
     assert Settings.from_env(home=tmp_path).sql_raw is False
 
 
-def test_on_s3_the_command_reads_with_a_read_only_identity_alone(namespace, tmp_path):
+def test_on_s3_the_command_reads_with_a_read_only_identity_alone(spark, namespace, tmp_path):
     """A SeaweedFS identity that may only read and list: `lakehouse sql` reads the lake with it, even with the
-    platform's own key wrong, and the identity cannot write."""
+    platform's own key wrong, and the identity cannot write, through boto3 or through the S3FileIO Spark's
+    catalogs (the endpoint's among them) use with the read-only settings."""
     config = tmp_path / "s3.json"
     config.write_text(json.dumps({"identities": [
         {"name": "platform", "credentials": [{"accessKey": "admin", "secretKey": "adminsecret"}],
@@ -597,3 +600,14 @@ def test_on_s3_the_command_reads_with_a_read_only_identity_alone(namespace, tmp_
                               config=BotoConfig(signature_version="s3v4", s3={"addressing_style": "path"}))
         with pytest.raises(ClientError, match="AccessDenied"):
             reader.put_object(Bucket="lake", Key="warehouse/new.csv", Body=b"42")
+        prefix = "spark.sql.catalog.x"
+        conf = s3_file_io_conf(prefix, read_rule.read_only_settings(analysts))
+        file_io = spark._jvm.org.apache.iceberg.aws.s3.S3FileIO()
+        file_io.initialize({key.removeprefix(f"{prefix}."): value for key, value in conf.items() if key != f"{prefix}.io-impl"})
+        metadata = catalog.load_table((namespace, "silver_orders")).metadata_location
+        assert file_io.newInputFile(metadata).getLength() > 0  # it reads
+        with pytest.raises(Py4JJavaError, match="Access Denied|AccessDenied|403"):
+            written = file_io.newOutputFile("s3://lake/warehouse/by-analysts.bin").createOrOverwrite()
+            written.write(42)
+            written.close()
+        file_io.close()
