@@ -2,14 +2,13 @@
 which keeps no copy. (test_serve.py changes the rule and sees both doors follow.)"""
 
 import re
-from importlib import resources
-from pathlib import Path
 
+from lakehouse_assets.runtime.java_jar import MODULE
 from lakehouse_assets.serving import read_rule
 from lakehouse_assets.serving.endpoint import Endpoint, endpoint_settings
 from lakehouse_assets.settings import Settings
 
-JAVA = Path(str(resources.files("lakehouse_assets.serving").joinpath("java", "lakehouse")))
+JAVA = MODULE / "src" / "main" / "java" / "lakehouse"
 
 
 def test_the_endpoint_hands_the_rule_to_its_java_check(tmp_path, monkeypatch):

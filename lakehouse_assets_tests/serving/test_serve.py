@@ -8,6 +8,7 @@ import datetime as dt
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,8 +73,9 @@ def served(lake_settings, tmp_path_factory):
 def endpoint(env: dict, log: Path, command: list[str] | None = None):
     """`lakehouse serve` (or `command`) with these settings, from the moment it says it listens until it is
     stopped."""
-    with open(log, "w") as out:
-        server = subprocess.Popen(command or [LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    with open(log, "w") as out:  # with SIGTERM's default action, as from a shell (a test before may ignore it)
+        server = subprocess.Popen(command or [LAKEHOUSE, "serve"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 240
         while "SQL endpoint (read-only) on" not in log.read_text():
