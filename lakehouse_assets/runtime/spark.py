@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from ..errors import SparkConfigConflict
 from ..settings import CatalogUri, Settings
 from . import java_jar, jvm_archive
+from .catalog import s3_properties
 from .jars import spark_jars
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -45,20 +46,18 @@ def catalog_spark_conf(name: str, catalog: CatalogUri, warehouse: str,
     if catalog.password:
         conf[f"{prefix}.jdbc.password"] = catalog.password
     if settings is not None and warehouse.startswith(("s3://", "s3a://")):
-        conf.update(s3_file_io_conf(prefix, settings))
+        conf.update({f"{prefix}.{key}": value for key, value in s3_file_io_properties(settings).items()})
     return conf
 
 
-def s3_file_io_conf(prefix: str, settings: Settings) -> dict[str, str]:
-    """Iceberg's S3FileIO (the AWS SDK v2 of iceberg-aws-bundle) for a catalog's tables on S3, not Hadoop's S3A."""
-    conf = {f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO", f"{prefix}.client.region": settings.s3_region}
+def s3_file_io_properties(settings: Settings) -> dict[str, str]:
+    """A catalog's properties for its tables on S3 through Iceberg's S3FileIO (the AWS SDK v2 of
+    iceberg-aws-bundle), not Hadoop's S3A: pyiceberg's endpoint and keys, Java's name for the region."""
+    props = {key: value for key, value in s3_properties(settings).items() if key != "s3.region"}
+    props.update({"io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "client.region": settings.s3_region})
     if settings.s3_endpoint:
-        conf[f"{prefix}.s3.endpoint"] = settings.s3_endpoint
-        conf[f"{prefix}.s3.path-style-access"] = "true"
-    if settings.s3_access_key:
-        conf[f"{prefix}.s3.access-key-id"] = settings.s3_access_key
-        conf[f"{prefix}.s3.secret-access-key"] = settings.s3_secret_key
-    return conf
+        props["s3.path-style-access"] = "true"
+    return props
 
 
 ExtraCatalogs = dict[str, tuple[CatalogUri, str]]  # name -> (catalog database, warehouse)

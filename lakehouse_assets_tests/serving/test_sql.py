@@ -34,7 +34,7 @@ from pyiceberg.types import (
 )
 
 from lakehouse_assets.runtime.catalog import catalog_for
-from lakehouse_assets.runtime.spark import s3_file_io_conf
+from lakehouse_assets.runtime.spark import s3_file_io_properties
 from lakehouse_assets.serving import duckdb_sql as sql
 from lakehouse_assets.serving import read_rule
 from lakehouse_assets.serving.duckdb_sql import query, run
@@ -600,10 +600,8 @@ def test_on_s3_the_command_reads_with_a_read_only_identity_alone(spark, namespac
                               config=BotoConfig(signature_version="s3v4", s3={"addressing_style": "path"}))
         with pytest.raises(ClientError, match="AccessDenied"):
             reader.put_object(Bucket="lake", Key="warehouse/new.csv", Body=b"42")
-        prefix = "spark.sql.catalog.x"
-        conf = s3_file_io_conf(prefix, read_rule.read_only_settings(analysts))
         file_io = spark._jvm.org.apache.iceberg.aws.s3.S3FileIO()
-        file_io.initialize({key.removeprefix(f"{prefix}."): value for key, value in conf.items() if key != f"{prefix}.io-impl"})
+        file_io.initialize(s3_file_io_properties(read_rule.read_only_settings(analysts)))
         metadata = catalog.load_table((namespace, "silver_orders")).metadata_location
         assert file_io.newInputFile(metadata).getLength() > 0  # it reads
         with pytest.raises(Py4JJavaError, match="Access Denied|AccessDenied|403"):

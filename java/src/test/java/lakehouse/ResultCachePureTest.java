@@ -8,8 +8,6 @@ import static lakehouse.ReadOnlySqlCheckTest.text;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.util.Set;
-
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.CurrentDate;
@@ -32,12 +30,9 @@ import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
 import org.apache.spark.sql.catalyst.plans.logical.Range;
-import org.apache.spark.sql.connector.catalog.Table;
-import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.execution.command.ResetCommand;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.junit.jupiter.api.Test;
 
@@ -50,24 +45,6 @@ import scala.Option;
  * not on this class path) is not built here: that it is kept is not tested.
  */
 class ResultCachePureTest {
-
-    /** A table of another source than Iceberg's. */
-    static final class OtherTable implements Table {
-        @Override
-        public String name() {
-            return "other.t";
-        }
-
-        @Override
-        public StructType schema() {
-            return new StructType();
-        }
-
-        @Override
-        public Set<TableCapability> capabilities() {
-            return Set.of(TableCapability.BATCH_READ);
-        }
-    }
 
     static LogicalPlan range() {
         AttributeReference id = new AttributeReference("id", DataTypes.LongType, false,
@@ -92,7 +69,7 @@ class ResultCachePureTest {
 
     @Test
     void aQueryOfATableOtherThanIcebergsOrOfAnUnresolvedOneIsNot() {
-        LogicalPlan other = new DataSourceV2Relation(new OtherTable(), seq(), Option.empty(), Option.empty(),
+        LogicalPlan other = new DataSourceV2Relation(new ResultCacheKeyTest.Other(), seq(), Option.empty(), Option.empty(),
             CaseInsensitiveStringMap.empty());
         assertFalse(ResultCache.pure(other));
         assertFalse(ResultCache.pure(select(text("x"), new Filter(new EqualTo(text("a"), text("a")), other))));
