@@ -28,17 +28,19 @@ demo dev stream: export LAKEHOUSE_START_DATE ?= $(FIRST_DEMO_DAY)
 # the landing files' line reader, the SQL endpoint's extension), built offline against pyspark's jars
 # (runtime/java_jar.py). The jars Spark loads (runtime/jars.tsv: Maven coordinates and sha256) and Maven's plugins
 # are resolved once into the installation's local repository; nothing resolves anything after that.
-setup: $(VENV)/.installed
+setup: $(VENV)/.resolved
 	@$(BIN)/python -m lakehouse_assets.runtime.jvm_archive build
 	@$(BIN)/python -m lakehouse_assets.runtime.java_jar build
 
-$(VENV)/.installed: pyproject.toml services/pyproject.toml constraints.txt scripts/system-deps.sh \
-		lakehouse_assets/runtime/jars.tsv java/pom.xml
+$(VENV)/.installed: pyproject.toml services/pyproject.toml constraints.txt scripts/system-deps.sh
 	scripts/system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	$(BIN)/pip install -q -c constraints.txt -e ./services
+	touch $@
+
+$(VENV)/.resolved: $(VENV)/.installed lakehouse_assets/runtime/jars.tsv java/pom.xml
 	$(BIN)/python -m lakehouse_assets.runtime.jars resolve >/dev/null
 	$(BIN)/python -m lakehouse_assets.runtime.java_jar resolve
 	touch $@
