@@ -13,10 +13,9 @@ import org.apache.hive.service.cli.OperationState;
 import org.apache.hive.service.cli.session.HiveSession;
 import org.apache.hive.service.rpc.thrift.TRowSet;
 import org.apache.hive.service.rpc.thrift.TTableSchema;
-import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.SQLContext;
-import org.apache.spark.sql.execution.HiveResult;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.hive.thriftserver.RowSetUtils;
 import org.apache.spark.sql.hive.thriftserver.SparkExecuteStatementOperation;
 import org.apache.spark.sql.types.DataType;
@@ -32,7 +31,7 @@ import scala.runtime.AbstractFunction0;
  * statement's job group, as Spark's does, so the query time limit and a client's cancel reach its jobs.
  */
 final class CachedStatement extends SparkExecuteStatementOperation {
-    private final SQLContext context;
+    private final SparkSession spark;  // the client's Spark session (Spark 4: the classic one)
     private final String statement;
     private final ResultCache cache;  // null: no result is kept
     private final long rowLimit;  // the most rows a client may fetch of a result (0: no limit)
@@ -43,10 +42,10 @@ final class CachedStatement extends SparkExecuteStatementOperation {
     private Iterator<Row> rest;  // the rows after them, of a result too large to keep
     private long position;  // the next row a fetch answers
 
-    CachedStatement(SQLContext context, HiveSession session, String statement, Map<String, String> overlay,
+    CachedStatement(SparkSession spark, HiveSession session, String statement, Map<String, String> overlay,
                     boolean async, long timeout, ResultCache cache, long rowLimit) {
-        super(context, session, statement, overlay, async, timeout);
-        this.context = context;
+        super(spark, session, statement, overlay, async, timeout);
+        this.spark = spark;
         this.statement = statement;
         this.cache = cache;
         this.rowLimit = rowLimit;
@@ -55,8 +54,8 @@ final class CachedStatement extends SparkExecuteStatementOperation {
     @Override
     public void runInternal() {
         long started = System.nanoTime();
-        Dataset<Row> query = cache == null ? null : ResultCache.cacheable(context, statement);
-        String key = query == null ? null : ResultCache.key(context, statement, query);
+        Dataset<Row> query = cache == null ? null : ResultCache.cacheable(spark, statement);
+        String key = query == null ? null : ResultCache.key(spark, statement, query);
         if (key == null) {
             super.runInternal();
             return;
@@ -95,7 +94,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                 }
                 setState(OperationState.RUNNING);
             }
-            context.sparkContext().setJobGroup(statementId(), statement, true);
+            spark.sparkContext().setJobGroup(statementId(), statement, true);
             QueryTimeout.atWork(statementId());
             String how = "hit";
             ResultCache.Entry kept = cache.get(key);
@@ -131,7 +130,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                 }
             }
         } catch (Throwable e) {
-            context.sparkContext().cancelJobGroup(statementId());
+            spark.sparkContext().cancelJobGroup(statementId());
             OperationState state = getStatus().getState();
             if (!state.isTerminal()) {
                 try {
@@ -146,7 +145,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
             }
         } finally {
             QueryTimeout.done();
-            context.sparkContext().clearJobGroup();
+            spark.sparkContext().clearJobGroup();
         }
     }
 
@@ -195,14 +194,14 @@ final class CachedStatement extends SparkExecuteStatementOperation {
             @Override
             public TRowSet apply() {
                 try {
-                    context.sparkContext().setJobGroup(statementId(), statement, true);
+                    spark.sparkContext().setJobGroup(statementId(), statement, true);
                     QueryTimeout.atWork(statementId());
                     return rowSet(order, maxRows);
                 } catch (HiveSQLException e) {
                     throw CachedStatement.<RuntimeException>raise(e);
                 } finally {
                     QueryTimeout.done();
-                    context.sparkContext().clearJobGroup();
+                    spark.sparkContext().clearJobGroup();
                 }
             }
         });
@@ -238,12 +237,13 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         for (int i = 0; i < fields.length; i++) {
             types[i] = fields[i].dataType();
         }
+        // Spark 4's RowSetUtils takes the session's time formatters itself (HiveResult.getTimeFormatters).
         return RowSetUtils.toTRowSet(start, JavaConverters.asScalaBuffer(batch).toSeq(), types,
-            getProtocolVersion(), HiveResult.getTimeFormatters());
+            getProtocolVersion());
     }
 
     private HiveSQLException tooLarge() {
-        context.sparkContext().cancelJobGroup(statementId());
+        spark.sparkContext().cancelJobGroup(statementId());
         return new HiveSQLException("the result has more than " + rowLimit + " rows, the SQL endpoint's limit "
             + "(LAKEHOUSE_SERVE_MAX_ROWS): aggregate or filter it, or add a LIMIT");
     }

@@ -22,7 +22,7 @@ import org.apache.hive.service.cli.operation.OperationManager;
 import org.apache.hive.service.cli.session.HiveSession;
 import org.apache.hive.service.cli.session.SessionManager;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.SQLContext;
+import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.hive.thriftserver.HiveThriftServer2;
 import org.apache.spark.sql.hive.thriftserver.SparkSQLSessionManager;
 import org.apache.spark.sql.hive.thriftserver.server.SparkSQLOperationManager;
@@ -85,12 +85,17 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
         field.set(target, value);
     }
 
-    private SQLContext context(HiveSession session) {
-        SQLContext context = sessionToContexts().get(session.getSessionHandle());
-        if (context == null) {
+    /** The client's Spark session: Spark 4's operation manager keeps the API's SparkSession, the classic one here. */
+    private SparkSession spark(HiveSession session) {
+        org.apache.spark.sql.SparkSession spark = sessionToContexts().get(session.getSessionHandle());
+        if (spark == null) {
             throw new IllegalStateException("no Spark session for " + session.getSessionHandle());
         }
-        return context;
+        if (!(spark instanceof SparkSession)) {
+            throw new IllegalStateException("not a classic Spark session for " + session.getSessionHandle() + ": "
+                + spark.getClass().getName());
+        }
+        return (SparkSession) spark;
     }
 
     private <T extends Operation> T register(T operation) {
@@ -102,29 +107,29 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     public synchronized ExecuteStatementOperation newExecuteStatementOperation(HiveSession session, String statement,
                                                                            Map<String, String> overlay,
                                                                            boolean async, long timeout) {
-        SQLContext context = context(session);
+        SparkSession spark = spark(session);
         boolean background = async && Boolean.parseBoolean(
-            context.getConf("spark.sql.hive.thriftServer.async", "true"));
-        return register(new CachedStatement(context, session, statement, overlay, background, timeout, cache,
+            spark.conf().get("spark.sql.hive.thriftServer.async", "true"));
+        return register(new CachedStatement(spark, session, statement, overlay, background, timeout, cache,
             rowLimit));
     }
 
     @Override
     public synchronized GetSchemasOperation newGetSchemasOperation(HiveSession session, String catalog,
                                                                    String schema) {
-        return register(new Schemas(session, context(session), schema));
+        return register(new Schemas(session, spark(session), schema));
     }
 
     @Override
     public synchronized MetadataOperation newGetTablesOperation(HiveSession session, String catalog, String schema,
                                                                 String table, List<String> types) {
-        return register(new Tables(session, context(session), schema, table, types));
+        return register(new Tables(session, spark(session), schema, table, types));
     }
 
     @Override
     public synchronized GetColumnsOperation newGetColumnsOperation(HiveSession session, String catalog,
                                                                    String schema, String table, String column) {
-        return register(new Columns(session, context(session), schema, table, column));
+        return register(new Columns(session, spark(session), schema, table, column));
     }
 
     /**
@@ -183,10 +188,10 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
         return "`" + name.replace("`", "``") + "`";
     }
 
-    static List<String> namespaces(SQLContext context, String schemaPattern) {
+    static List<String> namespaces(SparkSession spark, String schemaPattern) {
         Predicate<String> wanted = pattern(schemaPattern);
         List<String> out = new ArrayList<>();
-        for (Row row : context.sql("SHOW NAMESPACES").collectAsList()) {
+        for (Row row : spark.sql("SHOW NAMESPACES").collectAsList()) {
             String name = row.getString(0);
             if (wanted.test(name)) {
                 out.add(name);
@@ -195,11 +200,11 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
         return out;
     }
 
-    static List<String> tables(SQLContext context, String namespace, String tablePattern) {
+    static List<String> tables(SparkSession spark, String namespace, String tablePattern) {
         Predicate<String> wanted = pattern(tablePattern);
         List<String> out = new ArrayList<>();
         // The endpoint's SHOW TABLES: the names alone, without the raw tables this reader may not read.
-        for (Row row : context.sql("SHOW TABLES IN " + quoted(namespace)).collectAsList()) {
+        for (Row row : spark.sql("SHOW TABLES IN " + quoted(namespace)).collectAsList()) {
             String name = row.getString(0);
             if (wanted.test(name)) {
                 out.add(name);
@@ -213,12 +218,12 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     }
 
     static final class Schemas extends GetSchemasOperation {
-        private final SQLContext context;
+        private final SparkSession spark;
         private final String schema;
 
-        Schemas(HiveSession session, SQLContext context, String schema) {
+        Schemas(HiveSession session, SparkSession spark, String schema) {
             super(session, null, schema);
-            this.context = context;
+            this.spark = spark;
             this.schema = schema;
         }
 
@@ -226,7 +231,7 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
         public void runInternal() throws HiveSQLException {
             setState(OperationState.RUNNING);
             try {
-                for (String namespace : namespaces(context, schema)) {
+                for (String namespace : namespaces(spark, schema)) {
                     rowSet.addRow(new Object[] {namespace, ""});
                 }
                 setState(OperationState.FINISHED);
@@ -238,14 +243,14 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     }
 
     static final class Tables extends GetTablesOperation {
-        private final SQLContext context;
+        private final SparkSession spark;
         private final String schema;
         private final String table;
         private final List<String> types;
 
-        Tables(HiveSession session, SQLContext context, String schema, String table, List<String> types) {
+        Tables(HiveSession session, SparkSession spark, String schema, String table, List<String> types) {
             super(session, null, schema, table, types);
-            this.context = context;
+            this.spark = spark;
             this.schema = schema;
             this.table = table;
             this.types = types;
@@ -260,8 +265,8 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
                     tablesWanted |= type.toUpperCase(Locale.ROOT).equals("TABLE");
                 }
                 if (tablesWanted) {
-                    for (String namespace : namespaces(context, schema)) {
-                        for (String name : tables(context, namespace, table)) {
+                    for (String namespace : namespaces(spark, schema)) {
+                        for (String name : tables(spark, namespace, table)) {
                             rowSet.addRow(new Object[] {"", namespace, name, "TABLE", "", null, null, null, null,
                                 null});
                         }
@@ -276,14 +281,14 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     }
 
     static final class Columns extends GetColumnsOperation {
-        private final SQLContext context;
+        private final SparkSession spark;
         private final String schema;
         private final String table;
         private final String column;
 
-        Columns(HiveSession session, SQLContext context, String schema, String table, String column) {
+        Columns(HiveSession session, SparkSession spark, String schema, String table, String column) {
             super(session, null, schema, table, column);
-            this.context = context;
+            this.spark = spark;
             this.schema = schema;
             this.table = table;
             this.column = column;
@@ -294,9 +299,9 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
             setState(OperationState.RUNNING);
             try {
                 Predicate<String> wanted = pattern(column);
-                for (String namespace : namespaces(context, schema)) {
-                    for (String name : tables(context, namespace, table)) {
-                        StructField[] fields = context.table(quoted(namespace) + "." + quoted(name)).schema().fields();
+                for (String namespace : namespaces(spark, schema)) {
+                    for (String name : tables(spark, namespace, table)) {
+                        StructField[] fields = spark.table(quoted(namespace) + "." + quoted(name)).schema().fields();
                         for (int i = 0; i < fields.length; i++) {
                             if (wanted.test(fields[i].name())) {
                                 rowSet.addRow(row(namespace, name, fields[i], i + 1));

@@ -33,6 +33,7 @@ import org.apache.spark.sql.hive.thriftserver.HiveThriftServer2;
 import org.apache.thrift.server.TServer;
 import org.apache.thrift.transport.TSocket;
 import org.apache.thrift.transport.TTransport;
+import org.apache.thrift.transport.TTransportException;
 import org.apache.thrift.transport.TTransportFactory;
 
 /**
@@ -171,7 +172,7 @@ public class PasswordFile implements PasswdAuthenticationProvider {
             TTransportFactory inner = (TTransportFactory) factoryField.get(server);
             factoryField.set(server, new TTransportFactory() {
                 @Override
-                public TTransport getTransport(TTransport transport) {
+                public TTransport getTransport(TTransport transport) throws TTransportException {
                     if (transport instanceof TSocket && ((TSocket) transport).getSocket().getInetAddress() != null) {
                         ADDRESS.set(((TSocket) transport).getSocket().getInetAddress().getHostAddress());
                     }

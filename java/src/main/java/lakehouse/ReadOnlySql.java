@@ -214,7 +214,8 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
                         transform.describe()));
                 }
             }
-            return new LocalRelation(plan.output(), JavaConverters.asScalaBuffer(rows).toSeq(), false);
+            return new LocalRelation(plan.output(), JavaConverters.asScalaBuffer(rows).toSeq(), false,
+                Option.empty());  // not streaming: no stream
         }
 
         private static DataType typeOf(StructType schema, String[] path) {

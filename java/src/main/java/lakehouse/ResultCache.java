@@ -10,9 +10,7 @@ import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 
-import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
-import org.apache.spark.sql.SQLContext;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
@@ -20,6 +18,8 @@ import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
 import org.apache.spark.sql.catalyst.plans.logical.Range;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import org.apache.spark.sql.types.StructType;
 import org.slf4j.Logger;
@@ -132,13 +132,13 @@ public final class ResultCache {
      * that does not analyse (the caller runs it as Spark would, for Spark's own error), or a query that reads
      * anything but Iceberg tables or depends on the moment or chance.
      */
-    static Dataset<Row> cacheable(SQLContext context, String statement) {
+    static Dataset<Row> cacheable(SparkSession spark, String statement) {
         try {
-            LogicalPlan parsed = context.sessionState().sqlParser().parsePlan(statement);
+            LogicalPlan parsed = spark.sessionState().sqlParser().parsePlan(statement);
             if (!parsed.collectFirst(commands()).isEmpty()) {
                 return null;  // parsing only: a command runs when it is analysed
             }
-            Dataset<Row> query = context.sql(statement);
+            Dataset<Row> query = spark.sql(statement);
             return pure(query.queryExecution().analyzed()) ? query : null;
         } catch (Exception e) {
             return null;
@@ -199,15 +199,16 @@ public final class ResultCache {
     }
 
     /** What the query's result depends on, or null when a table's metadata cannot be named. */
-    static String key(SQLContext context, String statement, Dataset<Row> query) {
+    static String key(SparkSession spark, String statement, Dataset<Row> query) {
         List<String> tables = new ArrayList<>();
         if (!tables(query.queryExecution().analyzed(), tables)) {
             return null;
         }
         StringBuilder key = new StringBuilder(statement).append('\u0000');
-        key.append(context.sparkSession().sessionState().catalogManager().currentCatalog().name()).append('.');
-        key.append(String.join(".", context.sparkSession().sessionState().catalogManager().currentNamespace()));
-        key.append('\u0000').append(new TreeMap<>(JavaConverters.mapAsJavaMap(context.conf().getAllConfs())));
+        key.append(spark.sessionState().catalogManager().currentCatalog().name()).append('.');
+        key.append(String.join(".", spark.sessionState().catalogManager().currentNamespace()));
+        key.append('\u0000').append(new TreeMap<>(JavaConverters.mapAsJavaMap(
+            spark.sessionState().conf().getAllConfs())));
         for (String table : tables) {
             key.append('\u0000').append(table);
         }
