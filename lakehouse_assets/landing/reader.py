@@ -269,7 +269,7 @@ _LANDING_DATE = r"date=(\d{4}-\d{2}-\d{2})"
 
 
 def landing_date_of(source_file: Column) -> Column:
-    return F.to_date(F.regexp_extract(source_file, _LANDING_DATE, 1))
+    return F.regexp_extract(source_file, _LANDING_DATE, 1).try_cast("date")
 
 
 def landing_date_value(source_file: str) -> dt.date | None:
@@ -324,26 +324,26 @@ def iso_timestamp(text: Column) -> Column:
     same instant as its text without the `Z`, which is read without a zone.
     """
     quick = _quick_iso(text)
-    return F.to_timestamp(text) if quick is None else quick.otherwise(F.to_timestamp(text))
+    return F.try_to_timestamp(text) if quick is None else quick.otherwise(F.try_to_timestamp(text))
 
 
 def _quick_iso(text: Column) -> Column | None:
     """CASE WHEN the text is `...Z` THEN its instant, read without a zone; None when the session is not in UTC."""
     if SparkSession.active().conf.get("spark.sql.session.timeZone") not in _UTC_ZONES:
         return None
-    return F.when(text.rlike(_UTC_ISO), F.to_timestamp(text.substr(F.lit(1), F.length(text) - 1)))
+    return F.when(text.rlike(_UTC_ISO), F.try_to_timestamp(text.substr(F.lit(1), F.length(text) - 1)))
 
 
 def to_timestamp(text: Column) -> Column:
     """ISO-8601 text (any offset, s/ms/us fractions) or a number since the epoch in s, ms or us. The quick ISO
     form is tried first, the most common: no text is both it and a number."""
-    number = text.cast("decimal(38,6)")
+    number = text.try_cast("decimal(38,6)")
     magnitude = F.abs(number)
     micros = (F.when(magnitude < 1e11, number * 1_000_000).when(magnitude < 1e14, number * 1_000)
-              .otherwise(number)).cast("long")
+              .otherwise(number)).try_cast("long")
     epoch, quick = F.timestamp_micros(micros), _quick_iso(text)
     cases = F.when(text.rlike(_EPOCH), epoch) if quick is None else quick.when(text.rlike(_EPOCH), epoch)
-    return cases.otherwise(F.to_timestamp(text))
+    return cases.otherwise(F.try_to_timestamp(text))
 
 
 def typed_value(text: Column, dtype: T.DataType) -> Column:
