@@ -47,7 +47,7 @@ import org.junit.jupiter.api.Test;
 import scala.Option;
 import scala.Tuple2;
 import scala.collection.JavaConverters;
-import scala.collection.Seq;
+import scala.collection.immutable.Seq;
 
 /**
  * The read-only check every statement's analysed plan passes (ReadOnlySql.Check), on plans built here from
@@ -100,7 +100,7 @@ class ReadOnlySqlCheckTest {
     }
 
     static LogicalPlan rows(AttributeReference column) {
-        return new LocalRelation(seq(column), seq(new InternalRow[0]), false);
+        return new LocalRelation(seq(column), seq(new InternalRow[0]), false, Option.empty());
     }
 
     @Test
@@ -133,7 +133,7 @@ class ReadOnlySqlCheckTest {
         assertEquals(why, refused(new Filter(new Exists(inner, seq(), NamedExpression$.MODULE$.newExprId(),
             seq(), Option.empty()), new OneRowRelation())));
         assertEquals(why, refused(select(new ScalarSubquery(inner, seq(), NamedExpression$.MODULE$.newExprId(),
-            seq(), Option.empty(), Option.empty()), new OneRowRelation())));
+            seq(), Option.empty(), Option.empty(), Option.empty()), new OneRowRelation())));
     }
 
     @Test

@@ -124,7 +124,7 @@ class ResultCacheKeyTest {
 
     static LogicalPlan read(Table table, Map<String, String> options) {
         return new DataSourceV2Relation(table, seq(), Option.empty(), Option.empty(),
-            new CaseInsensitiveStringMap(options));
+            new CaseInsensitiveStringMap(options), Option.empty());
     }
 
     static LogicalPlan read(String name, Long snapshot, String metadata) {

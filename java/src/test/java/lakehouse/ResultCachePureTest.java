@@ -70,7 +70,7 @@ class ResultCachePureTest {
     @Test
     void aQueryOfATableOtherThanIcebergsOrOfAnUnresolvedOneIsNot() {
         LogicalPlan other = new DataSourceV2Relation(new ResultCacheKeyTest.Other(), seq(), Option.empty(), Option.empty(),
-            CaseInsensitiveStringMap.empty());
+            CaseInsensitiveStringMap.empty(), Option.empty());
         assertFalse(ResultCache.pure(other));
         assertFalse(ResultCache.pure(select(text("x"), new Filter(new EqualTo(text("a"), text("a")), other))));
         assertFalse(ResultCache.pure(select(text("x"), new UnresolvedRelation(seq("t"),
