@@ -351,7 +351,7 @@ class EventStream:
         for s in mine:
             reader = spark.read.format("iceberg")
             if s.parent_snapshot_id is None:
-                reader = reader.option("snapshot-id", s.snapshot_id)
+                reader = reader.option("versionAsOf", s.snapshot_id)
             else:
                 reader = reader.option("start-snapshot-id", s.parent_snapshot_id).option("end-snapshot-id", s.snapshot_id)
             parts.append(reader.load(bronze.id))

@@ -12,7 +12,7 @@ commit, when expiry drops the tag and may then reclaim the snapshot's files.
     training = read_pinned("ml_training_set", as_="spark", spark=spark)
 
 Without Spark, pyiceberg reads the pinned snapshot; with Spark, the same snapshot
-through `snapshot-id`. Later writes, updates and deletes upstream change nothing.
+through `versionAsOf`. Later writes, updates and deletes upstream change nothing.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def read_pinned(
     if as_ == "spark":
         if spark is None:
             raise ValueError("as_='spark' needs a SparkSession (spark=...)")
-        df = spark.read.option("snapshot-id", snapshot_id).table(table_id)
+        df = spark.read.option("versionAsOf", snapshot_id).table(table_id)
         if window:
             column, start, end = window
             df = df.where((df[column] >= start) & (df[column] < end))

@@ -167,7 +167,7 @@ class StagedWrite:
             return self.read().limit(0)
         reader = self.spark.read.format("iceberg")
         if self.on is None:
-            reader = reader.option("snapshot-id", head.snapshot_id)
+            reader = reader.option("versionAsOf", head.snapshot_id)
         else:
             reader = reader.option("start-snapshot-id", self.on).option("end-snapshot-id", head.snapshot_id)
         return reader.load(self.table_id)

@@ -138,7 +138,7 @@ class TableHandle:
                 _noted().update({self.name: [noted, round(time.time() * 1000)]})
         df = self.spark.read
         if snapshot_id is not None:
-            df = df.option("snapshot-id", snapshot_id)
+            df = df.option("versionAsOf", snapshot_id)
         if branch is not None:
             df = df.option("branch", branch)
         return df.table(self.id)

@@ -419,7 +419,7 @@ def test_a_commit_shows_in_the_next_query_and_check_says_it_answers(served):
 
     done = subprocess.run([LAKEHOUSE, "serve", "--check"], env=served["env"], capture_output=True, text=True,
                           timeout=120)
-    assert done.returncode == 0 and "answers (Spark 3.5" in done.stdout, (done.stdout, done.stderr)
+    assert done.returncode == 0 and "answers (Spark 4.1" in done.stdout, (done.stdout, done.stderr)
     nobody = subprocess.run([LAKEHOUSE, "serve", "--check", "--port", str(free_port())], env=served["env"],
                             capture_output=True, text=True, timeout=120)
     assert nobody.returncode == 1 and "no SQL endpoint answers" in nobody.stdout
