@@ -84,9 +84,10 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
         # executor ended after this long, and a new one started: the core it held is free again.
         conf["spark.task.reaper.enabled"] = "true"
         conf["spark.task.reaper.killTimeout"] = "30s"
-        # The query whose task ran out of memory fails at its second try; others' tasks lost with the executor
-        # are tried again on the next.
-        conf["spark.task.maxFailures"] = "2"
+        # The query whose task ran out of memory fails by its third try, with the reason; others' tasks lost with
+        # the executor are tried again on the next. (Spark 4 can hand the second try to the executor still
+        # shutting down, which refuses it: a failure that names no reason. The third meets the new executor.)
+        conf["spark.task.maxFailures"] = "3"
     conf["spark.driver.maxResultSize"] = "512m"  # a partition's rows read back at once: fails alone past it
     # The jars on the driver's own class path too: a client's session, when it closes, closes the class loader
     # Spark adds jars with (Hive's session state does), and Iceberg's classes not loaded yet would be lost.
