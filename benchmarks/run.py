@@ -26,6 +26,7 @@ from lakehouse_assets.settings import Settings
 
 from . import (
     backfill,
+    beside,
     cdc_capture,
     cluster,
     cold_start,
@@ -60,7 +61,7 @@ SENSOR_FILES = 100_000  # landed files in the zone a sensor's tick must not pay 
 
 def machine() -> str:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    versions = ", ".join(f"{p} {version(p)}" for p in ("pyspark", "pyiceberg", "dagster"))
+    versions = ", ".join(f"{p} {version(p)}" for p in beside.PACKAGES)
     return f"{os.cpu_count()} cores, {memory:.0f} GiB, {platform.python_implementation()} {platform.python_version()}; {versions}"
 
 
@@ -143,17 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - total_started
     stamp = f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, scale {scale:g}, on {machine()}"
     if only and RESULTS.exists():
-        # Some benchmarks only: their sections replace (or join) those of the last full run.
+        # Some benchmarks only: their sections replace (or join) those of the last full run, each beside its
+        # figures from before when those were measured on other versions (benchmarks/beside.py).
         text = RESULTS.read_text()
         for section in sections:
-            marker = section.split("\n", 1)[0]
-            body = f"{section.rstrip()}\n\n(Re-measured alone: {stamp}, {total:.0f} s.)\n"
-            start = text.find(marker)
-            if start < 0:
-                text = text.rstrip() + "\n\n" + body
-            else:
-                end = text.find("<!-- bench:", start + len(marker))
-                text = text[:start] + body + ("\n" + text[end:] if end >= 0 else "")
+            text = beside.replace(text, section, f"{stamp}, {total:.0f} s")
         RESULTS.write_text(provenance(text))
         print(f"updated: {RESULTS} in {total:.0f} s")
         return 0
