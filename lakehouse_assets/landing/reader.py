@@ -351,11 +351,11 @@ def typed_value(text: Column, dtype: T.DataType) -> Column:
     if isinstance(dtype, T.TimestampType):
         return to_timestamp(text)
     if isinstance(dtype, T.DateType):
-        return F.to_date(text)
+        return text.try_cast("date")
     if isinstance(dtype, T.MapType):
         # The schema as JSON, which is what from_json makes of any DataType (its annotation leaves MapType out).
         return F.from_json(text, dtype.json())
     if isinstance(dtype, T.BooleanType):
         lowered = F.lower(F.trim(text))
         return F.when(lowered == "true", True).when(lowered == "false", False)
-    return text.cast(dtype)
+    return text.try_cast(dtype)

@@ -29,6 +29,7 @@ from .declaration import (
     LandingDecl,
     MaintenanceDecl,
     ProjectDecl,
+    RuleDecl,
     SqlTableDecl,
     TableMaintenanceDecl,
     ValueCheck,
@@ -121,6 +122,14 @@ class _Checker:
                                            f"{columns[column].simpleString()}")
             if check.matches is not None:
                 self.regex((*path, column, "matches"), check.matches)
+            for n, value in enumerate(check.in_ or []):
+                self.literal((*path, column, "in", n), value, columns[column], f"check on {column}: in")
+
+    def literal(self, path: tuple[Any, ...], value: Any, dtype: T.DataType, what: str) -> None:
+        """A value compared with a field is of the field's type. Spark would cast it otherwise, and under ANSI
+        mode a text that does not cast (one compared with a number, say) fails the whole run."""
+        if not _literal_fits(value, dtype):
+            self.fail(path, f"{what} {value!r} is not a {dtype.simpleString()}, the type it is compared with")
 
 
 # Lineage columns bronze adds to every event row: a declared field cannot take their names.
@@ -208,6 +217,7 @@ def _check_rules(c: _Checker, path: tuple[Any, ...], name: str, decl: EventSourc
             c.regex((*rpath, "matches"), rule.matches)
         if rule.later_than_ingestion_by is not None:
             c.duration((*rpath, "later_than_ingestion_by"), rule.later_than_ingestion_by)
+        _check_rule_types(c, rpath, rule, fields)
     if decl.max_lateness is not None:
         c.duration((*path, "max_lateness"), decl.max_lateness)
         if MAX_LATENESS in rule_names:
@@ -240,6 +250,65 @@ def _check_rule_field(c: _Checker, path: tuple[Any, ...], name: str, fields: dic
     if key and not isinstance(fields[base], T.MapType):
         c.fail(path, f"rule field {name!r}: only a map field can be read by key ({base} is "
                      f"{fields[base].simpleString()})")
+
+
+def _rule_field_type(fields: dict[str, T.DataType], name: str) -> T.DataType:
+    """The type of what a rule reads: a field's, or for `<map field>.<key>` the map's values' (text)."""
+    base, _, key = name.partition(".")
+    dtype = fields[base]
+    return dtype.valueType if key and isinstance(dtype, T.MapType) else dtype
+
+
+def _check_rule_types(c: _Checker, rpath: tuple[Any, ...], rule: RuleDecl, fields: dict[str, T.DataType]) -> None:
+    """A rule compares its field with values of the field's type: `below`/`above` read a number and
+    `later_than_ingestion_by` a time (a map's text value is read as one, null where it is not: silver/events.py),
+    `in`/`not_in`/`when` list values of the field's type. Under ANSI mode Spark casts text compared with a number
+    (or a time) to it, and one value that does not cast would fail the whole run."""
+    dtype = _rule_field_type(fields, rule.field)
+    map_text = "." in rule.field and isinstance(dtype, T.StringType)
+    for bound in ("below", "above"):
+        if getattr(rule, bound) is not None and not (is_numeric(dtype) or map_text):
+            c.fail((*rpath, bound), f"rule {rule.name!r}: {bound} needs a numeric field; {rule.field} is "
+                                    f"{dtype.simpleString()}")
+    if rule.later_than_ingestion_by is not None and not (
+            isinstance(dtype, (T.TimestampType, T.DateType)) or map_text):
+        c.fail((*rpath, "later_than_ingestion_by"), f"rule {rule.name!r}: later_than_ingestion_by needs a timestamp "
+                                                    f"or date field; {rule.field} is {dtype.simpleString()}")
+    for key, values in (("in", rule.in_), ("not_in", rule.not_in)):
+        for n, value in enumerate(values or []):
+            c.literal((*rpath, key, n), value, dtype, f"rule {rule.name!r}: {key} value")
+    for field, value in rule.when.items():
+        c.literal((*rpath, "when", field), value, _rule_field_type(fields, field),
+                  f"rule {rule.name!r}: when {field} is")
+
+
+_ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}([.]\d{1,6})?)?)?$")
+
+
+def _literal_fits(value: Any, dtype: T.DataType) -> bool:
+    """Whether a declared value is of `dtype` as Spark compares it: text for text, a number for a number, true
+    or false for a boolean, a day (or its ISO text) for a date, a day or time for a timestamp; null fits any."""
+    if value is None:
+        return True
+    if isinstance(dtype, T.StringType):
+        return isinstance(value, str)
+    if isinstance(dtype, T.BooleanType):
+        return isinstance(value, bool)
+    if is_numeric(dtype):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(dtype, (T.DateType, T.TimestampType)):
+        day_only = isinstance(dtype, T.DateType)
+        if isinstance(value, dt.date):
+            return not (day_only and isinstance(value, dt.datetime))
+        if not isinstance(value, str) or not (_ISO_DAY if day_only else _ISO_TIME).match(value):
+            return False
+        try:
+            dt.datetime.fromisoformat(value)
+        except ValueError:
+            return False
+        return True
+    return False
 
 
 def _cdc_tables(c: _Checker, source_name: str, decl: CdcSourceDecl) -> list[CdcTable]:

@@ -100,6 +100,11 @@ def rejected_spec(source: EventSource) -> TableSpec:
 
 def _broken(rule: RuleDecl) -> Column:
     value = col_ref(rule.field)
+    # A map's value is text: read as a number for `below`/`above` and as a timestamp for `later_than_ingestion_by`,
+    # null where it is not one (a comparison would cast it, and under ANSI mode fail the run on the first text that
+    # does not cast). The declaration's other comparisons are with values of the field's own type (project/load.py).
+    in_map = "." in rule.field
+    number = value.try_cast("double") if in_map else value
     if rule.matches is not None:
         broken = value.rlike(rule.matches)
     elif rule.in_ is not None:
@@ -107,14 +112,15 @@ def _broken(rule: RuleDecl) -> Column:
     elif rule.not_in is not None:
         broken = value.isNotNull() & ~value.isin(*rule.not_in)
     elif rule.below is not None:
-        broken = value < F.lit(rule.below)
+        broken = number < F.lit(rule.below)
     elif rule.above is not None:
-        broken = value > F.lit(rule.above)
+        broken = number > F.lit(rule.above)
     elif rule.missing is not None:
         broken = value.isNull() if rule.missing else value.isNotNull()
     else:
         seconds = int(parse_duration(rule.later_than_ingestion_by or "0s").total_seconds())
-        broken = value > F.col("ingested_at") + F.expr(f"INTERVAL {seconds} SECONDS")
+        time = value.try_cast("timestamp") if in_map else value
+        broken = time > F.col("ingested_at") + F.expr(f"INTERVAL {seconds} SECONDS")
     for field, expected in rule.when.items():
         broken = broken & (col_ref(field) == F.lit(expected))
     return F.coalesce(broken, F.lit(False))

@@ -36,7 +36,16 @@ from ..landing.reader import LINEAGE_COLUMNS, MAX_HEADS, MAX_RECORD_BYTES, blank
 from ..project import CdcTable
 from ..tables.registry import col
 from ..tables.types import spark_type, type_name
-from .debezium_encodings import SCHEMA, Modes, column_encodings, declared_type_of, decode, encodings_of, more_scale
+from .debezium_encodings import (
+    SCHEMA,
+    Modes,
+    column_encodings,
+    declared_type_of,
+    decode,
+    encodings_of,
+    millis_timestamp,
+    more_scale,
+)
 
 OPS = ("c", "u", "d", "r")
 TOMBSTONE = "t"
@@ -82,7 +91,7 @@ def bronze_cdc_schema(info: CdcTable) -> T.StructType:
 
 
 def _millis(c: Column) -> Column:
-    return F.timestamp_millis(c.cast("long"))
+    return millis_timestamp(c.try_cast("long"))
 
 
 def _modes(info: CdcTable) -> Modes:
@@ -441,10 +450,11 @@ def _pg_position(op: Column, lsn: Column, sequence: Column) -> Column:
     # `["<last commit>","<lsn>"]` as Debezium writes it, read by a pattern; any other text parsed as JSON.
     written = F.regexp_extract(sequence, _SEQUENCE, 1)
     last_commit = F.when(sequence.rlike(_SEQUENCE), F.when(written != "", written).cast(POSITION)).otherwise(
-        F.from_json(sequence, T.ArrayType(T.StringType()))[0].cast(POSITION))
-    a = F.when(op == "r", lsn.cast(POSITION)).otherwise(F.coalesce(last_commit, lsn.cast(POSITION)))
-    b = F.when(op == "r", F.lit(0).cast(POSITION)).otherwise(lsn.cast(POSITION))
-    return (a * F.lit(str(10**19)).cast(POSITION) + b).cast(POSITION)
+        F.get(F.from_json(sequence, T.ArrayType(T.StringType())), 0).try_cast(POSITION))
+    a = F.when(op == "r", lsn.try_cast(POSITION)).otherwise(F.coalesce(last_commit, lsn.try_cast(POSITION)))
+    b = F.when(op == "r", F.lit(0).cast(POSITION)).otherwise(lsn.try_cast(POSITION))
+    # Null when it does not fit decimal(38,0) (a last commit of 20 digits or more): `parse_cdc` gives it a reason.
+    return F.try_add(F.try_multiply(a, F.lit(str(10**19)).cast(POSITION)), b).cast(POSITION)
 
 
 def _present(text: Column) -> Column:
@@ -472,10 +482,12 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     after_bad = _bad_value(info, e["after"], after, image, e["encodings"], formers)
     key_image = F.when(e["op"] == "d", F.col("before")).otherwise(F.col("after"))
     mysql = info.connector == "mysql"
-    binlog_index = F.regexp_extract(src["file"], r"\.(\d+)$", 1).cast("long")
+    binlog_index = F.regexp_extract(src["file"], r"\.(\d+)$", 1).try_cast("long")
+    # The file's index, pos and row read as the long, long and int bronze keeps (null when the text is not one):
+    # the sum then fits decimal(38,0).
     position = (
-        (binlog_index.cast(POSITION) * F.lit(10**16) + src["pos"].cast(POSITION) * F.lit(10**5)
-         + F.coalesce(src["row"].cast(POSITION), F.lit(0)))
+        (binlog_index.cast(POSITION) * F.lit(10**16) + src["pos"].try_cast("long").cast(POSITION) * F.lit(10**5)
+         + F.coalesce(src["row"].try_cast("int").cast(POSITION), F.lit(0)))
         if mysql else _pg_position(e["op"], src["lsn"], src["sequence"])
     ).cast(POSITION)
 
@@ -490,13 +502,13 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     if mysql:
         reason = reason.when(blank(src["file"]) | blank(src["pos"]),
                              F.lit("missing source position (file, pos)"))
-        reason = reason.when(binlog_index.isNull() | src["pos"].cast("long").isNull(),
+        reason = reason.when(binlog_index.isNull() | src["pos"].try_cast("long").isNull(),
                              F.lit("source position is not a binlog file and number"))
     else:
         reason = reason.when(blank(src["lsn"]), F.lit("missing source position (lsn)"))
-        reason = reason.when(src["lsn"].cast("long").isNull(), F.concat(F.lit("lsn is not a number: "), src["lsn"]))
+        reason = reason.when(src["lsn"].try_cast("long").isNull(), F.concat(F.lit("lsn is not a number: "), src["lsn"]))
     reason = reason.when(
-        src["ts_ms"].isNotNull() & src["ts_ms"].cast("long").isNull(), F.lit("source.ts_ms is not a number")
+        src["ts_ms"].isNotNull() & src["ts_ms"].try_cast("long").isNull(), F.lit("source.ts_ms is not a number")
     )
     reason = reason.when(e["op"].isin("c", "u", "r") & ~e["after_present"], F.lit("missing after image"))
     reason = reason.when((e["op"] == "d") & ~e["before_present"], F.lit("missing before image"))
@@ -518,6 +530,11 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
             F.when(F.col("reason").isNull() & ~F.col("tombstone") & key_image[k].isNull(),
                    F.lit(f"missing primary key field {k}")).otherwise(F.col("reason")),
         )
+    if not mysql:  # a last commit of 20 digits or more: the position does not fit decimal(38,0) (`_pg_position`)
+        out_of_range = F.concat(F.lit("source position out of range: sequence "), F.substring(src["sequence"], 1, 200))
+        typed = typed.withColumn("reason", F.when(
+            F.col("reason").isNull() & ~F.col("tombstone") & F.col("change_position").isNull(), out_of_range,
+        ).otherwise(F.col("reason")))
     return typed.select(
         F.when(F.col("tombstone"), F.lit(TOMBSTONE)).otherwise(e["op"]).alias("op"),
         F.when(F.col("tombstone"), F.lit(None)).otherwise(
@@ -526,11 +543,11 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
         "before",
         "after",
         "change_position",
-        src["lsn"].cast("long").alias("source_lsn"),
-        src["txId"].cast("long").alias("source_tx_id"),
+        src["lsn"].try_cast("long").alias("source_lsn"),
+        src["txId"].try_cast("long").alias("source_tx_id"),
         src["file"].alias("binlog_file"),
-        src["pos"].cast("long").alias("binlog_pos"),
-        src["row"].cast("int").alias("binlog_row"),
+        src["pos"].try_cast("long").alias("binlog_pos"),
+        src["row"].try_cast("int").alias("binlog_row"),
         _millis(src["ts_ms"]).alias("source_ts"),
         _millis(e["ts_ms"]).alias("connector_ts"),
         (F.coalesce(src["snapshot"], F.lit("false")) != "false").alias("snapshot"),

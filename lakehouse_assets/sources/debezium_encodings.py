@@ -77,7 +77,7 @@ class Modes:
 def column_encodings(schema: Column, side: str = "after") -> Column:
     """map<column, struct<field, type, name, parameters>> of one image, from a parsed envelope SCHEMA."""
     image = F.filter(schema["fields"], lambda f: f["field"] == side)
-    columns = F.coalesce(image[0]["fields"], F.array().cast(T.ArrayType(_FIELD)))
+    columns = F.coalesce(F.get(image, 0)["fields"], F.array().cast(T.ArrayType(_FIELD)))
     return F.map_from_arrays(F.transform(columns, lambda f: f["field"]), columns)
 
 
@@ -152,6 +152,12 @@ def _unscaled_text(b64: Column) -> Column:
     return F.call_function(_UNSCALED, F.unbase64(b64))
 
 
+def millis_timestamp(number: Column) -> Column:
+    """A timestamp of epoch milliseconds, null past the microseconds a long holds (`timestamp_millis` raises there,
+    whatever the mode: one such value would fail its whole batch)."""
+    return F.timestamp_micros(F.try_multiply(number, F.lit(1000)))
+
+
 def _floor_div(number: Column, divisor: int) -> Column:
     """`number // divisor` on longs, exact: `div` truncates toward zero, so a negative remainder steps down one."""
     quotient = F.call_function("div", number, F.lit(divisor))
@@ -186,10 +192,10 @@ def _decimal_parts(text: Column, dtype: T.DecimalType, encoding: Column, modes: 
         .otherwise(text)
     )
     scale = (
-        F.when(connect, encoding["parameters"]["scale"].cast("int"))
-        .when(variable, F.get_json_object(text, "$.scale").cast("int"))
+        F.when(connect, encoding["parameters"]["scale"].try_cast("int"))
+        .when(variable, F.get_json_object(text, "$.scale").try_cast("int"))
         .when(bare_bytes, F.lit(dtype.scale))
-        .when(written, F.length(part[2]) - F.coalesce(part[3].cast("int"), F.lit(0)))
+        .when(written, F.length(part[2]) - F.coalesce(part[3].try_cast("int"), F.lit(0)))
     )
     return unscaled, F.coalesce(scale, F.lit(0))
 
@@ -250,31 +256,33 @@ def decode(text: Column, type_name: str, encoding: Column, modes: Modes, roundin
     integer = text.rlike(_INTEGER)
     kind = type_name.strip().lower().replace(" ", "")
     if kind == "timestamp":
-        number = text.cast("long")
+        number = text.try_cast("long")
         bare_ms = modes.time_precision_mode == "connect"
         return (
             F.when(name == DEBEZIUM_TIME + "MicroTimestamp", F.timestamp_micros(number))
-            .when(name.isin(DEBEZIUM_TIME + "Timestamp", CONNECT + "Timestamp"), F.timestamp_millis(number))
+            .when(name.isin(DEBEZIUM_TIME + "Timestamp", CONNECT + "Timestamp"), millis_timestamp(number))
             .when(name == DEBEZIUM_TIME + "NanoTimestamp", F.timestamp_micros(_floor_div(number, 1000)))
-            .when(bare & integer, F.timestamp_millis(number) if bare_ms else F.timestamp_micros(number))
+            .when(bare & integer, millis_timestamp(number) if bare_ms else F.timestamp_micros(number))
             .otherwise(iso_timestamp(text))
         )
     if kind == "date":
+        days = text.try_cast("int")
         return F.when((~bare & name.isin(DEBEZIUM_TIME + "Date", CONNECT + "Date")) | (bare & integer),
-                      F.date_add(F.lit("1970-01-01").cast("date"), text.cast("int"))).otherwise(F.to_date(text))
+                      F.date_add(F.lit("1970-01-01").cast("date"), days)).otherwise(text.try_cast("date"))
     if kind == "time":
-        number = text.cast("long")
+        number = text.try_cast("long")
         bare_scale = 1000 if modes.time_precision_mode == "connect" else 1
         micros = (F.when(name == DEBEZIUM_TIME + "MicroTime", number)
-                  .when(name.isin(DEBEZIUM_TIME + "Time", CONNECT + "Time"), number * 1000)
+                  .when(name.isin(DEBEZIUM_TIME + "Time", CONNECT + "Time"), F.try_multiply(number, F.lit(1000)))
                   .when(name == DEBEZIUM_TIME + "NanoTime", _floor_div(number, 1000))
-                  .when(bare & integer, number * bare_scale))
+                  .when(bare & integer, F.try_multiply(number, F.lit(bare_scale))))
+        # A value whose microseconds do not fit a long (null) is kept as it came, as text.
         return F.when(micros.isNotNull(), F.date_format(F.timestamp_micros(micros), "HH:mm:ss.SSSSSS")
                       ).otherwise(text)
     dtype = _decimal_kind(kind)
     if dtype is not None:
         unscaled, scale = _decimal_parts(text, dtype, encoding, modes)
-        value = _exact(unscaled, scale).cast(dtype)
+        value = _exact(unscaled, scale).try_cast(dtype)
         if rounding == "half_up":
             return value  # Spark's decimal cast rounds half up
         return F.when(~_beyond(unscaled, scale, dtype.scale), value)
@@ -285,7 +293,7 @@ def decode(text: Column, type_name: str, encoding: Column, modes: Modes, roundin
         return F.when(lowered == "true", True).when(lowered == "false", False)
     if kind in ("string", "json", "uuid"):
         return text
-    return text.cast(T._parse_datatype_string(kind if kind != "long" else "bigint"))
+    return text.try_cast(T._parse_datatype_string(kind if kind != "long" else "bigint"))
 
 
 def declared_type_of(connect_type: str | None, name: str | None, parameters: dict | None) -> str:

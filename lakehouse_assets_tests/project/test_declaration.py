@@ -120,6 +120,39 @@ def test_a_rule_on_an_unknown_field_is_refused(tmp_path):
           "only a map field can be read by key (kind is string)")
 
 
+def test_a_rule_or_check_comparing_a_field_with_a_value_of_another_type_is_refused(tmp_path):
+    """Spark (ANSI mode) would cast a text field compared with a number to that number, and fail the whole run on
+    the first value that is not one: the declaration says so when it loads, naming the rule and the field."""
+    rule = "        field: props.env\n        in: [staging]\n"
+
+    def with_rule(text: str) -> str:
+        return BASE.replace(rule, text)
+
+    fails(tmp_path, with_rule("        field: who\n        below: 5\n"), 18,
+          "rule 'test_traffic': below needs a numeric field; who is string")
+    fails(tmp_path, with_rule("        field: at\n        above: 5\n"), 18,
+          "rule 'test_traffic': above needs a numeric field; at is timestamp")
+    fails(tmp_path, with_rule("        field: kind\n        later_than_ingestion_by: 1h\n"), 18,
+          "rule 'test_traffic': later_than_ingestion_by needs a timestamp or date field; kind is string")
+    fails(tmp_path, with_rule("        field: amount\n        in: [5, low]\n"), 18,
+          "rule 'test_traffic': in value 'low' is not a double, the type it is compared with")
+    fails(tmp_path, with_rule("        field: props.env\n        not_in: [prod, 1]\n"), 18,
+          "rule 'test_traffic': not_in value 1 is not a string")
+    fails(tmp_path, with_rule("        field: amount\n        above: 100\n        when: {kind: 3}\n"), 19,
+          "rule 'test_traffic': when kind is 3 is not a string")
+    fails(tmp_path, with_rule("        field: amount\n        missing: true\n        when: {at: soon}\n"), 19,
+          "rule 'test_traffic': when at is 'soon' is not a timestamp")
+    fails(tmp_path, BASE.replace("          plan: string\n", "          plan: string\n        checks: {plan: {in: [free, 2]}}\n"),
+          30, "check on plan: in 2 is not a string")
+    # Values of the field's type load; a map's value is text, read as a number or a time where the rule needs one.
+    for ok in ("        field: props.price\n        above: 100\n",
+               "        field: props.sent\n        later_than_ingestion_by: 1h\n",
+               "        field: amount\n        in: [1, 2.5]\n",
+               "        field: kind\n        missing: true\n        when: {at: 2025-01-01T10:00:00, amount: 3}\n",
+               "        field: props.env\n        in: [staging, null]\n"):
+        load_text(tmp_path, with_rule(ok))
+
+
 def test_an_unknown_key_a_missing_key_and_a_key_written_twice_are_refused(tmp_path):
     fails(tmp_path, BASE.replace("    key: id\n", "    key: id\n    dedupe: true\n"), 12,
           "unknown key 'dedupe' at events.clicks")

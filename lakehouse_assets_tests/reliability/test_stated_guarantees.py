@@ -41,6 +41,15 @@ CDC_LINES = {
     _change(source={**SOURCE, "lsn": None}): "missing source position (lsn)",
     _change(source={**SOURCE, "lsn": "0/16B3748"}): "lsn is not a number: 0/16B3748",
     _change(source={**SOURCE, "ts_ms": "yesterday"}): "source.ts_ms is not a number",
+    _change(source={**SOURCE, "lsn": "9" * 20}): "lsn is not a number: " + "9" * 20,  # past a long
+    # The last commit of `sequence` orders the change: one of 20 digits or more gives no decimal(38,0) position.
+    _change(source={**SOURCE, "sequence": f'["{"9" * 20}","23456"]'}): f'source position out of range: sequence '
+                                                                      f'["{"9" * 20}","23456"]',
+    # A sequence without a last commit that is a number: ordered by the lsn. A txId or envelope ts_ms that is not
+    # a number is kept as null (no reason).
+    _change(source={**SOURCE, "sequence": "[]"}): None,
+    _change(source={**SOURCE, "sequence": '["x","23456"]'}): None,
+    _change(source={**SOURCE, "txId": "seven"}, ts_ms="soon"): None,
     _change(op="c", before=None, after=...): "missing after image",
     _change(op="d", before=..., after=None): "missing before image",
     _change(after=[1, 2]): "after is not a JSON object",
@@ -52,6 +61,8 @@ CDC_LINES = {
 
 
 def test_each_debezium_quarantine_reason_is_given_for_its_breakage(spark):
+    """Under ANSI mode (Spark 4's default): a value that does not cast gives its reason, never fails the batch."""
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
     lines = spark.createDataFrame(
         [("file:/landing/cdc/customers/date=2025-01-01/x.jsonl", n, dt.date(2025, 1, 1), payload)
          for n, payload in enumerate(CDC_LINES, start=1)],
@@ -59,6 +70,13 @@ def test_each_debezium_quarantine_reason_is_given_for_its_breakage(spark):
     got = {r.source_line: (r.op, r.reason) for r in parse_cdc(CUSTOMERS, lines).collect()}
     assert {n: reason for n, (_, reason) in got.items()} == dict(enumerate(CDC_LINES.values(), start=1))
     assert got[1][0] == "u" and got[2][0] == "t"
+    # The kept changes that are not in the usual form are ordered by their lsn, with the fields that are not numbers
+    # null.
+    positions = {r.source_line: (r.change_position, r.source_tx_id, r.connector_ts)
+                 for r in parse_cdc(CUSTOMERS, lines).collect()}
+    first = list(CDC_LINES).index(_change(source={**SOURCE, "sequence": "[]"})) + 1
+    assert [positions[n] for n in range(first, first + 3)] == [
+        (23456 * 10**19 + 23456, 7, dt.datetime(2025, 1, 1, 10, 0, 1))] * 2 + [(23400 * 10**19 + 23456, None, None)]
 
 
 INGESTED = dt.datetime(2025, 1, 1, 12, 0)
@@ -94,6 +112,39 @@ def test_each_silver_rule_rejects_what_it_names_and_the_first_broken_rule_decide
                  "landing_date")
     got = {r.n: r.rule for r in events.select("n", first_broken_rule(SHOP.events["events"]).alias("rule")).collect()}
     assert got == dict(enumerate(EVENTS.values()))
+
+
+RULES = """\
+name: rules
+events:
+  clicks:
+    fields: {id: string, at: timestamp, props: map}
+    key: id
+    timestamp: at
+    rules:
+      - name: bulk
+        field: props.quantity
+        above: 10
+      - name: late
+        field: props.sent
+        later_than_ingestion_by: 1h
+"""
+
+
+def test_a_rule_on_a_map_value_casts_its_text_and_text_that_does_not_cast_breaks_no_rule(spark):
+    """A map's values are text: `above`/`below` read one as a number, `later_than_ingestion_by` as a time, null
+    (the rule not broken) where it is not one, instead of Spark's cast failing the whole run under ANSI mode."""
+    from lakehouse_assets.project import parse_project
+
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    source = parse_project(RULES).events["clicks"]
+    cases = {("3", None): None, ("12", None): "bulk", (" 12 ", None): "bulk", ("many", None): None, ("", None): None,
+             (None, None): None, ("3", "2025-01-01 13:30:00"): "late", ("3", "2025-01-01 12:30:00"): None,
+             ("3", "soon"): None}
+    events = spark.createDataFrame([(n, {"quantity": q, "sent": sent}, INGESTED) for n, (q, sent) in enumerate(cases)],
+                                   "n int, props map<string,string>, ingested_at timestamp")
+    got = {r.n: r.rule for r in events.select("n", first_broken_rule(source).alias("rule")).collect()}
+    assert got == dict(enumerate(cases.values()))
 
 
 def test_the_same_landed_files_always_ask_for_the_same_run_key_so_the_daemon_launches_them_once(tmp_path):

@@ -291,3 +291,29 @@ def test_lines_the_reader_parses_give_the_rows_and_keys_spark_gives(spark, tmp_p
     rows = _rows(want)
     assert sum(r[-1] is None for r in rows) >= 25 and sum(r[-1] is not None for r in rows) >= 8
     assert ["credit"] in [k for *_, k in _image_keys(want, schema, [])]
+
+
+ORDER_ITEMS = SHOP.cdc["order_items"]  # MySQL: ordered by binlog file, pos and row
+BINLOG = {"connector": "mysql", "file": "mysql-bin.000003", "pos": 154, "row": 0, "ts_ms": 1735725600000}
+BINLOG_LINES = {  # changes to the source -> the record's reason, None when kept
+    (): None,
+    (("file", "mysql-bin"),): "source position is not a binlog file and number",  # no numeric suffix
+    (("pos", "end"),): "source position is not a binlog file and number",
+    (("pos", "9" * 30),): "source position is not a binlog file and number",  # past a long
+    (("row", "9" * 12),): None,  # past an int: binlog_row null, the row counted as 0
+    (("ts_ms", "yesterday"),): "source.ts_ms is not a number",
+}
+
+
+def test_a_binlog_position_that_is_not_a_number_quarantines_its_record_under_ansi_mode(spark):
+    """Each part of a MySQL position is read with try_cast: one that is not a number (or not the long bronze keeps)
+    gives its record a reason instead of failing the batch, and the position of the others fits decimal(38,0)."""
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    after = {"order_id": 1, "line_no": 1, "product_id": "p1", "quantity": 2, "unit_price": _two_complement(1999)}
+    texts = [json.dumps({"before": None, "after": {**after, "line_no": n}, "op": "c", "ts_ms": 1735725601000,
+                         "source": {**BINLOG, **dict(changes)}}) for n, changes in enumerate(BINLOG_LINES, 1)]
+    rows = {r.source_line: r for r in parse_cdc(ORDER_ITEMS, _lines(spark, texts), bronze_cdc_schema(ORDER_ITEMS)).collect()}
+    assert {n: r.reason for n, r in rows.items()} == dict(enumerate(BINLOG_LINES.values(), 1))
+    assert (rows[1].change_position, rows[1].binlog_pos, rows[1].after.unit_price) == (
+        3 * 10**16 + 154 * 10**5, 154, Decimal("19.99"))
+    assert (rows[5].change_position, rows[5].binlog_row) == (3 * 10**16 + 154 * 10**5, None)

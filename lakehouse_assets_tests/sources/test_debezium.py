@@ -13,7 +13,7 @@ from decimal import Decimal
 from pyspark.sql import functions as F
 
 from lakehouse_assets.project import parse_project
-from lakehouse_assets.sources.change_records import bronze_cdc_schema, parse_cdc, survey_cdc
+from lakehouse_assets.sources.change_records import IMAGE_KEYS, bronze_cdc_schema, parse_cdc, survey_cdc
 from lakehouse_assets.sources.debezium_encodings import Modes, decode, encodings_of
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -128,3 +128,79 @@ def test_a_decimal_as_text_with_more_scale_than_declared_does_not_decode(spark):
     bare = _encodings(id=("int64", None, {}))["amount"]  # a column the record's schema does not describe
     assert _decoded(spark, ["12.345", "12.340", "1.2345E1", "-7", "1E+3"], "decimal(10,2)", bare) == [
         None, Decimal("12.34"), None, Decimal("-7.00"), Decimal("1000.00")]
+
+
+def test_a_time_too_large_for_microseconds_is_kept_as_its_text(spark):
+    """Milliseconds times 1000 past a long: kept as the text that came (a plain product would wrap around, or
+    under ANSI mode fail the batch), as is a number past a long."""
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    encoding = _encodings(at=("int32", "io.debezium.time.Time", {}))["at"]
+    assert _decoded(spark, ["36000000", "9223372036854776", "9223372036854775807", "99999999999999999999"], "time",
+                    encoding) == ["10:00:00.000000", "9223372036854776", "9223372036854775807", "99999999999999999999"]
+
+
+def test_a_timestamp_too_large_for_microseconds_decodes_to_null_and_fails_nothing(spark):
+    """Epoch milliseconds past a long's microseconds: `timestamp_millis` raises in any mode, which would fail the
+    batch; the value decodes to null (its record then gets its reason)."""
+    encoding = _encodings(at=("int64", "io.debezium.time.Timestamp", {}))["at"]
+    df = spark.createDataFrame([(t,) for t in ["86400000", "9223372036854776", "-9223372036854776"]], "t string")
+    decoded = df.select(F.date_format(decode(F.col("t"), "timestamp", encoding, Modes()), "yyyy-MM-dd HH:mm:ss"))
+    assert [r[0] for r in decoded.collect()] == ["1970-01-02 00:00:00", None, None]
+
+
+MODES = """\
+name: modes
+cdc:
+  shop:
+    connector: postgresql
+    database: shop
+    schema: public
+    decimal_handling_mode: string
+    time_precision_mode: connect
+    tables:
+      readings:
+        primary_key: [id]
+        columns: {id: long, amount: "decimal(10,2)", at: time, day: date, n: int}
+"""
+# 2025-01-01 is day 20089 since 1970-01-01; 10:00 is 36,000,000 ms since midnight.
+READING = {"amount": "12.50", "at": 36000000, "day": 20089, "n": 1}
+READINGS = {  # a bare record's after image (changes to READING) -> its reason, None when kept
+    (): None,  # a decimal written without an exponent
+    (("amount", "-7"),): None,
+    (("amount", "1.5E+3"),): None,
+    (("amount", "twelve"),): "after.amount is not a decimal(10,2): twelve",
+    (("amount", "123456789.5"),): "after.amount is not a decimal(10,2): 123456789.5",  # 9 integer digits of 8
+    (("at", 9223372036854776),): None,  # too large for microseconds: kept as its text
+    (("day", 3000000000),): "after.day is not a date: 3000000000",  # days past an int
+    (("day", "2025-13-45"),): "after.day is not a date: 2025-13-45",
+    (("n", 2**31),): "after.n is not a int: 2147483648",
+    (("n", "1.5"),): "after.n is not a int: 1.5",
+}
+
+
+def test_values_written_as_text_decode_or_give_their_reason_under_ansi_mode(spark):
+    """`decimal.handling.mode: string`: a decimal written without an exponent (`12.50`, what the connector writes)
+    decodes; a value that does not cast quarantines its record with the reason instead of failing the batch. The
+    last record is wrapped with a schema that describes no image: decoded as the bare ones are."""
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    info = parse_project(MODES).cdc["readings"]
+    day = dt.date(2025, 1, 1)
+
+    def record(n: int, after: dict) -> dict:
+        return {"before": None, "after": {"id": n, **READING, **after}, "op": "c", "ts_ms": 1735725601000,
+                "source": {"lsn": 1000 + n, "ts_ms": 1735725600000}}
+
+    texts = [json.dumps(record(n, dict(changes))) for n, changes in enumerate(READINGS, 1)]
+    texts.append(json.dumps({"schema": {"type": "struct", "fields": []}, "payload": record(len(texts) + 1, {})}))
+    lines = spark.createDataFrame(
+        [(f"file:/landing/cdc/readings/date={day}/x.jsonl", n, day, text) for n, text in enumerate(texts, 1)],
+        "source_file string, source_line int, landing_date date, payload string")
+    schema = bronze_cdc_schema(info)
+    rows = {r.source_line: r for r in parse_cdc(info, lines, schema).drop(IMAGE_KEYS).collect()}
+    heads = survey_cdc(lines, schema).heads
+    assert rows == {r.source_line: r for r in parse_cdc(info, lines, schema, heads=heads).drop(IMAGE_KEYS).collect()}
+    assert {n: r.reason for n, r in rows.items()} == {**dict(enumerate(READINGS.values(), 1)), len(texts): None}
+    assert [rows[n].after.amount for n in (1, 2, 3, len(texts))] == [
+        Decimal("12.50"), Decimal("-7.00"), Decimal("1500.00"), Decimal("12.50")]
+    assert (rows[1].after.at, rows[1].after.day) == ("10:00:00.000000", day)
+    assert rows[6].after.at == "9223372036854776"

@@ -96,6 +96,71 @@ def test_each_bad_line_is_quarantined_with_its_reason_and_good_lines_are_typed(s
     assert read.count() == len(lines) == len(good) + len(rejected)
 
 
+def test_the_session_runs_with_ansi_mode_on(spark):
+    """Spark 4's default, which the project keeps: a cast of text that does not parse raises. The tests of bad
+    values (here, in test_cdc.py, test_debezium.py) are run under it: each shows a value read without raising."""
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    with pytest.raises(Exception, match="CAST_INVALID_INPUT"):
+        spark.sql("SELECT CAST('twelve' AS INT)").collect()
+
+
+TYPED = """\
+name: typed
+events:
+  readings:
+    fields: {id: string, at: timestamp, n: int, big: long, ratio: double, day: date, amount: "decimal(5,2)"}
+    key: id
+    timestamp: at
+"""
+TYPED_GOOD = {"id": "r-1", "at": "2025-01-01T10:00:00Z", "n": 7, "big": 2**40, "ratio": 0.5, "day": "2025-01-01",
+              "amount": 123.45}
+# One value of each type that a plain cast (ANSI mode) would raise on, failing the whole file: each quarantines
+# its own line, with its reason.
+TYPED_BAD = {
+    ("n", "1.5"): "n is not a int: 1.5",  # not truncated to 1
+    ("n", 2**31): "n is not a int: 2147483648",
+    ("big", "12x"): "big is not a bigint: 12x",
+    ("big", 2**63): "big is not a bigint: 9223372036854775808",
+    ("ratio", "half"): "ratio is not a double: half",
+    ("day", "2025-13-45"): "day is not a date: 2025-13-45",
+    ("day", ""): "day is not a date: ",
+    ("amount", 1234.5): "amount is not a decimal(5,2): 1234.5",  # more integer digits than declared
+    ("amount", "12,50"): "amount is not a decimal(5,2): 12,50",
+    ("at", "2025-02-30T10:00:00Z"): "at is not a timestamp: 2025-02-30T10:00:00Z",  # the quick `...Z` reading
+    ("at", "2025-01-01 25:00"): "at is not a timestamp: 2025-01-01 25:00",
+    ("at", "9999999999999999999"): "at is not a timestamp: 9999999999999999999",  # microseconds past a long
+}
+
+
+def test_one_value_that_does_not_cast_quarantines_its_line_only_under_ansi_mode(spark, tmp_path):
+    """Every typed value is read with `try_cast` / `try_to_timestamp`: a value that does not parse or does not
+    fit is null, its line quarantined with the reason, the other lines kept. The file lies outside any `date=`
+    folder: its landing date is null, not an error either."""
+    from lakehouse_assets.project import parse_project
+
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    source = parse_project(TYPED).events["readings"]
+    folder = tmp_path / "readings"
+    folder.mkdir()
+    lines = [json.dumps(TYPED_GOOD),
+             *(json.dumps({**TYPED_GOOD, "id": f"r-{n}", field: value}) for n, (field, value) in enumerate(TYPED_BAD, 2)),
+             json.dumps({**TYPED_GOOD, "id": "r-last", "at": "1735725600123"})]
+    (folder / "a.jsonl").write_text("\n".join(lines) + "\n")
+    files, _ = list_landing_files(spark, [f"file:{folder}"], f"file:{folder}")
+    read = read_lines(spark, files)
+    rows = sorted(parse_events(source, read).collect(), key=lambda r: r.source_line)
+
+    assert {r.source_line: r.reason for r in rows if r.reason} == dict(enumerate(TYPED_BAD.values(), 2))
+    kept = [r for r in rows if r.reason is None]
+    assert [(r.source_line, r.id) for r in kept] == [(1, "r-1"), (len(lines), "r-last")]
+    assert (kept[0].n, kept[0].big, kept[0].ratio, kept[0].day, kept[0].amount) == (
+        7, 2**40, 0.5, dt.date(2025, 1, 1), Decimal("123.45"))
+    assert kept[1].at == dt.datetime(2025, 1, 1, 10, 0, 0, 123_000)
+    assert {r.landing_date for r in rows} == {None}
+    # Records in = records kept + records quarantined.
+    assert read.count() == len(lines) == len(kept) + len(TYPED_BAD)
+
+
 def test_no_files_gives_empty_frames_not_an_error(spark, tmp_path):
     folders = day_folders(tmp_path.as_uri(), "events", dt.date(2025, 1, 1), dt.date(2025, 1, 3))
     assert list_landing_files(spark, folders, f"{tmp_path.as_uri()}/events") == ([], {})
@@ -127,8 +192,8 @@ def test_a_file_read_in_many_splits_keeps_every_line_with_its_number(spark, tmp_
 
 
 def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
-    """The quicker reading of `...Z` timestamps gives what Spark's own parse of the text gives, and any other
-    text goes to that parse."""
+    """The quicker reading of `...Z` timestamps gives what Spark's own parse of the text gives (`try_to_timestamp`:
+    null where the text is no timestamp), and any other text goes to that parse."""
     from pyspark.sql import functions as F
 
     from lakehouse_assets.landing.reader import iso_timestamp, to_timestamp
@@ -138,7 +203,7 @@ def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
              "2025-01-01T10:00:00 Z", "2025-02-30T10:00:00Z", "2025-01-01T25:00:00Z", "Z", "", "2025-01-01T10:00:00",
              "2025-01-01T10:00:00-05:00", "2025-01-01T10:00:00.5+05:30", " 2025-01-01T10:00:00Z", None]
     rows = spark.createDataFrame([(t,) for t in texts], "text string").select(
-        "text", iso_timestamp(F.col("text")).alias("quick"), F.to_timestamp("text").alias("spark")).collect()
+        "text", iso_timestamp(F.col("text")).alias("quick"), F.try_to_timestamp("text").alias("spark")).collect()
     assert [(r.text, r.quick) for r in rows] == [(r.text, r.spark) for r in rows]
     assert sum(r.quick is not None for r in rows) >= 8
 
@@ -149,7 +214,7 @@ def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
                "1735725600123456": epoch + dt.timedelta(microseconds=1735725600123456),
                "-5": epoch - dt.timedelta(seconds=5), "1.5": epoch + dt.timedelta(seconds=1.5)}
     typed = spark.createDataFrame([(t,) for t in [*texts, *numbers]], "text string").select(
-        "text", to_timestamp(F.col("text")).alias("typed"), F.to_timestamp("text").alias("spark")).collect()
+        "text", to_timestamp(F.col("text")).alias("typed"), F.try_to_timestamp("text").alias("spark")).collect()
     assert [(r.text, r.typed) for r in typed] == [(r.text, numbers.get(r.text, r.spark)) for r in typed]
 
 
