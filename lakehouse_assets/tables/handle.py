@@ -22,6 +22,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import DayTransform
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ..errors import UpstreamMissingError
 from ..settings import Settings
@@ -137,11 +138,33 @@ class TableHandle:
             if noted is not None:
                 _noted().update({self.name: [noted, round(time.time() * 1000)]})
         df = self.spark.read
-        if snapshot_id is not None:
-            df = df.option("versionAsOf", snapshot_id)
         if branch is not None:
             df = df.option("branch", branch)
-        return df.table(self.id)
+        if snapshot_id is None:
+            return df.table(self.id)
+        return self._in_current_names(df.option("versionAsOf", snapshot_id).table(self.id), snapshot_id)
+
+    def _in_current_names(self, df: DataFrame, snapshot_id: int) -> DataFrame:
+        """Rows read at a snapshot, under the table's current schema: Spark reads a snapshot with the schema it was
+        written with, so a column renamed, added or widened since (a declaration applied in place, which commits no
+        snapshot) is matched by its field id, as a read of the current table would match it."""
+        table = self.iceberg()
+        snapshot = table.snapshot_by_id(snapshot_id)
+        current = table.schema()
+        if snapshot is None or snapshot.schema_id is None or snapshot.schema_id == current.schema_id:
+            return df
+        then = {f.field_id: f for f in table.schemas()[snapshot.schema_id].fields}
+        now = self.spark.read.table(self.id).schema
+        columns = []
+        for field in current.fields:
+            dtype = now[field.name].dataType
+            old = then.get(field.field_id)
+            if old is None:
+                columns.append(F.lit(None).cast(dtype).alias(field.name))
+            else:
+                column = F.col(f"`{old.name}`")
+                columns.append((column if df.schema[old.name].dataType == dtype else column.cast(dtype)).alias(field.name))
+        return df.select(columns)
 
     def read_pinned(self, reader: str = "") -> tuple[DataFrame, int]:
         """The rows at the current snapshot, fixed now, and that snapshot's id."""
