@@ -1,8 +1,9 @@
 """Statements and session settings an analyst could send the SQL endpoint, made from Spark's own grammar: every
-kind of statement Spark 3.5's parser takes (its `statement` rule's forms, Iceberg's extensions, queries over files
-and scripts), every built-in function's documented examples, every setting Spark defines (SET, and each of
-HiveServer2's session-open prefixes), combined with the endpoint's tables, raw and not, and a probe path that
-nothing may write. `make test` runs every case once, `make soak` each with its variants (LAKEHOUSE_FUZZ_VARIANTS=1)."""
+kind of statement Spark 4.1's parser takes (its `statement` rule's forms, SQL scripts, EXECUTE IMMEDIATE, pipe
+syntax, Iceberg's extensions, queries over files and scripts), every built-in function's documented examples,
+every setting Spark defines (SET, and each of HiveServer2's session-open prefixes), combined with the endpoint's
+tables, raw and not, and a probe path that nothing may write. `make test` runs every case once, `make soak` each
+with its variants (LAKEHOUSE_FUZZ_VARIANTS=1)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from lakehouse_assets.runtime.java_jar import build
 SPARK_JARS = Path(sys.executable).parents[1] / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / \
     "site-packages" / "pyspark" / "jars"
 
-# The forms of Spark's `statement` rule (SqlBaseParser.g4, 3.5) and Iceberg's SQL extensions, with {t} a table,
-# {ns} the namespace, {cat} the catalog, {p} the probe path (nothing may appear there), {q} a query over {t}.
+# The forms of Spark's `statement` rule (SqlBaseParser.g4, 4.1: a SQL script's compound statements, its
+# `executeImmediate` and `setResetStatement` too) and Iceberg's SQL extensions, with {t} a table, {ns} the namespace,
+# {cat} the catalog, {p} the probe path (nothing may appear there), {q} a query over {t}.
 STATEMENTS = [
     "{q}", "EXPLAIN {q}", "EXPLAIN EXTENDED {q}", "EXPLAIN CODEGEN {q}", "EXPLAIN COST {q}", "EXPLAIN FORMATTED {q}",
     "EXPLAIN INSERT INTO {t} SELECT * FROM {t}", "TABLE {t}", "VALUES (1, 'a'), (2, 'b')", "USE {ns}",
@@ -74,6 +76,64 @@ STATEMENTS = [
     "SELECT java_method('java.lang.Runtime', 'getRuntime')", "SELECT xpath('<a>1</a>', 'a')",
     "SELECT input_file_name() FROM {t}", "SELECT * FROM range(3)", "SELECT * FROM sql_keywords()",
     "WITH x AS (SELECT * FROM {t}) SELECT count(*) FROM x", "SELECT * FROM {t} PIVOT (count(*) FOR kind IN ('a'))",
+    # Spark 4.1's: SQL scripts (BEGIN ... END, their compound statements: each would run its statements itself)
+    "BEGIN {q}; END", "BEGIN DECLARE x INT DEFAULT 0; WHILE x < 3 DO SET x = x + 1; END WHILE; SELECT x; END",
+    "BEGIN IF (SELECT count(*) FROM {t}) > 0 THEN INSERT INTO {t} SELECT * FROM {t}; END IF; END",
+    "BEGIN REPEAT DELETE FROM {t} WHERE true; UNTIL true END REPEAT; END",
+    "BEGIN FOR r AS SELECT * FROM {t} DO SELECT r.*; END FOR; END", "BEGIN l: LOOP LEAVE l; END LOOP l; END",
+    "BEGIN l: WHILE true DO LEAVE l; ITERATE l; END WHILE l; END", "BEGIN CASE WHEN true THEN DROP TABLE {t}; END CASE; END",
+    "BEGIN CASE 1 WHEN 1 THEN TRUNCATE TABLE {t}; END CASE; END",
+    "BEGIN DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SELECT * FROM {t}; END; SELECT 1 / 0; END",
+    "BEGIN DECLARE c CONDITION FOR SQLSTATE '22012'; DECLARE EXIT HANDLER FOR c SELECT 1; SELECT 1 / 0; END",
+    "BEGIN CALL {cat}.system.expire_snapshots('{ns}.events'); END", "BEGIN BEGIN CREATE TABLE fuzz_t (a INT); END; END",
+    # EXECUTE IMMEDIATE (its statement run while it is analysed)
+    "EXECUTE IMMEDIATE '{q}'", "EXECUTE IMMEDIATE 'DROP TABLE {t}'", "EXECUTE IMMEDIATE 'SELECT ?' USING 1",
+    "EXECUTE IMMEDIATE 'SELECT * FROM {t} WHERE event_id = :id' USING 1 AS id",
+    "EXECUTE IMMEDIATE \"CALL {cat}.system.rollback_to_snapshot('{ns}.events', 1)\"",
+    "EXECUTE IMMEDIATE 'SELECT count(*) FROM {t}' INTO fuzz_v", "EXPLAIN EXECUTE IMMEDIATE 'INSERT INTO {t} SELECT * FROM {t}'",
+    # session variables
+    "DECLARE fuzz_v INT DEFAULT 1", "DECLARE OR REPLACE VARIABLE fuzz_v BIGINT DEFAULT (SELECT count(*) FROM {t})",
+    "SET VARIABLE fuzz_v = (SELECT count(*) FROM {t})", "SET VAR fuzz_v = 1", "SET VAR (fuzz_v) = (SELECT 1)",
+    "DROP TEMPORARY VARIABLE IF EXISTS fuzz_v", "SELECT session.fuzz_v",
+    # SQL functions, constraints, clustering, collations, schema binding, several columns altered
+    "CREATE TEMPORARY FUNCTION fuzz_f(x INT) RETURNS INT RETURN x + 1",
+    "CREATE FUNCTION fuzz_f(x INT) RETURNS BIGINT RETURN (SELECT count(*) FROM {t})",
+    "CREATE OR REPLACE TEMPORARY FUNCTION fuzz_tf() RETURNS TABLE (n BIGINT) RETURN SELECT count(*) FROM {t}",
+    "SELECT fuzz_f(1)", "SELECT * FROM fuzz_tf()", "ALTER TABLE {t} ADD CONSTRAINT fuzz_c CHECK (event_id > 0)",
+    "ALTER TABLE {t} ADD CONSTRAINT fuzz_pk PRIMARY KEY (event_id)", "ALTER TABLE {t} DROP CONSTRAINT IF EXISTS fuzz_c",
+    "CREATE TABLE fuzz_t (a INT, CONSTRAINT fuzz_c CHECK (a > 0))", "ALTER TABLE {t} CLUSTER BY (event_id)",
+    "ALTER TABLE {t} CLUSTER BY NONE", "ALTER TABLE {t} DEFAULT COLLATION UTF8_LCASE",
+    "ALTER NAMESPACE {ns} DEFAULT COLLATION UNICODE", "ALTER NAMESPACE {ns} UNSET PROPERTIES ('k')",
+    "ALTER VIEW fuzz_v WITH SCHEMA EVOLUTION", "CREATE VIEW fuzz_v WITH SCHEMA EVOLUTION AS SELECT * FROM {t}",
+    "ALTER TABLE {t} ALTER COLUMN event_id COMMENT 'x', ts COMMENT 'y'",
+    # pipelines' datasets and flows, streams
+    "CREATE MATERIALIZED VIEW fuzz_mv AS SELECT * FROM {t}", "CREATE STREAMING TABLE fuzz_st",
+    "CREATE STREAMING TABLE fuzz_st AS SELECT * FROM STREAM {t}",
+    "CREATE FLOW fuzz_fl AS INSERT INTO {t} BY NAME SELECT * FROM STREAM {t}", "SELECT * FROM STREAM {t}",
+    "SELECT * FROM {t} WATERMARK ts DELAY OF INTERVAL 1 MINUTE",
+    # procedures in Spark's own syntax (CALL), and their listing
+    "CALL {cat}.system.rollback_to_snapshot(table => '{ns}.events', snapshot_id => 1)",
+    "CALL IDENTIFIER('{cat}.system.expire_snapshots')('{ns}.events')",
+    "EXPLAIN CALL {cat}.system.expire_snapshots('{ns}.events')", "SHOW PROCEDURES", "SHOW PROCEDURES IN {cat}.system",
+    "DESCRIBE PROCEDURE {cat}.system.rollback_to_snapshot",
+    # pipe syntax, recursive CTEs, LIMIT ALL, JSON descriptions, writes by name, the :: cast
+    "FROM {t} |> WHERE event_id > 0 |> SELECT *", "FROM {t} |> AGGREGATE count(*) GROUP BY event_id",
+    "TABLE {t} |> EXTEND 1 AS fuzz |> DROP fuzz |> SET event_id = 0 |> LIMIT 3",
+    "FROM {t} |> AS x |> JOIN {t} AS y ON true |> LIMIT 1", "FROM {t} |> UNION ALL (TABLE {t})",
+    "FROM {t} |> TABLESAMPLE (50 PERCENT)", "FROM {t} |> SELECT reflect('java.lang.System', 'getenv', 'HOME')",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 5) SELECT * FROM r",
+    "WITH RECURSIVE r(n) AS (SELECT count(*) FROM {t} UNION ALL SELECT n + 1 FROM r WHERE n < 5) SELECT * FROM r",
+    "SELECT * FROM {t} LIMIT ALL", "DESCRIBE TABLE EXTENDED {t} AS JSON",
+    "SHOW TABLE EXTENDED LIKE '*' PARTITION (event_id = 1)", "INSERT INTO {t} BY NAME SELECT * FROM {t}",
+    "INSERT INTO {t} REPLACE WHERE true SELECT * FROM {t}", "SELECT event_id::STRING FROM {t}",
+    "MERGE WITH SCHEMA EVOLUTION INTO {t} a USING {t} b ON a.event_id = b.event_id WHEN MATCHED THEN UPDATE SET *",
+    # a time travel's subquery (evaluated while the statement is analysed), functions that reach out
+    "SELECT * FROM events TIMESTAMP AS OF (SELECT CAST(max(to_json(struct(*))) AS TIMESTAMP) FROM {t})",
+    "SELECT * FROM {t} TIMESTAMP AS OF (SELECT CAST(reflect('java.lang.System', 'exit', 0) AS TIMESTAMP))",
+    "SELECT * FROM {t} TIMESTAMP AS OF (SELECT max(ts) FROM {t})", "SELECT * FROM python_worker_logs()",
+    "SELECT try_reflect('java.lang.System', 'getenv', 'LAKEHOUSE_FUZZ_CANARY')",
+    "SELECT from_xml('<a>1</a>', 'a INT', map('rowValidationXSDPath', '/etc/passwd'))",
+    "SELECT from_protobuf(CAST('' AS BINARY), 'M', '/etc/passwd')", "SELECT * FROM collations()",
 ]
 QUERIES = ["SELECT * FROM {t}", "SELECT count(*) FROM {t}", "SELECT * FROM {t} WHERE event_id IN (SELECT 1)"]
 PREFIXES = ["set:hiveconf:", "set:hivevar:", "set:system:", "set:env:", "set:metaconf:", "set:", ""]

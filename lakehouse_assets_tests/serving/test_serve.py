@@ -241,6 +241,11 @@ def test_every_write_and_change_is_refused_and_the_lake_is_left_as_it_was(served
         "ALTER TABLE events ADD COLUMN extra STRING": "AddColumns",
         "ALTER TABLE events SET TBLPROPERTIES ('k' = 'v')": "SetTableProperties",
         f"CALL {settings.catalog_name}.system.rollback_to_snapshot('{settings.namespace}.events', {first})": "Call",
+        f"EXPLAIN CALL {settings.catalog_name}.system.rollback_to_snapshot('{settings.namespace}.events', {first})": "Call",
+        f"EXECUTE IMMEDIATE \"CALL {settings.catalog_name}.system.rollback_to_snapshot('{settings.namespace}.events', "
+        f"{first})\"": "UnresolvedExecuteImmediate",
+        "EXECUTE IMMEDIATE 'DROP TABLE users'": "UnresolvedExecuteImmediate",
+        "BEGIN DROP TABLE users; END": "CompoundBody: SQL scripting",
         f"INSERT OVERWRITE DIRECTORY '{out}' USING parquet SELECT * FROM events": "InsertIntoDataSourceDir",
         "CACHE TABLE events": "CacheTable",
         "ADD JAR /tmp/nothing.jar": "AddJarsCommand",
@@ -305,6 +310,12 @@ def test_what_reading_is_not_made_of_is_refused_by_name_before_it_runs(served, t
         "LIST JARS": "ListJarsCommand",
         "SELECT java_method('java.lang.System', 'getenv', 'LAKEHOUSE_FUZZ_CANARY')": "function java_method or reflect calls",
         "SELECT xpath_string('<a>x</a>', 'a')": "function xpath_string parses XML",
+        "SELECT try_reflect('java.lang.System', 'getenv', 'LAKEHOUSE_FUZZ_CANARY')": "function try_reflect calls",
+        # A subquery in a time travel is evaluated while the statement is analysed, before the check sees it.
+        "SELECT * FROM events TIMESTAMP AS OF (SELECT CAST(reflect('java.lang.System', 'exit', 0) AS TIMESTAMP))":
+            "a subquery in TIMESTAMP AS OF",
+        "SELECT * FROM events TIMESTAMP AS OF (SELECT CAST(max(email) AS TIMESTAMP) FROM bronze_events)":
+            "a subquery in TIMESTAMP AS OF",
         "SET": "SET lists every setting",
         "SET -v": "may not be read",
         f"SET spark.sql.catalog.{settings.catalog_name}.uri": "may not be read",

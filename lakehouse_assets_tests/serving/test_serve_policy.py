@@ -28,13 +28,16 @@ def test_every_plan_node_command_and_function_spark_has_is_decided_and_none_is_l
 def test_the_list_allows_reading_and_refuses_what_reaches_out_of_a_query():
     decided = _decided()
     for kind, name in [("plan", "Project"), ("plan", "Aggregate"), ("plan", "DataSourceV2Relation"),
-                       ("command", "DescribeRelation"), ("command", "ShowTables"), ("function", "sum"),
-                       ("function", "regexp_extract"), ("expression", "AttributeReference")]:
+                       ("command", "DescribeRelation"), ("command", "ShowTables"), ("command", "ShowNamespacesCommand"),
+                       ("function", "sum"), ("function", "regexp_extract"), ("expression", "AttributeReference")]:
         assert decided[(kind, name)] == "allow", (kind, name)
     for kind, name in [("plan", "ScriptTransformation"), ("plan", "LogicalRelation"), ("plan", "HiveTableRelation"),
                        ("plan", "InsertIntoDir"), ("command", "AppendData"), ("command", "AddJarsCommand"),
-                       ("command", "CreateTempViewUsing"), ("command", "ShowTableExtended"), ("command", "Call"),
-                       ("function", "reflect"), ("function", "java_method"), ("function", "xpath_string")]:
+                       ("command", "CreateTempViewUsing"), ("command", "ShowTablesExtended"), ("plan", "Call"),
+                       ("plan", "UnresolvedProcedure"), ("plan", "UnresolvedExecuteImmediate"),
+                       ("command", "CompoundBody"), ("plan", "WhileStatement"), ("command", "SetVariable"),
+                       ("function", "reflect"), ("function", "java_method"), ("function", "try_reflect"),
+                       ("function", "xpath_string"), ("function", "python_worker_logs"), ("function", "from_protobuf")]:
         assert decided[(kind, name)] == "refuse", (kind, name)
     settable = sorted(name for (kind, name), decision in decided.items() if kind == "setting")
     assert "spark.sql.shuffle.partitions" in settable and not any(

@@ -2,13 +2,18 @@ package lakehouse;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.FunctionIdentifier;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.TableIdentifier;
+import org.apache.spark.sql.catalyst.analysis.RelationTimeTravel;
 import org.apache.spark.sql.catalyst.analysis.ResolvedPersistentView;
 import org.apache.spark.sql.catalyst.analysis.ResolvedTable;
 import org.apache.spark.sql.catalyst.expressions.And;
@@ -25,6 +30,9 @@ import org.apache.spark.sql.catalyst.expressions.Not;
 import org.apache.spark.sql.catalyst.expressions.Or;
 import org.apache.spark.sql.catalyst.expressions.StartsWith;
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
+import org.apache.spark.sql.catalyst.parser.ParameterContext;
+import org.apache.spark.sql.catalyst.parser.ParseException;
+import org.apache.spark.sql.catalyst.parser.ParserInterface;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
 import org.apache.spark.sql.catalyst.plans.logical.DescribeRelation;
 import org.apache.spark.sql.catalyst.plans.logical.DeserializeToObject;
@@ -34,6 +42,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.plans.logical.ShowTables;
 import org.apache.spark.sql.catalyst.rules.Rule;
+import org.apache.spark.sql.catalyst.trees.TreeNode;
 import org.apache.spark.sql.connector.catalog.Identifier;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.expressions.IdentityTransform;
@@ -47,10 +56,14 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
 import scala.Option;
+import scala.Product;
 import scala.Tuple2;
+import scala.collection.IterableOnce;
 import scala.collection.Iterator;
 import scala.collection.JavaConverters;
+import scala.collection.immutable.Seq;
 import scala.runtime.AbstractFunction1;
+import scala.runtime.AbstractFunction2;
 import scala.runtime.BoxedUnit;
 
 /**
@@ -69,6 +82,11 @@ import scala.runtime.BoxedUnit;
  * transforms (days(ts), bucket(8, id)) answers as HiveServer2 does too: its partition section is headed
  * "# Partition Information" and names each transform's source column and type (the transform in the comment);
  * Spark's own "# Partitioning" rows, with no type, stop those clients' column reflection.
+ *
+ * <p>What Spark carries out before the check can see it is refused as the statement is parsed (Parser): a
+ * procedure's CALL and EXECUTE IMMEDIATE, which Spark runs while it analyses the statement, a SQL script (BEGIN ...
+ * END), which runs its statements itself, and a subquery in a time travel's TIMESTAMP AS OF, which Spark evaluates
+ * while it analyses the statement.
  */
 public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
     // The raw-table rule's settings (serving/read_rule.py: RAW_VISIBLE_KEY, RAW_PREFIXES_KEY, ...).
@@ -78,8 +96,22 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
     public static final String EXPOSED = "spark.lakehouse.serve.exposed";
     public static final String CATALOG = "spark.lakehouse.serve.catalog";
 
+    /**
+     * Plan nodes Spark carries out before a statement's analysed plan reaches the check, refused as the statement
+     * is parsed: CALL (a procedure, invoked while the statement is analysed), EXECUTE IMMEDIATE (its statement run
+     * while analysed) and a SQL script (its statements run one by one, the script never analysed as a whole).
+     */
+    static final Set<String> RUN_BEFORE_THE_CHECK = Set.of("Call", "UnresolvedProcedure",
+        "UnresolvedExecuteImmediate", "CompoundBody");
+
     @Override
     public BoxedUnit apply(SparkSessionExtensions extensions) {
+        extensions.injectParser(new AbstractFunction2<SparkSession, ParserInterface, ParserInterface>() {
+            @Override
+            public ParserInterface apply(SparkSession session, ParserInterface delegate) {
+                return new Parser(delegate);
+            }
+        });
         extensions.injectCheckRule(new AbstractFunction1<SparkSession, scala.Function1<LogicalPlan, BoxedUnit>>() {
             @Override
             public scala.Function1<LogicalPlan, BoxedUnit> apply(SparkSession session) {
@@ -351,6 +383,132 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
                 throw refused(why);
             }
         }
+    }
+
+    /**
+     * Spark's parser (and Iceberg's, which it may wrap), whose plans are refused when they hold what Spark would
+     * carry out before the check (RUN_BEFORE_THE_CHECK, a subquery in a time travel): the statement's own and an
+     * EXECUTE IMMEDIATE's, a view's text, anything Spark parses as a plan.
+     */
+    static final class Parser implements ParserInterface {
+        private final ParserInterface delegate;
+
+        Parser(ParserInterface delegate) {
+            this.delegate = delegate;
+        }
+
+        @Override
+        public LogicalPlan parsePlan(String sqlText) throws ParseException {
+            return refuseWhatRunsBeforeTheCheck(delegate.parsePlan(sqlText));
+        }
+
+        @Override
+        public LogicalPlan parsePlanWithParameters(String sqlText, ParameterContext parameters) throws ParseException {
+            return refuseWhatRunsBeforeTheCheck(delegate.parsePlanWithParameters(sqlText, parameters));
+        }
+
+        @Override
+        public LogicalPlan parseQuery(String sqlText) throws ParseException {
+            return refuseWhatRunsBeforeTheCheck(delegate.parseQuery(sqlText));
+        }
+
+        @Override
+        public Expression parseExpression(String sqlText) throws ParseException {
+            return delegate.parseExpression(sqlText);
+        }
+
+        @Override
+        public TableIdentifier parseTableIdentifier(String sqlText) throws ParseException {
+            return delegate.parseTableIdentifier(sqlText);
+        }
+
+        @Override
+        public FunctionIdentifier parseFunctionIdentifier(String sqlText) throws ParseException {
+            return delegate.parseFunctionIdentifier(sqlText);
+        }
+
+        @Override
+        public Seq<String> parseMultipartIdentifier(String sqlText) throws ParseException {
+            return delegate.parseMultipartIdentifier(sqlText);
+        }
+
+        @Override
+        public StructType parseRoutineParam(String sqlText) throws ParseException {
+            return delegate.parseRoutineParam(sqlText);
+        }
+
+        @Override
+        public StructType parseTableSchema(String sqlText) throws ParseException {
+            return delegate.parseTableSchema(sqlText);
+        }
+
+        @Override
+        public DataType parseDataType(String sqlText) throws ParseException {
+            return delegate.parseDataType(sqlText);
+        }
+    }
+
+    /**
+     * The parsed plan as it is, unless some node of it (a child, a plan an EXPLAIN or a CACHE ... AS holds, a
+     * subquery's, a CTE's) is one Spark carries out before the check: then refused, named as the check names it.
+     */
+    static LogicalPlan refuseWhatRunsBeforeTheCheck(LogicalPlan plan) {
+        walk(plan, Collections.newSetFromMap(new IdentityHashMap<>()));
+        return plan;
+    }
+
+    private static void walk(Object value, Set<Object> seen) {
+        if (value instanceof TreeNode) {
+            if (!seen.add(value)) {
+                return;
+            }
+            if (value instanceof LogicalPlan) {
+                LogicalPlan node = (LogicalPlan) value;
+                String kind = node.getClass().getSimpleName();
+                if (RUN_BEFORE_THE_CHECK.contains(kind)) {
+                    String listed = node instanceof Command ? "command" : "plan";
+                    throw refused(kind + ": " + ReadPolicy.get().why(listed, kind) + "; this endpoint only reads");
+                }
+                if (node instanceof RelationTimeTravel) {
+                    Option<Expression> timestamp = ((RelationTimeTravel) node).timestamp();
+                    if (timestamp.isDefined() && holdsSubquery(timestamp.get())) {
+                        throw refused("a subquery in TIMESTAMP AS OF, which Spark evaluates while it analyses the "
+                            + "statement, before its check: give the time itself");
+                    }
+                }
+                Iterator<LogicalPlan> children = node.children().iterator();
+                while (children.hasNext()) {
+                    walk(children.next(), seen);
+                }
+            }
+            Iterator<Object> fields = ((TreeNode<?>) value).productIterator();
+            while (fields.hasNext()) {
+                walk(fields.next(), seen);
+            }
+        } else if (value instanceof IterableOnce) {  // a Seq, an Option of plans or expressions
+            Iterator<?> items = ((IterableOnce<?>) value).iterator();
+            while (items.hasNext()) {
+                walk(items.next(), seen);
+            }
+        } else if (value instanceof Product && value.getClass().getName().startsWith("scala.Tuple")) {
+            Iterator<Object> items = ((Product) value).productIterator();  // a CTE's (name, definition)
+            while (items.hasNext()) {
+                walk(items.next(), seen);
+            }
+        }
+    }
+
+    private static boolean holdsSubquery(Expression expression) {
+        if (expression instanceof SubqueryExpression) {
+            return true;
+        }
+        Iterator<Expression> children = expression.children().iterator();
+        while (children.hasNext()) {
+            if (holdsSubquery(children.next())) {
+                return true;
+            }
+        }
+        return false;
     }
 
     static SecurityException refused(String why) {

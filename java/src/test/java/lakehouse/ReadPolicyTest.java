@@ -39,7 +39,8 @@ class ReadPolicyTest {
 
     @Test
     void aRefusedFunctionIsNotAllowedAndItsClassNamesIt() {
-        for (String function : List.of("reflect", "java_method", "xpath", "xpath_int")) {
+        for (String function : List.of("reflect", "java_method", "try_reflect", "xpath", "xpath_int", "from_xml",
+                "from_protobuf", "python_worker_logs")) {
             assertFalse(policy.functions.contains(function), function);
         }
         for (String expression : List.of("CallMethodViaReflection", "XPathInt", "XPathList")) {
@@ -47,6 +48,7 @@ class ReadPolicyTest {
         }
         assertEquals(List.of("java_method", "reflect"),
             List.copyOf(policy.expressionFunction.get("CallMethodViaReflection")));
+        assertEquals(List.of("try_reflect"), List.copyOf(policy.expressionFunction.get("TryReflect")));
         assertEquals(List.of("xpath_int"), List.copyOf(policy.expressionFunction.get("XPathInt")));
         assertEquals(List.of("xpath"), List.copyOf(policy.expressionFunction.get("XPathList")));
         assertNull(policy.expressionFunction.get("Upper"));
