@@ -147,7 +147,9 @@ def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int,
         # and keys reach it through the variables it refers to.
         env.update({
             "LAKEHOUSE_PROFILE": "cluster", "SPARK_MASTER_URL": cluster.master_url,
-            "SPARK_EXTRA_CONF": f",spark.eventLog.enabled=true,spark.eventLog.dir={event_logs.as_uri()}",
+            # One plain file per application (Spark 4 writes rolling, compressed logs by default).
+            "SPARK_EXTRA_CONF": f",spark.eventLog.enabled=true,spark.eventLog.dir={event_logs.as_uri()}"
+                                ",spark.eventLog.rolling.enabled=false,spark.eventLog.compress=false",
             "PGHOST": "127.0.0.1", "PGPORT": str(pg.port), "PGUSER": "postgres",
             "S3_ENDPOINT": s3.endpoint_url, "S3_ACCESS_KEY": s3.access_key, "S3_SECRET_KEY": DEFAULT_SECRET_KEY,
             "LAKEHOUSE_DAGSTER_PG_URL": f"postgresql+psycopg2://postgres@127.0.0.1:{pg.port}/dagster",
