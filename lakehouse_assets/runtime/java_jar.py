@@ -28,6 +28,7 @@ EXTENSION_CLASS = "lakehouse.ReadOnlySql"
 PASSWORD_CLASS = "lakehouse.PasswordFile"
 LINES_FORMAT = "lakehouse.JsonLines"
 UNSCALED_CLASS = "lakehouse.UnscaledDigits"
+FATAL_ERROR_PLUGIN = "lakehouse.FatalErrorNotice"
 
 MODULE = Path(__file__).resolve().parents[2] / "java"
 

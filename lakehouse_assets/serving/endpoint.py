@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LakehouseError
-from ..runtime.java_jar import EXTENSION_CLASS, PASSWORD_CLASS
+from ..runtime.java_jar import EXTENSION_CLASS, FATAL_ERROR_PLUGIN, PASSWORD_CLASS
 from ..runtime.spark import ICEBERG_EXTENSIONS, spark_conf
 from ..settings import Settings
 from .read_rule import endpoint_rule, read_only_settings
@@ -84,10 +84,13 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
         # executor ended after this long, and a new one started: the core it held is free again.
         conf["spark.task.reaper.enabled"] = "true"
         conf["spark.task.reaper.killTimeout"] = "30s"
-        # The query whose task ran out of memory fails by its third try, with the reason; others' tasks lost with
-        # the executor are tried again on the next. (Spark 4 can hand the second try to the executor still
-        # shutting down, which refuses it: a failure that names no reason. The third meets the new executor.)
-        conf["spark.task.maxFailures"] = "3"
+        # An executor a task's fatal error ends (out of memory) tells the driver before the failure is reported
+        # (lakehouse.FatalErrorNotice): the task's next try waits for the executor started in its place instead of
+        # being refused by the one shutting down, and other queries' tasks lost with it are tried again there
+        # without counting as their failures. A query whose task runs a fresh executor out of memory as well
+        # fails by its second try, with the reason.
+        conf["spark.plugins"] = FATAL_ERROR_PLUGIN
+        conf["spark.task.maxFailures"] = "2"
     conf["spark.driver.maxResultSize"] = "512m"  # a partition's rows read back at once: fails alone past it
     # The jars on the driver's own class path too: a client's session, when it closes, closes the class loader
     # Spark adds jars with (Hive's session state does), and Iceberg's classes not loaded yet would be lost.
