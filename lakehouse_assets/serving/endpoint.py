@@ -85,12 +85,12 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
         conf["spark.task.reaper.enabled"] = "true"
         conf["spark.task.reaper.killTimeout"] = "30s"
         # An executor a task's fatal error ends (out of memory) tells the driver before the failure is reported
-        # (lakehouse.FatalErrorNotice): the task's next try waits for the executor started in its place instead of
-        # being refused by the one shutting down, and other queries' tasks lost with it are tried again there
-        # without counting as their failures. A query whose task runs a fresh executor out of memory as well
-        # fails by its second try, with the reason.
+        # (lakehouse.FatalErrorNotice), so nothing more is sent to it: the tasks of other queries lost with it are
+        # tried again on the executor started in its place, without counting as their failures. A task's own
+        # failure is not tried again (a query's error is its answer; an out-of-memory query fails at once, with the
+        # reason, rather than end a second executor).
         conf["spark.plugins"] = FATAL_ERROR_PLUGIN
-        conf["spark.task.maxFailures"] = "2"
+        conf["spark.task.maxFailures"] = "1"
     conf["spark.driver.maxResultSize"] = "512m"  # a partition's rows read back at once: fails alone past it
     # The jars on the driver's own class path too: a client's session, when it closes, closes the class loader
     # Spark adds jars with (Hive's session state does), and Iceberg's classes not loaded yet would be lost.

@@ -386,7 +386,8 @@ def test_work_on_the_driver_is_bounded_by_the_query_time_limit(served):
 
 def test_a_query_that_runs_out_of_memory_fails_alone_and_the_endpoint_goes_on(served):
     """Its tasks run in the endpoint's own executor (512 MiB here), not in the endpoint's JVM: the executor runs out
-    of memory and is started again, the query fails with the reason, and another client's session goes on."""
+    of memory and is started again, the query fails at once with the reason (not with a retry refused by the
+    executor shutting down), and another client's session goes on."""
     other = _cursor(served)
     other.execute("SELECT count(*) FROM events WHERE event_id > 3")
     before = other.fetchall()
