@@ -118,6 +118,16 @@ def _count(name: str, value: str) -> int:
     return int(value)
 
 
+def _bootstrap_servers(name: str, value: str) -> str:
+    """Kafka's bootstrap servers, `host:port` comma-separated, as clients take them (spaces dropped)."""
+    servers = [server.strip() for server in value.split(",") if server.strip()]
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{name}: {server!r} is not host:port (e.g. 127.0.0.1:9092; several comma-separated)")
+    return ",".join(servers)
+
+
 def _env(name: str, default: str) -> str:
     value = os.environ.get(name, "").strip()
     return value or default
@@ -156,6 +166,7 @@ ENV_SETTINGS = {
     "serve_executor_memory": ("LAKEHOUSE_SERVE_EXECUTOR_MEMORY", "2g"),
     "serve_os_user": ("LAKEHOUSE_SERVE_OS_USER", ""),
     "serve_max_rows": ("LAKEHOUSE_SERVE_MAX_ROWS", "1000000"),
+    "kafka_bootstrap_servers": ("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS", ""),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -332,6 +343,9 @@ class Settings:
     serve_os_user: str = ""
     # The most rows a client may fetch of one result from the endpoint; past them, an error (0: no limit).
     serve_max_rows: int = 1_000_000
+    # A Kafka cluster, as its clients' bootstrap servers (`host:port`, comma-separated): the local broker's
+    # (`lakehouse kafka start` prints it) or a team's own. Empty: none.
+    kafka_bootstrap_servers: str = ""
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -381,6 +395,8 @@ class Settings:
             "serve_result_cache_rows": _count("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", raw["serve_result_cache_rows"]),
             "serve_result_cache_mb": _count("LAKEHOUSE_SERVE_RESULT_CACHE_MB", raw["serve_result_cache_mb"]),
             "serve_max_rows": _count("LAKEHOUSE_SERVE_MAX_ROWS", raw["serve_max_rows"]),
+            "kafka_bootstrap_servers": _bootstrap_servers("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS",
+                                                          raw["kafka_bootstrap_servers"]),
         }
         values["project"], values["project_origin"] = project_file(overrides.get("home") or values["home"])
         if "project" in overrides:
@@ -419,6 +435,7 @@ class Settings:
             "serve_max_rows": f"{self.serve_max_rows:,}" if self.serve_max_rows else "no limit",
             "serve_executor_memory": self.serve_executor_memory,
             "serve_os_user": self.serve_os_user or "(the one that starts it)",
+            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
         }
 
     @property

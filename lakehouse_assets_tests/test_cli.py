@@ -248,7 +248,7 @@ def test_s3_start_status_a_drop_into_it_and_stop(tmp_path):
 
 def test_service_commands_with_nothing_running_and_without_the_services_package(tmp_path):
     for service, nothing in (("s3", "no S3 server was running"), ("cluster", "no cluster was running"),
-                             ("postgres", "no PostgreSQL server was running")):
+                             ("postgres", "no PostgreSQL server was running"), ("kafka", "no Kafka broker was running")):
         status = lakehouse_cli(service, "status", home=tmp_path)
         assert (status.returncode, status.stdout) == (0, "not running\n"), status.stderr
         assert lakehouse_cli(service, "stop", home=tmp_path).stdout == f"{nothing}\n"
@@ -264,7 +264,7 @@ def test_service_commands_with_nothing_running_and_without_the_services_package(
         "sys.exit(main(sys.argv[1:]))\n"
     )
     env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path)}
-    for service in ("s3", "cluster", "postgres"):
+    for service in ("s3", "cluster", "postgres", "kafka"):
         done = subprocess.run([sys.executable, "-c", script, service, "start"], env=env, capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 2, done.stderr

@@ -61,6 +61,16 @@ def test_further_spark_settings_reach_the_session_conf_and_bad_ones_are_refused(
             Settings.from_env(home=tmp_path)
 
 
+def test_kafka_bootstrap_servers_are_host_port_pairs_and_anything_else_is_refused(monkeypatch, tmp_path):
+    assert Settings.from_env(home=tmp_path).kafka_bootstrap_servers == ""
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS", " kafka-1.internal:9092, 10.0.0.7:9093 ,")
+    assert Settings.from_env(home=tmp_path).kafka_bootstrap_servers == "kafka-1.internal:9092,10.0.0.7:9093"
+    for bad in ("kafka-1.internal", ":9092", "kafka:port", "kafka:70000"):
+        monkeypatch.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS", bad)
+        with pytest.raises(ValueError, match=rf"LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS: {re.escape(repr(bad))} is not host:port"):
+            Settings.from_env(home=tmp_path)
+
+
 @pytest.mark.parametrize("name", ["bronze events", "x;drop", "1abc", ""])
 def test_identifiers_in_sql_are_validated(name):
     with pytest.raises(ValueError, match="invalid"):

@@ -1,4 +1,4 @@
-"""`lakehouse s3|cluster|postgres start|stop|status`: the local servers of the `lakehouse_services` package,
+"""`lakehouse s3|cluster|postgres|kafka start|stop|status`: the local servers of the `lakehouse_services` package,
 started detached under the lakehouse home, checked and stopped from any shell."""
 
 from __future__ import annotations
@@ -103,6 +103,22 @@ def cmd_postgres(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+@_service
+def cmd_kafka(args: argparse.Namespace, settings: Settings) -> int:
+    """A local Apache Kafka broker (KRaft, one node): its data under the home, kept across a stop and a start."""
+    from lakehouse_services.kafka import LocalKafka, kafka_status, stop_kafka
+
+    root = settings.home / "kafka"
+    if args.action != "start":
+        return _stop_or_status(args.action, root, "Kafka broker", stop_kafka, kafka_status,
+                               lambda state: f"running, pid {state.pid}, {state.bootstrap_servers}")
+    broker = LocalKafka(root, port=args.port, heap=args.heap).start(detach=True)
+    print(f"Kafka broker (Apache Kafka {broker.version}, KRaft, cluster {broker.cluster_id}) on "
+          f"{broker.bootstrap_servers}, data in {broker.data_dir}; to use it:")
+    print(f"export LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap_servers}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("s3", help="start, stop or check a local S3 server (SeaweedFS) under the lakehouse home")
     p.add_argument("action", choices=("start", "stop", "status"))
@@ -122,3 +138,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="start: a database to create (repeatable; default: source)")
     p.add_argument("--port", type=int, default=0, help="start: the port to listen on (default: a free one)")
     p.set_defaults(func=cmd_postgres)
+
+    p = sub.add_parser("kafka", help="start, stop or check a local Kafka broker (KRaft) under the lakehouse home")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--port", type=int, default=0,
+                   help="start: the clients' port (default: the one it used last, else a free one)")
+    p.add_argument("--heap", default="512m", help="start: the broker JVM's maximum heap (default 512m)")
+    p.set_defaults(func=cmd_kafka)

@@ -4,10 +4,14 @@ the installation's local repository (Maven's layout) once, by `make setup`, and 
     python -m lakehouse_assets.runtime.jars resolve [--from URL|FOLDER]   # what make setup runs
     python -m lakehouse_assets.runtime.jars list                          # the local files, one per line
     python -m lakehouse_assets.runtime.jars pin GROUP:ARTIFACT:VERSION     # the line of a new version
+    python -m lakehouse_assets.runtime.jars pin --use USE --with-dependencies G:A:V...   # a group's lines, by Maven
 
 They come from Maven Central unless `LAKEHOUSE_MAVEN_REPOSITORY` (or `--from`) names another: the address of a
 mirror in Maven's layout, or a folder on this machine holding the jars (in Maven's layout or side by side). Each
 file is checked against its sha256 before it is kept; a run only looks for the files and never resolves anything.
+
+Besides Spark's, the file names the jars of a JVM of its own, which Spark never loads: the local Kafka broker's
+(use `kafka-broker`, `lakehouse kafka start`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -28,7 +36,12 @@ MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 REPOSITORY_ENV = "LAKEHOUSE_MAVEN_REPOSITORY"
 JARS_DIR_ENV = "LAKEHOUSE_JARS_DIR"
 RESOLVE_HINT = "make setup (python -m lakehouse_assets.runtime.jars resolve)"
-USES = ("iceberg", "sqlite", "postgresql", "s3")
+# What loads a jar: Spark, as its settings say (SPARK_USES), or the local Kafka broker's JVM, which Spark never loads.
+SPARK_USES = ("iceberg", "sqlite", "postgresql", "s3")
+KAFKA_BROKER = "kafka-broker"
+USES = (*SPARK_USES, KAFKA_BROKER)
+# The Maven plugin that lists a group's jars with everything they need at run time (`pin --with-dependencies`).
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
 
 @dataclass(frozen=True)
@@ -153,16 +166,18 @@ def resolve(source: str | None = None, repository: Path | None = None) -> list[P
 def jars_for(uses: set[str]) -> list[Path]:
     """The local files of the jars these uses load, or an error naming what is missing and how to resolve it."""
     jars = [jar for jar in coordinates() if jar.use in uses]
-    missing = [jar.coordinates for jar in jars if not jar.path().is_file()]
+    missing = [jar for jar in jars if not jar.path().is_file()]
     if missing:
-        raise MissingJarError(f"not resolved into {local_repository()}: {', '.join(missing)}; run {RESOLVE_HINT}")
+        named = ", ".join(jar.coordinates for jar in missing[:5]) + (f" and {len(missing) - 5} more" * (len(missing) > 5))
+        groups = ", ".join(sorted({jar.use for jar in missing}))
+        raise MissingJarError(f"not resolved into {local_repository()}: {named} ({groups}); run {RESOLVE_HINT}")
     return [jar.path() for jar in jars]
 
 
 def spark_jars(catalog_kinds: set[str], on_s3: bool, extra_jars: tuple[str, ...]) -> list[str]:
     """Local jar paths for `spark.jars`: Iceberg, the catalogs' JDBC drivers, S3A for a zone on S3, and any the
     settings add (LAKEHOUSE_SPARK_JARS)."""
-    uses = {"iceberg"} | {kind for kind in catalog_kinds if kind in USES} | ({"s3"} if on_s3 else set())
+    uses = {"iceberg"} | {kind for kind in catalog_kinds if kind in SPARK_USES} | ({"s3"} if on_s3 else set())
     return [*map(str, jars_for(uses)), *extra_jars]
 
 
@@ -191,6 +206,53 @@ def pin(text: str, source: str = MAVEN_CENTRAL) -> str:
     return f"?\t{jar.coordinates}\t{sha256.hexdigest()}"
 
 
+_LISTED = re.compile(r"^\s+([^:\s]+):([^:\s]+):jar:([^:\s]+)(?: -- .*)?$")
+
+
+def _pom(roots: list[Jar]) -> str:
+    dependencies = "".join(f"<dependency><groupId>{jar.group}</groupId><artifactId>{jar.artifact}</artifactId>"
+                           f"<version>{jar.version}</version></dependency>" for jar in roots)
+    return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            "<groupId>lakehouse.pin</groupId><artifactId>pin</artifactId><version>1</version><packaging>pom</packaging>"
+            f"<dependencies>{dependencies}</dependencies></project>")
+
+
+def pin_with_dependencies(use: str, roots: list[str], repository: Path | None = None) -> list[str]:
+    """The jars.tsv lines of `roots` and of every jar they need at run time, as Maven resolves them (each file's
+    published checksum checked), into the local repository; each line's sha256 is that of the file Maven put there.
+
+    Maven picks one version of each artifact the way it always does (the nearest declaration wins): a root may name
+    one the others need too, or one none of them declares (a logging backend)."""
+    if use not in (*USES, "?"):
+        raise MissingJarError(f"{use!r} is not a use of jars.tsv: one of {', '.join(USES)} (or '?', to fill in)")
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise MissingJarError("pinning a group with its dependencies runs Maven: apt-get install maven")
+    repository = repository or local_repository()
+    with tempfile.TemporaryDirectory(prefix="lakehouse-pin-") as work:
+        pom, listed = Path(work) / "pom.xml", Path(work) / "dependencies.txt"
+        pom.write_text(_pom([Jar(use, *_parse_coordinates(root), "") for root in roots]))
+        done = subprocess.run([mvn, "-B", "-q", "-C", "-Dstyle.color=never", "-f", str(pom),
+                               f"-Dmaven.repo.local={repository}", f"{DEPENDENCY_PLUGIN}:list", "-DincludeScope=runtime",
+                               "-Dmdep.outputScope=false", "-Dsort=true", f"-DoutputFile={listed}"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise MissingJarError(f"Maven could not resolve {', '.join(roots)} (exit code {done.returncode}):\n"
+                                  f"{(done.stdout + done.stderr).strip()[-4000:]}")
+        # Under a heading ("The following files have been resolved:"), one indented line per artifact.
+        lines = [line for line in listed.read_text().splitlines() if line.startswith(" ") and line.strip()]
+    jars = []
+    for line in lines:
+        found = _LISTED.match(line)
+        if found is None:
+            raise MissingJarError(f"Maven listed {line.strip()!r}: not a plain jar (a classifier or another type), "
+                                  "which jars.tsv cannot name")
+        group, artifact, version = found.groups()
+        jar = Jar(use, group, artifact, version, "")
+        jars.append(f"{use}\t{jar.coordinates}\t{_sha256(jar.path(repository))}")
+    return jars
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lakehouse_assets.runtime.jars")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -199,12 +261,19 @@ def main(argv: list[str] | None = None) -> int:
                            help=f"a Maven repository's address or a folder of jars (default ${REPOSITORY_ENV}, "
                                 f"else {MAVEN_CENTRAL})")
     commands.add_parser("list", help="the local files of every jar of jars.tsv")
-    pinning = commands.add_parser("pin", help="the jars.tsv line of a jar's coordinates")
-    pinning.add_argument("coordinates")
+    pinning = commands.add_parser("pin", help="the jars.tsv line of a jar's coordinates (with --with-dependencies, "
+                                              "the lines of the jars and of all they need at run time)")
+    pinning.add_argument("coordinates", nargs="+")
+    pinning.add_argument("--with-dependencies", action="store_true",
+                         help="resolve with Maven into the local repository and print a line for every jar needed")
+    pinning.add_argument("--use", default="?", help="the use the lines name (default '?', to fill in)")
     args = parser.parse_args(argv)
     try:
+        if args.command == "pin" and args.with_dependencies:
+            print("\n".join(pin_with_dependencies(args.use, args.coordinates)))
+            return 0
         if args.command == "pin":
-            print(pin(args.coordinates))
+            print("\n".join(pin(text).replace("?", args.use, 1) for text in args.coordinates))
             return 0
         paths = resolve(args.source) if args.command == "resolve" else jars_for(set(USES))
     except MissingJarError as exc:

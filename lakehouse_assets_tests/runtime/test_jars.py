@@ -1,6 +1,7 @@
 """The jars Spark loads are those jars.tsv names, by coordinates and sha256, from the installation's local
 repository: resolved once from a repository or a folder, refused when their bytes are not the named ones, and
-the JVM's class path holds them and nothing from another Python package."""
+the JVM's class path holds them and nothing from another Python package; the local Kafka broker's jars, named there
+too, are resolved with them and never loaded by Spark (the broker's own class path: services/test_kafka_broker.py)."""
 
 from __future__ import annotations
 
@@ -61,14 +62,19 @@ def test_the_jars_of_a_use_are_loaded_only_with_it(installed):
         *named["iceberg"], *named["postgresql"], "/x.jar"]
     assert jars.spark_jars({"sqlite"}, on_s3=True, extra_jars=()) == [*named["iceberg"], *named["sqlite"],
                                                                      *named["s3"]]
+    # The broker's jars are for its own JVM: no setting puts one into Spark's.
+    assert named[jars.KAFKA_BROKER]
+    everything = jars.spark_jars({"sqlite", "postgresql", jars.KAFKA_BROKER}, on_s3=True, extra_jars=())
+    assert not set(everything) & set(named[jars.KAFKA_BROKER])
 
 
 def test_the_jvm_loads_the_named_jars_and_none_from_another_python_package(spark, lake_settings):
     """The session's jars (spark.jars: Iceberg, the three catalogs' drivers, S3A, the project's) are the files of
-    jars.tsv and the project's jar, and nothing on the driver's class path comes from a Python package other than
-    pyspark."""
+    jars.tsv's Spark uses and the project's jar, and nothing on the driver's class path comes from a Python package
+    other than pyspark."""
     context = spark.sparkContext
-    files = sorted([*(str(jar.path()) for jar in jars.coordinates()), str(java_jar.jar_file())])
+    files = sorted([*(str(jar.path()) for jar in jars.coordinates() if jar.use in jars.SPARK_USES),
+                    str(java_jar.jar_file())])
     assert sorted(context.getConf().get("spark.jars").split(",")) == files
     added = context._jsc.sc().listJars().mkString("\n").splitlines()  # spark://host:port/jars/<name>
     assert sorted(url.rsplit("/", 1)[-1] for url in added) == sorted(Path(file).name for file in files)

@@ -8,7 +8,7 @@ class ServiceError(RuntimeError):
 
 
 class MissingBinaryError(ServiceError):
-    """A program a service runs (SeaweedFS's `weed`, PostgreSQL's `initdb`) is not installed."""
+    """A program a service runs (SeaweedFS's `weed`, PostgreSQL's `initdb`, Kafka's `java`) is not installed."""
 
 
 class S3ServerError(ServiceError):
@@ -21,3 +21,7 @@ class SparkClusterError(ServiceError):
 
 class PostgresError(ServiceError):
     """The throwaway PostgreSQL server did not start or stop as asked."""
+
+
+class KafkaError(ServiceError):
+    """The local Kafka broker did not start or stop as asked, or refused what it was asked (a topic)."""
