@@ -37,7 +37,7 @@ REPOSITORY_ENV = "LAKEHOUSE_MAVEN_REPOSITORY"
 JARS_DIR_ENV = "LAKEHOUSE_JARS_DIR"
 RESOLVE_HINT = "make setup (python -m lakehouse_assets.runtime.jars resolve)"
 # What loads a jar: Spark, as its settings say (SPARK_USES), or the local Kafka broker's JVM, which Spark never loads.
-SPARK_USES = ("iceberg", "sqlite", "postgresql", "s3")
+SPARK_USES = ("iceberg", "kafka", "sqlite", "postgresql", "s3")
 KAFKA_BROKER = "kafka-broker"
 USES = (*SPARK_USES, KAFKA_BROKER)
 # The Maven plugin that lists a group's jars with everything they need at run time (`pin --with-dependencies`).
@@ -175,9 +175,9 @@ def jars_for(uses: set[str]) -> list[Path]:
 
 
 def spark_jars(catalog_kinds: set[str], on_s3: bool, extra_jars: tuple[str, ...]) -> list[str]:
-    """Local jar paths for `spark.jars`: Iceberg, the catalogs' JDBC drivers, S3A for a zone on S3, and any the
-    settings add (LAKEHOUSE_SPARK_JARS)."""
-    uses = {"iceberg"} | {kind for kind in catalog_kinds if kind in SPARK_USES} | ({"s3"} if on_s3 else set())
+    """Local jar paths for `spark.jars`: Iceberg, Spark's Kafka source, the catalogs' JDBC drivers, S3A for a zone on
+    S3, and any the settings add (LAKEHOUSE_SPARK_JARS)."""
+    uses = {"iceberg", "kafka"} | {kind for kind in catalog_kinds if kind in SPARK_USES} | ({"s3"} if on_s3 else set())
     return [*map(str, jars_for(uses)), *extra_jars]
 
 

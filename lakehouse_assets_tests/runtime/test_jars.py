@@ -59,9 +59,9 @@ def test_the_jars_of_a_use_are_loaded_only_with_it(installed):
     for jar in jars.coordinates():
         named[jar.use].append(str(jar.path(installed)))
     assert jars.spark_jars({"postgresql"}, on_s3=False, extra_jars=("/x.jar",)) == [
-        *named["iceberg"], *named["postgresql"], "/x.jar"]
+        *named["iceberg"], *named["postgresql"], *named["kafka"], "/x.jar"]
     assert jars.spark_jars({"sqlite"}, on_s3=True, extra_jars=()) == [*named["iceberg"], *named["sqlite"],
-                                                                     *named["s3"]]
+                                                                     *named["s3"], *named["kafka"]]
     # The broker's jars are for its own JVM: no setting puts one into Spark's.
     assert named[jars.KAFKA_BROKER]
     everything = jars.spark_jars({"sqlite", "postgresql", jars.KAFKA_BROKER}, on_s3=True, extra_jars=())
