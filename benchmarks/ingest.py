@@ -236,8 +236,9 @@ def _commands(results: dict) -> list[str]:
     fixed = runs["fixed"]
     lines = ["The whole commands, each a process of its own on a fresh lakehouse home (`dagster asset materialize` "
              "of bronze_events over the days; plain Spark's conversion as a PySpark script with the same master and "
-             "driver memory, its schema written out, importing nothing of the project's); `fixed` is each command on a single line, what a run pays before its data (the JVM, "
-             "Dagster's run, the tables created, the listing):", "",
+             "driver memory, its schema written out, importing nothing of the project's); `fixed` is each command "
+             "on a single line, what a run pays before its data (the JVM, Dagster's run, the tables created, the "
+             "listing):", "",
              "| lines | ours, s | plain Spark, s | ours / plain | less each one's fixed cost: ours / plain |",
              "|---|---|---|---|---|",
              f"| {fixed['lines']:,} (fixed) | {fixed['ours_s']:.1f} | {fixed['plain_spark_s']:.1f} | "
