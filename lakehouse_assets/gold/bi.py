@@ -313,8 +313,8 @@ def merge_minutes(lakehouse: LakehouseResource, gold: Gold, silver: TableSpec, m
         events = silver_table.read(reader=spec.name).where(in_days)
         touched = events.withColumn("_minute", F.date_trunc("minute", c.ts)).join(
             F.broadcast(wanted.withColumnRenamed("minute", "_minute")), "_minute", "left_semi").drop("_minute")
-        # Computed before the MERGE: on Spark 4.1 a MERGE whose source is a view over a table read fails to plan
-        # (the view keeps a reference to silver that the MERGE's rewrite leaves unresolved).
+        # Computed before the MERGE: called from the stream's foreachBatch, Spark 4.1 fails to plan this MERGE from
+        # a view over silver's read ("No plan for TableReference ... silver_events"); the minutes' rows are few.
         rows = conform(table, c.per_minute(touched), evolve=False).localCheckpoint()
         view = f"minutes_{uuid.uuid4().hex[:12]}"
         rows.createOrReplaceTempView(view)
