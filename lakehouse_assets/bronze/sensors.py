@@ -15,6 +15,9 @@ Retries: a request is remembered for RETRY_SECONDS; after that, a file the log s
 failed, or it was still being written) is requested again. Repeating a request is safe: bronze checks each
 file against the log, and commits the log together with the rows.
 
+Queueing: a landing run goes ahead of the runs already queued (`dagster/priority`): the automation may have
+queued days of downstream runs, and new records should not wait behind them for bronze.
+
 While `lakehouse stream` runs for the source (its heartbeat is fresh), the sensor skips: the stream takes
 the files.
 """
@@ -55,6 +58,9 @@ LOOKBACK_SECONDS = 600
 FULL_LISTING_SECONDS = 600
 # A file requested this long ago that the log still does not hold as it is is requested again.
 RETRY_SECONDS = 600
+
+# Dagster's queue starts runs of a higher priority first (the default is 0).
+LANDING_RUN_PRIORITY = 10
 
 # What the ingest log holds, kept between ticks (the daemon's code server stays up): a tick rereads the log
 # only when it has changed.
@@ -194,7 +200,8 @@ def _run_requests(source_name: str, keys: list[AssetKey], new: list[LandedFile])
             run_key=f"{source_name}:{day}:" + hashlib.sha1("\n".join(sorted(ids)).encode()).hexdigest()[:16],
             partition_key=day,
             asset_selection=keys,
-            tags={"lakehouse/new_files": str(len(ids)), "lakehouse/source": source_name},
+            tags={"lakehouse/new_files": str(len(ids)), "lakehouse/source": source_name,
+                  "dagster/priority": str(LANDING_RUN_PRIORITY)},
         )
         for day, ids in sorted(by_day.items())
     ]

@@ -67,6 +67,8 @@ def test_new_files_trigger_runs_that_take_them_exactly_once(zone_lakehouse, tmp_
 
     tick = evaluate(lakehouse, instance)
     assert sorted(r.partition_key for r in tick.run_requests) == [d.isoformat() for d in DAYS]
+    # Queued ahead of the automation's runs (priority 0): new records do not wait behind days of downstream runs.
+    assert all(int(r.tags["dagster/priority"]) > 0 for r in tick.run_requests)
     for request in tick.run_requests:
         execute(lakehouse, instance, request)
     rows = bronze_rows(lakehouse)

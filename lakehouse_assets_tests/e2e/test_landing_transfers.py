@@ -33,11 +33,14 @@ from ..shop import ROOT, temporary_instance
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 DEADLINE_S = 600
-TODAY = dt.datetime.now(dt.timezone.utc).date()
+
+
+def _today() -> dt.date:
+    return dt.datetime.now(dt.timezone.utc).date()
 
 
 def _text(prefix: str, n: int) -> str:
-    return "".join(json.dumps(e) + "\n" for e in _events(TODAY, n, prefix))
+    return "".join(json.dumps(e) + "\n" for e in _events(_today(), n, prefix))
 
 
 def _held(settings: Settings, table: str) -> list[tuple[str, int, str | None]]:
@@ -78,7 +81,7 @@ def _project(tmp_path: Path, settle: str) -> Path:
 def test_local_transfers_old_times_halves_slow_gzip_and_empty_files_are_each_decided_once(tmp_path):
     env, settings, dagster_home = temporary_instance(tmp_path, "transfer-test-key-for-pseudonyms-in-tests")
     env["LAKEHOUSE_PROJECT"] = str(_project(tmp_path, "15s"))
-    folder = settings.local_path(settings.landing) / "events" / f"date={TODAY}"
+    folder = settings.local_path(settings.landing) / "events" / f"date={_today()}"
     folder.mkdir(parents=True)
     daemon = _daemon(env, dagster_home, tmp_path)
     try:
@@ -131,8 +134,10 @@ def test_s3_objects_uploaded_again_with_more_lines_or_replaced_are_each_decided_
     s3 = boto3.client("s3", endpoint_url=s3_server.endpoint_url, aws_access_key_id=s3_server.access_key,
                       aws_secret_access_key=s3_server.secret_key, region_name="us-east-1")
 
+    folder = f"{prefix}/events/date={_today()}"
+
     def put(name: str, body: str) -> None:
-        s3.put_object(Bucket="raw", Key=f"{prefix}/events/date={TODAY}/{name}", Body=body.encode())
+        s3.put_object(Bucket="raw", Key=f"{folder}/{name}", Body=body.encode())
 
     daemon = _daemon(env, dagster_home, tmp_path)
     try:
