@@ -27,6 +27,7 @@ from .bronze.capture_asset import capture_asset, capture_schedule
 from .bronze.ingest import INGEST_LOG, LandingSource, landing_asset
 from .bronze.late_events import late_events_sensor
 from .bronze.sensors import landing_sensor
+from .bronze.topics import topic_asset, topic_sensor
 from .gold.bi import gold_event_assets, gold_specs
 from .gold.sql_tables import sql_table_asset, sql_table_spec
 from .ml.features import ML_TRAINING_SET, ML_USER_FEATURES, ml_assets
@@ -110,7 +111,10 @@ def _bronze_assets(project: Project, sources: list[LandingSource], partitions: D
     for landing in sources:
         table = next((t for t in project.cdc.values() if t.landing == landing.name), None)
         captured_by = captures.get(table.source) if table is not None else None
-        assets.append(landing_asset(landing, partitions, deps=[captured_by.key] if captured_by else []))
+        if landing.topic is not None:
+            assets.append(topic_asset(landing, partitions))
+        else:
+            assets.append(landing_asset(landing, partitions, deps=[captured_by.key] if captured_by else []))
     return assets
 
 
@@ -140,7 +144,8 @@ def _layer_sensors(project: Project, sources: list[LandingSource], partitions: D
                    specs: dict[str, TableSpec], assets: list[AssetsDefinition]) -> list[SensorDefinition]:
     """A landing sensor per source, a late-events sensor per event source, and one automation sensor for
     everything after bronze (capture and bronze run by their own schedules and sensors)."""
-    sensors = [landing_sensor(source, partitions) for source in sources]
+    sensors = [topic_sensor(source, partitions) if source.topic is not None else landing_sensor(source, partitions)
+               for source in sources]
     sensors += [late_events_sensor(events, partitions) for events in project.events.values()]
     layers = {name: spec.layer for name, spec in specs.items()}
     automated = [a for a in assets if any(layers.get(k.to_user_string()) in ("silver", "gold", "ml") for k in a.keys)]

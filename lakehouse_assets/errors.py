@@ -67,3 +67,8 @@ class CatalogUnreachableError(LakehouseError, RuntimeError):
 
 class PublishedError(LakehouseError, RuntimeError):
     """A write reached main and something after it failed: never to be retried (it would be written twice)."""
+
+
+class RetentionGapError(LakehouseError, RuntimeError):
+    """Offsets of a topic that were never taken are gone (its retention deleted them): what was asked for would be
+    short."""

@@ -60,6 +60,7 @@ def event_landing_source(source: EventSource, policy: LandingPolicy | None = Non
         event_time=source.timestamp,
         policy=policy or LandingPolicy(),
         read_json=read_json_schema(source),
+        topic=source.topic,
     )
 
 

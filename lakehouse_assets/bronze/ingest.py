@@ -144,6 +144,7 @@ class LandingSource:
     policy: LandingPolicy = field(default_factory=LandingPolicy)  # when a landed file is complete enough to take
     read_json: T.StructType | None = None  # what the line reader parses each line into (landing/reader.py)
     read_head: str | None = None  # and the wrapped records' head it passes over
+    topic: str | None = None  # a Kafka topic the records come from instead of landing files (bronze/topics.py)
 
 
 @dataclass

@@ -8,6 +8,10 @@ holds of its versions before the change count as records in too, and so do those
 a file the log lists that has since been removed from the zone. Lines `lakehouse forget`
 deleted from bronze or the quarantine are counted as forgotten (its ledger, `bronze_forgotten`):
 records in = kept + quarantined + forgotten.
+
+A source on a Kafka topic is reconciled per partition: the records in are those a read_committed consumer of its
+own receives in the offset ranges the ingest log holds (another client than the Spark source bronze read them
+with), or, for a range the topic's retention has since deleted, the records the log says it held.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import pyarrow.compute as pc
 from pyiceberg.expressions import EqualTo, Reference
 from pyiceberg.expressions.literals import literal
 
+from ..landing.kafka import Broker, Range
 from ..landing.versions import RESTARTS
 from ..landing.zones import escapes, landing_day, landing_zone, source_root
-from ..project import Project
+from ..project import EventSource, Project
 from ..project.model import FORGOTTEN, INGEST_LOG
 from ..runtime.catalog import catalog_for
 from ..settings import Settings
@@ -75,11 +80,13 @@ def forgotten_per_day(catalog, namespace: str, source: str) -> Counter:
 
 
 def reconcile(settings: Settings, project: Project, source: str | None = None) -> list[dict]:
-    """Per landing source and day: lines in the landing files vs rows kept in bronze + rows quarantined + lines
-    forgotten."""
+    """Per landing source and day (per partition for a Kafka topic): lines in the landing files vs rows kept in
+    bronze + rows quarantined + lines forgotten."""
     if source is None:
         return [row for s in project.landing_sources for row in reconcile(settings, project, s.landing)]
     declared = project.landing_source(source)
+    if isinstance(declared, EventSource) and declared.topic is not None:
+        return _reconcile_topic(settings, declared, declared.topic)
     zone = landing_zone(settings)
     lines_in: Counter = Counter()
     root = source_root(settings, source)
@@ -116,3 +123,44 @@ def reconcile(settings: Settings, project: Project, source: str | None = None) -
             "balanced": lines_in[day] == kept[day] + quarantined[day] + forgotten[day],
         })
     return rows
+
+
+def _reconcile_topic(settings: Settings, source: EventSource, topic: str) -> list[dict]:
+    catalog = catalog_for(settings)
+    log_id = (settings.namespace, INGEST_LOG)
+    logged: dict[str, int] = {}
+    if catalog.table_exists(log_id):
+        for row in catalog.load_table(log_id).scan(row_filter=EqualTo(term=Reference("source"), value=literal(source.landing)),
+                                                    selected_fields=("source_file", "records")).to_arrow().to_pylist():
+            logged[row["source_file"]] = row["records"]
+    ranges = [r for uri in logged if (r := Range.of(uri)) is not None and r.topic == topic]
+    records_in: Counter = Counter()
+    with Broker(settings) as broker:
+        marks = broker.watermarks(topic)
+        for partition in sorted({r.partition for r in ranges}):
+            mine = [r for r in ranges if r.partition == partition]
+            held = [r for r in mine if r.start >= marks.get(partition, (0, 0))[0]]
+            counted = broker.count(topic, partition, held)
+            for r in mine:  # a range retention has deleted (or recorded as a gap): as the log holds it
+                records_in[partition] += counted[r.uri] if r.uri in counted else logged[r.uri]
+
+    def per_partition(table: str) -> Counter:
+        identifier = (settings.namespace, table)
+        if not catalog.table_exists(identifier):
+            return Counter()
+        files = catalog.load_table(identifier).scan(selected_fields=("source_file",)).to_arrow()["source_file"]
+        counts = pc.value_counts(files.combine_chunks()).to_pylist()
+        out: Counter = Counter()
+        for c in counts:
+            r = Range.of(c["values"])
+            if r is not None and r.topic == topic:
+                out[r.partition] += c["counts"]
+        return out
+
+    kept, quarantined = per_partition(source.bronze), per_partition(source.quarantine)
+    forgotten: Counter = Counter()  # forget's ledger counts by landing day, not by partition: none yet on topics
+    return [{
+        "source": source.landing, "landing_date": None, "topic": topic, "partition": p, "records_in": records_in[p],
+        "kept": kept[p], "quarantined": quarantined[p], "forgotten": forgotten[p],
+        "balanced": records_in[p] == kept[p] + quarantined[p] + forgotten[p],
+    } for p in sorted(set(records_in) | set(kept) | set(quarantined))]

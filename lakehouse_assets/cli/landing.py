@@ -121,8 +121,10 @@ def cmd_reconcile(args: argparse.Namespace, settings: Settings) -> int:
     project = load_project(settings.project, settings.project_origin)
     sources = args.source or [s.landing for s in project.landing_sources]
     rows = [row for source in sources for row in reconcile(settings, project, source)]
-    print_rows(rows, ["source", "landing_date", "records_in", "kept", "quarantined", "forgotten", "balanced"], args.json)
-    unbalanced = [f"{r['source']} {r['landing_date']}" for r in rows if not r["balanced"]]
+    where = ["landing_date", "partition"] if any("partition" in r for r in rows) else ["landing_date"]
+    print_rows(rows, ["source", *where, "records_in", "kept", "quarantined", "forgotten", "balanced"], args.json)
+    unbalanced = [f"{r['source']} " + (f"partition {r['partition']}" if "partition" in r else str(r["landing_date"]))
+                  for r in rows if not r["balanced"]]
     if unbalanced:
         print(f"records in != kept + quarantined + forgotten for: {', '.join(unbalanced)}", file=sys.stderr)
         return 1
@@ -144,7 +146,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--events", type=int, default=200)
     p.set_defaults(func=cmd_drop)
 
-    p = sub.add_parser("reconcile", help="check records in = kept + quarantined, per source and landing day")
+    p = sub.add_parser("reconcile", help="check records in = kept + quarantined, per source and landing day (per "
+                                           "partition for a Kafka topic)")
     p.add_argument("--source", action="append", help="one landing source, e.g. events (repeatable); default all")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reconcile)

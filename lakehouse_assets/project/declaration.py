@@ -55,9 +55,15 @@ class RuleDecl(_Decl):
         return [p for p in self.PREDICATES if getattr(self, p) is not None]
 
 
+class KafkaTopicDecl(_Decl):
+    topic: str = Field(description="the Kafka topic the events are published to (JSON values)")
+
+
 class EventSourceDecl(_Decl):
     description: str = ""
     landing: Optional[str] = None
+    kafka: Optional[KafkaTopicDecl] = Field(
+        None, description="read the events from a Kafka topic (the broker named by the settings), not landing files")
     fields: dict[str, Union[str, FieldDecl]]
     required: list[str] = []
     key: str

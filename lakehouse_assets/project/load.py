@@ -149,6 +149,10 @@ def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
     # Key and timestamp are always required: without them an event cannot be placed or deduplicated.
     required = tuple(dict.fromkeys([decl.key, decl.timestamp, *decl.required]))
     landing = decl.landing or name
+    topic = decl.kafka.topic if decl.kafka is not None else None
+    if topic is not None and not _KAFKA_TOPIC.match(topic):
+        c.fail((*path, "kafka", "topic"), f"{topic!r} is not a Kafka topic name (letters, digits, '.', '_' and '-', "
+                                          "at most 249)")
     return EventSource(
         name=name, landing=landing, description=decl.description or f"Behavioural events of source {name}.",
         fields=fields, paths=paths, required=required, key=decl.key, timestamp=decl.timestamp,
@@ -156,8 +160,11 @@ def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
         event_types=tuple(decl.event_types) if decl.event_types is not None else None,
         pii=tuple(decl.pii), rules=tuple(decl.rules), checks=dict(decl.checks), late_days=decl.late_days,
         max_lateness=parse_duration(decl.max_lateness) if decl.max_lateness is not None else None,
-        renamed=renamed,
+        renamed=renamed, topic=topic,
     )
+
+
+_KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 def _event_fields(c: _Checker, path: tuple[Any, ...],

@@ -86,6 +86,7 @@ class EventSource(_Pseudonymised):
     late_days: int = 2
     max_lateness: dt.timedelta | None = None  # landing day - event time beyond this: rejected (rule max_lateness)
     renamed: dict[str, str] = field(default_factory=dict)  # field -> the name it had (`renamed_from`)
+    topic: str | None = None  # a Kafka topic the events are read from, instead of landing files
 
     bronze = _TableName("bronze_{}")
     quarantine = _TableName("bronze_{}_quarantine")

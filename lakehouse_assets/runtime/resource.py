@@ -32,6 +32,7 @@ class LakehouseResource(ConfigurableResource):
     namespace: Optional[str] = None
     spark_master: Optional[str] = None
     driver_memory: Optional[str] = None
+    kafka_bootstrap_servers: Optional[str] = None
 
     _settings: Optional[Settings] = PrivateAttr(default=None)
     _handles: dict[str, TableHandle] = PrivateAttr(default_factory=dict)

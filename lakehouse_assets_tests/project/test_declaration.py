@@ -247,3 +247,12 @@ def test_the_landing_retention_is_30_days_unless_declared_and_null_keeps_landed_
     assert "lakehouse_landing_retention" not in {s.name for s in build_definitions(project, Settings.from_env()).schedules}
     line = BASE.count("\n") + 2
     fails(tmp_path, BASE + "landing:\n  retention: 0s\n", line, "retention must be longer than 0")
+
+
+def test_an_event_source_on_a_kafka_topic_takes_it_from_there_and_a_bad_topic_name_is_refused(tmp_path):
+    project, _ = load_text(tmp_path, BASE.replace("  clicks:\n    fields:", "  clicks:\n    kafka: {topic: web.clicks}\n"
+                                                                       "    fields:"))
+    assert project.events["clicks"].topic == "web.clicks"
+    assert load_text(tmp_path, BASE)[0].events["clicks"].topic is None
+    fails(tmp_path, BASE.replace("  clicks:\n    fields:", "  clicks:\n    kafka: {topic: web/clicks}\n    fields:"), 4,
+          "'web/clicks' is not a Kafka topic name")

@@ -1,0 +1,269 @@
+"""A Kafka topic as a landing zone: its records taken in offset ranges, each named and logged like a landing file.
+
+A range of one partition, `kafka://<topic>/<partition>/<start>-<end>` (offsets start <= o < end, end being the
+offset after the range, as Kafka Connect's sinks name their files by topic, partition and start offset), is the
+unit bronze takes: its records are the unit's lines (line = offset - start + 1, so every record keeps its
+topic, partition and offset), its landing day is the day of each record's timestamp, and the ingest log gets a
+row for it in the same commit as its rows. Which offsets are taken is therefore what the ingest log says, in
+the same snapshot as bronze: the log is the consumer's committed position, and nothing else is.
+
+A run plans ranges from what the log holds (`plan`): the offsets between a start and an end (by time, for a
+day; the end of what is committed, for "everything new") that no logged range covers. Ends come from the
+broker with `isolation.level=read_committed` (the last stable offset: no record of an open transaction is
+past it), and records are read by Spark's Kafka source between exactly those offsets, read_committed: a
+range is the same records however often it is read. An offset the log does not hold that the topic no longer
+has (retention deleted it first) is a gap: the plan reports it, never takes it for nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ..errors import ConfigurationError
+from ..settings import Settings
+
+SCHEME = "kafka://"
+_URI = re.compile(r"^kafka://(?P<topic>[^/]+)/(?P<partition>\d+)/(?P<start>\d+)-(?P<end>\d+)$")
+# Offsets for a time (KIP-79): no record at or after it (the time is past the partition's last record).
+_NONE = -1
+TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, order=True)
+class Range:
+    """The offsets start <= o < end of one partition of a topic."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def uri(self) -> str:
+        return f"{SCHEME}{self.topic}/{self.partition}/{self.start}-{self.end}"
+
+    @staticmethod
+    def of(uri: str) -> Range | None:
+        m = _URI.match(uri)
+        if m is None:
+            return None
+        return Range(m["topic"], int(m["partition"]), int(m["start"]), int(m["end"]))
+
+
+def is_kafka(uri: str) -> bool:
+    return uri.startswith(SCHEME)
+
+
+def taken_offsets(uris: Iterable[str], topic: str) -> dict[int, list[tuple[int, int]]]:
+    """The offset intervals each partition's logged ranges cover, merged and in order."""
+    by_partition: dict[int, list[tuple[int, int]]] = {}
+    for uri in uris:
+        r = Range.of(uri)
+        if r is not None and r.topic == topic and r.end > r.start:
+            by_partition.setdefault(r.partition, []).append((r.start, r.end))
+    return {p: _merged(spans) for p, spans in by_partition.items()}
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def untaken(start: int, end: int, taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of [start, end) that no interval of `taken` (merged, in order) covers."""
+    out, at = [], start
+    for t_start, t_end in taken:
+        if t_end <= at:
+            continue
+        if t_start >= end:
+            break
+        if t_start > at:
+            out.append((at, t_start))
+        at = max(at, t_end)
+    if at < end:
+        out.append((at, end))
+    return out
+
+
+@dataclass
+class Plan:
+    """What a run takes of a topic: the ranges to read, and the gaps (offsets never taken that the topic no
+    longer holds)."""
+
+    ranges: list[Range] = field(default_factory=list)
+    gaps: list[Range] = field(default_factory=list)
+
+    @property
+    def offsets(self) -> int:
+        return sum(r.end - r.start for r in self.ranges)
+
+
+def plan(topic: str, bounds: dict[int, tuple[int, int, int]], taken: dict[int, list[tuple[int, int]]]) -> Plan:
+    """The ranges to take: for each partition, bounds (earliest offset the topic still holds, start, end), the
+    offsets from start to end no logged range covers. Those below the earliest held are gaps."""
+    out = Plan()
+    for partition, (earliest, start, end) in sorted(bounds.items()):
+        for s, e in untaken(start, end, taken.get(partition, [])):
+            if s < earliest:
+                out.gaps.append(Range(topic, partition, s, min(e, earliest)))
+            if e > earliest:
+                out.ranges.append(Range(topic, partition, max(s, earliest), e))
+    return out
+
+
+class Broker:
+    """What the broker says of a topic's offsets (read_committed), through one short-lived consumer."""
+
+    def __init__(self, settings: Settings):
+        if not settings.kafka_bootstrap_servers:
+            raise ConfigurationError("a Kafka source needs the broker's address: set LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS "
+                                     "(host:port[,host:port...]; `lakehouse kafka start` runs a local one)")
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer({**client_config(settings), "group.id": "lakehouse-offsets",
+                                   "enable.auto.commit": False, "isolation.level": "read_committed"})
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._consumer.close()
+
+    def partitions(self, topic: str) -> list[int]:
+        described = self._consumer.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+        if described is None or described.error is not None or not described.partitions:
+            why = described.error if described is not None and described.error is not None else "no partitions"
+            raise ConfigurationError(f"Kafka topic {topic!r} cannot be read: {why}")
+        return sorted(described.partitions)
+
+    def watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
+        """Each partition's earliest offset held and its last stable offset (past every committed record)."""
+        from confluent_kafka import TopicPartition
+
+        return {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S, cached=False)
+                for p in self.partitions(topic)}
+
+    def offsets_at(self, topic: str, at: dt.datetime) -> dict[int, int | None]:
+        """Each partition's first offset whose record's time is at or after `at` (None: no such record yet)."""
+        from confluent_kafka import TopicPartition
+
+        ms = int(at.timestamp() * 1000)
+        found = self._consumer.offsets_for_times([TopicPartition(topic, p, ms) for p in self.partitions(topic)],
+                                                 timeout=TIMEOUT_S)
+        return {tp.partition: (None if tp.offset == _NONE else tp.offset) for tp in found}
+
+
+    def count(self, topic: str, partition: int, ranges: list[Range], idle_s: float = 3.0) -> dict[str, int]:
+        """The committed records in each of `ranges` (of one partition), as a read_committed consumer of its own
+        receives them: what reconciliation compares bronze with, through another client than Spark's."""
+        from confluent_kafka import TopicPartition
+
+        counts = dict.fromkeys((r.uri for r in ranges), 0)
+        if not ranges:
+            return counts
+        ordered = sorted(ranges, key=lambda r: r.start)
+        end = max(r.end for r in ordered)
+        self._consumer.assign([TopicPartition(topic, partition, ordered[0].start)])
+        idle = 0.0
+        try:
+            while idle < idle_s:
+                messages = self._consumer.consume(num_messages=1000, timeout=0.5)
+                if not messages:
+                    idle += 0.5
+                    continue
+                idle, last = 0.0, -1
+                for m in messages:
+                    offset = m.offset()
+                    if m.error() is not None or offset is None:
+                        continue
+                    last = offset
+                    for r in ordered:
+                        if r.start <= offset < r.end:
+                            counts[r.uri] += 1
+                            break
+                if last >= end - 1:
+                    break
+        finally:
+            self._consumer.unassign()
+        return counts
+
+
+def client_config(settings: Settings) -> dict[str, Any]:
+    """The settings' Kafka client properties (librdkafka's names)."""
+    return {"bootstrap.servers": settings.kafka_bootstrap_servers}
+
+
+def read_ranges(spark: SparkSession, settings: Settings,
+                ranges: list[Range]) -> tuple[DataFrame, dict[str, int], dict[str, int]]:
+    """The records of `ranges` as landing lines (source_file: the range's uri, source_line: offset - start + 1,
+    landing_date: the day of the record's time, payload: the value as text), how many each range holds, and the
+    newest record time of each (epoch milliseconds)."""
+    schema = "source_file string, source_line int, landing_date date, payload string"
+    if not ranges:
+        return spark.createDataFrame([], schema), {}, {}
+    topics = {r.topic for r in ranges}
+    if len(topics) != 1:
+        raise ValueError(f"one topic per read, not {sorted(topics)}")
+    topic = topics.pop()
+    by_partition: dict[int, list[Range]] = {}
+    for r in ranges:
+        by_partition.setdefault(r.partition, []).append(r)
+    frames = []
+    # Spark's Kafka source reads one offset span per partition: several ranges of a partition are read apart.
+    for n in range(max(len(v) for v in by_partition.values())):
+        part = {p: sorted(v)[n] for p, v in by_partition.items() if len(v) > n}
+        frames.append(_read(spark, settings, topic, part))
+    records = frames[0]
+    for more in frames[1:]:
+        records = records.unionByName(more)
+    counts, newest = {r.uri: 0 for r in ranges}, {}
+    for row in records.groupBy("source_file").agg(F.count(F.lit(1)).alias("n"),
+                                                   F.max(F.unix_millis("_time")).alias("newest")).collect():
+        counts[row["source_file"]], newest[row["source_file"]] = row["n"], row["newest"]
+    return records.drop("_time"), counts, newest
+
+
+def _read(spark: SparkSession, settings: Settings, topic: str, part: dict[int, Range]) -> DataFrame:
+    start = {topic: {str(p): r.start for p, r in part.items()}}
+    end = {topic: {str(p): r.end for p, r in part.items()}}
+    reader = (spark.read.format("kafka")
+              .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+              .option("assign", json.dumps({topic: sorted(part)}))
+              .option("startingOffsets", json.dumps(start))
+              .option("endingOffsets", json.dumps(end))
+              .option("kafka.isolation.level", "read_committed")
+              # An offset of the plan that is gone is an error, never a range read short.
+              .option("failOnDataLoss", "true"))
+    frame = reader.load()
+    uri, first = _range_of(part)
+    return frame.select(
+        uri.alias("source_file"),
+        (F.col("offset") - first + 1).cast("int").alias("source_line"),
+        F.to_date(F.col("timestamp")).alias("landing_date"),
+        F.coalesce(F.col("value").cast("string"), F.lit("")).alias("payload"),
+        F.col("timestamp").alias("_time"),
+    )
+
+
+def _range_of(part: dict[int, Range]) -> tuple[Column, Column]:
+    """Each record's range uri and first offset, by its partition."""
+    uri: Any = F
+    first: Any = F
+    for p, r in sorted(part.items()):
+        cond = F.col("partition") == p
+        uri = uri.when(cond, F.lit(r.uri))
+        first = first.when(cond, F.lit(r.start))
+    return uri, first
