@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from dagster import DagsterInstance, materialize
+from dagster import DagsterInstance, build_sensor_context, materialize
 
 from lakehouse_assets.bronze.assets import landing_sources
 from lakehouse_assets.bronze.reconcile import reconcile
@@ -192,6 +192,27 @@ def _materialize(lakehouse, declared, day: dt.date, failpoint: str, **env: str) 
     return subprocess.Popen([dagster, "asset", "materialize", "-m", "lakehouse_assets.definitions", "--select",
                              "bronze_clicks,bronze_clicks_quarantine", "--partition", day.isoformat()],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=s.home)
+
+
+def test_the_topic_sensor_requests_today_while_the_topic_holds_records_not_taken(on_kafka, kafka, topic, declared):
+    project = load_project(declared)
+    defs = build_definitions(project, on_kafka.settings)
+    [sensor] = [s for s in defs.sensors if s.name == "bronze_clicks_topic_sensor"]
+    instance = DagsterInstance.ephemeral()
+
+    def tick():
+        context = build_sensor_context(instance=instance, definitions=defs, resources={"lakehouse": on_kafka})
+        return sensor.evaluate_tick(context)
+
+    assert "nothing new" in tick().skip_message
+    _day(kafka, topic, TODAY, 10)
+    [request] = tick().run_requests
+    assert request.partition_key == TODAY.isoformat() and int(request.tags["dagster/priority"]) > 0
+    assert _run(on_kafka, declared, TODAY).success
+    assert "nothing new" in tick().skip_message
+    # Stamped yesterday, appended now: after today's start by offset, so today's run takes it.
+    _produce(kafka, topic, [("late", _click(99, YESTERDAY), _at(YESTERDAY, 99))])
+    assert [r.partition_key for r in tick().run_requests] == [TODAY.isoformat()]
 
 
 def _crash(lakehouse, declared, day: dt.date, failpoint: str) -> subprocess.CompletedProcess:
