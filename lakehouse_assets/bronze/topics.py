@@ -101,10 +101,11 @@ def logged_ranges(ingest_log: TableHandle, source: str, topic: str, snapshot: in
 
 def ingest_topic(lakehouse: LakehouseResource, source: LandingSource, topic: str, bounds: Bounds, run_id: str,
                  label: str, log: Callable[[str], None] = print, properties: dict[str, str] | None = None,
-                 record_gaps: bool = True) -> TopicReport:
+                 record_gaps: bool = True, quiet: bool = False) -> TopicReport:
     """Take what `bounds` spans of `topic` that the ingest log does not hold; `properties` go into the summary of
     every snapshot published. Gaps (offsets never taken that the topic no longer holds) are logged as `expired`
-    ranges with no records and reported, or, without `record_gaps`, refused (RetentionGapError), nothing taken."""
+    ranges with no records and reported, or, without `record_gaps`, refused (RetentionGapError), nothing taken.
+    `quiet`: a plan with nothing to take is not logged (a stream polls every few seconds)."""
     report = TopicReport(files_listed=0)
     ingest_log, bronze, quarantine = (lakehouse.table(s).create()
                                       for s in (INGEST_LOG, source.bronze, source.quarantine))
@@ -125,8 +126,9 @@ def ingest_topic(lakehouse: LakehouseResource, source: LandingSource, topic: str
             log(f"{source.name}: {topic} {what} were deleted by the topic's retention before they were taken")
         report.files_listed = report.files_read = len(planned.ranges)
         report.ranges = planned.ranges
-        log(f"{source.name} {label}: {len(planned.ranges)} offset ranges of {topic} to take, "
-            f"{planned.offsets} offsets")
+        if planned.ranges or planned.gaps or not quiet:
+            log(f"{source.name} {label}: {len(planned.ranges)} offset ranges of {topic} to take, "
+                f"{planned.offsets} offsets")
         if not planned.ranges and not planned.gaps:
             report.records_in = 0
             return None

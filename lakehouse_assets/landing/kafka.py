@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -133,8 +134,10 @@ class Broker:
                                      "(host:port[,host:port...]; `lakehouse kafka start` runs a local one)")
         from confluent_kafka import Consumer
 
+        # librdkafka's own messages (a broker unreachable for a while, reconnecting) go to a logger, not stderr.
         self._consumer = Consumer({**client_config(settings), "group.id": "lakehouse-offsets",
-                                   "enable.auto.commit": False, "isolation.level": "read_committed"})
+                                   "enable.auto.commit": False, "isolation.level": "read_committed"},
+                                  logger=logging.getLogger("lakehouse_assets.kafka"))
 
     def __enter__(self) -> Broker:
         return self

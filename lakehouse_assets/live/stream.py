@@ -33,6 +33,7 @@ freshness policies, automation and lineage see the stream like any run.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import threading
 import time
@@ -60,7 +61,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from ..automation.partitions import daily_partitions
 from ..bronze.assets import event_landing_source
-from ..bronze.ingest import IngestReport, ingest
+from ..bronze.ingest import INGEST_LOG, IngestReport, ingest
+from ..bronze.topics import everything_new, ingest_topic
 from ..errors import ConfigurationError
 from ..gold.bi import gold_specs, merge_minutes
 from ..landing.reader import of_files
@@ -81,6 +83,7 @@ from ..times import UTC
 QUERY_ID = "lakehouse.stream.query-id"
 BATCH_ID = "lakehouse.stream.batch-id"
 SWEEP_SECONDS = 10.0
+TOPIC_FAILURES = 5  # batches of a topic failing in a row before the stream gives up
 
 
 @dataclass
@@ -164,6 +167,8 @@ class EventStream:
     def run(self, until_idle: float | None = None, max_seconds: float | None = None,
             stop: threading.Event | None = None) -> list[BatchReport]:
         """Run until stopped, until no file arrived for `until_idle` seconds, or for `max_seconds`."""
+        if self.source.topic is not None:
+            return self._run_topic(until_idle, max_seconds, stop)
         query = self._query = self.start()
         started = self.last_activity = time.monotonic()
         self.log(f"streaming {self.landing.name}/ (query {query.id}, checkpoint {self.checkpoint})")
@@ -200,8 +205,105 @@ class EventStream:
                                             and query.status.get("isTriggerActive"))
 
     def _query_id(self) -> str:
+        if self.source.topic is not None:  # no Spark query: the ingest log is the stream's position
+            key = f"{self.lakehouse.settings.namespace}|{self.source.name}|{self.source.topic}"
+            return hashlib.sha1(key.encode()).hexdigest()[:16]
         metadata = Path(self.checkpoint.removeprefix("file:")) / "metadata"
         return json.loads(metadata.read_text().splitlines()[0])["id"]
+
+    # -- a topic -------------------------------------------------------------------------------------
+
+    def _run_topic(self, until_idle: float | None, max_seconds: float | None,
+                   stop: threading.Event | None) -> list[BatchReport]:
+        """Every trigger, the topic's committed records the ingest log does not hold, as one batch (bronze, silver,
+        minute gold). First, a batch a killed stream left after bronze's commit is completed."""
+        topic = self.source.topic
+        started = self.last_activity = time.monotonic()
+        self.log(f"streaming Kafka topic {topic} (stream {self._query_id()})")
+        beat = heartbeat_file(self.lakehouse.settings.home, self.landing.name)
+        beat.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            beat.touch()
+            self._complete_topic_batch()
+            failures = 0
+            while True:
+                began = time.monotonic()
+                beat.touch()
+                try:
+                    with self._batch:
+                        self._topic_batch()
+                    failures = 0
+                except Exception as exc:  # a broker restarting, a lost connection: nothing or everything committed
+                    failures += 1
+                    if failures >= TOPIC_FAILURES:
+                        raise
+                    self.log(f"a batch of {topic} failed ({exc.__class__.__name__}: {str(exc)[:300]}); "
+                             f"tried again at the next trigger ({failures} of {TOPIC_FAILURES} in a row)")
+                while time.monotonic() - began < self.trigger_seconds and not (stop is not None and stop.is_set()):
+                    beat.touch()
+                    time.sleep(0.5)
+                now = time.monotonic()
+                if stop is not None and stop.is_set():
+                    break
+                if max_seconds is not None and now - started > max_seconds:
+                    break
+                if until_idle is not None and now - self.last_activity > until_idle:
+                    break
+        finally:
+            beat.unlink(missing_ok=True)
+        return self.reports
+
+    def _stream_commits(self, table: TableHandle) -> list[Any]:
+        """The snapshots of `table`'s main history this stream committed, newest first."""
+        if not table.exists():
+            return []
+        iceberg = table.iceberg()
+        if iceberg.current_snapshot() is None:
+            return []
+        mine = self._query_id()
+        return [s for s in ancestors_of(iceberg.current_snapshot(), iceberg.metadata)
+                if s.summary is not None and s.summary.additional_properties.get(QUERY_ID) == mine]
+
+    def _topic_batch(self) -> BatchReport | None:
+        bronze_commits = self._stream_commits(self.lakehouse.table(self.landing.bronze))
+        batch_id = 1 + max((int(s.summary.additional_properties[BATCH_ID]) for s in bronze_commits), default=0)
+        began = time.monotonic()
+        topic = self.source.topic
+        assert topic is not None
+
+        def take(run_id: str, label: str, props: dict[str, str]) -> tuple[IngestReport, list[str]]:
+            taken = ingest_topic(self.lakehouse, self.landing, topic, everything_new, run_id, label, log=self.log,
+                                 properties=props, quiet=True)
+            return taken, [r.uri for r in taken.ranges]
+
+        report = self._publish(BatchReport(batch_id, 0), take)
+        if not report.files:
+            return None
+        self._finish(report, began, [])
+        return report
+
+    def _complete_topic_batch(self) -> None:
+        """Silver and minute gold of the stream's last bronze batch, when a kill left them undone."""
+        bronze = self._stream_commits(self.lakehouse.table(self.landing.bronze))
+        if not bronze:
+            return
+        batch_id = bronze[0].summary.additional_properties[BATCH_ID]
+        tables = [self.source.silver] + ([MINUTE_ACTIVITY] if self.gold is not None else [])
+        done = all(any(s.summary.additional_properties.get(BATCH_ID) == batch_id for s in self._stream_commits(
+            self.lakehouse.table(spec))) for spec in (silver_spec(self.source),
+                                                       *([gold_specs(self.gold)[MINUTE_ACTIVITY]] if self.gold else [])))
+        if done:
+            return
+        run_id = f"stream-{self._query_id()[:8]}-{batch_id}"
+        log = self.lakehouse.table(INGEST_LOG).read().where((F.col("run_id") == run_id) & (F.col("records") > 0))
+        units = sorted({r.source_file for r in log.select("source_file").collect()})
+        if not units:  # the batch took offsets that held no records (a gap retention left)
+            return
+        self.log(f"batch {batch_id} was taken into bronze by a stream that stopped before {', '.join(tables)}: "
+                 f"completing it ({len(units)} offset ranges)")
+        began = time.monotonic()
+        report = self._publish(BatchReport(batch_id, 0), lambda *_: (IngestReport(files_listed=len(units)), units))
+        self._finish(report, began, [])
 
     # -- one micro-batch ---------------------------------------------------------------------------
 
@@ -241,6 +343,10 @@ class EventStream:
         self.last_activity = time.monotonic()
         began = time.monotonic()
         report = self.process(paths, batch_id, dt.datetime.fromtimestamp(max(landed), UTC) if landed else None)
+        return self._finish(report, began, landed)
+
+    def _finish(self, report: BatchReport, began: float, landed: list[float]) -> BatchReport:
+        batch_id = report.batch_id
         report.landed_at = sorted(landed)
         report.seconds = round(time.monotonic() - began, 3)
         self.reports.append(report)
@@ -252,16 +358,13 @@ class EventStream:
                           last_batch_seconds=report.seconds, last_batch_at=time.time())
         except OSError as exc:
             self.log(f"could not update the stream's status file: {exc}")
-        self.log(f"batch {batch_id}: {report.files} files, {report.records_in} records, {report.silver_added} "
+        units = "files" if self.source.topic is None else "offset ranges"
+        self.log(f"batch {batch_id}: {report.files} {units}, {report.records_in} records, {report.silver_added} "
                  f"events to silver, {report.minutes} minutes to gold in {report.seconds:.1f}s")
         return report
 
     def process(self, paths: list[str], batch_id: int | str, newest_modified: dt.datetime | None = None) -> BatchReport:
-        lakehouse, source = self.lakehouse, self.source
-        query_id = self._query_id()
-        props = {QUERY_ID: query_id, BATCH_ID: str(batch_id)}
-        run_id = f"stream-{query_id[:8]}-{batch_id}"
-        label = f"stream batch {batch_id}"
+        lakehouse = self.lakehouse
         root = source_root(lakehouse.settings, self.landing.name)
         refused = refusals(paths, root, self.partitions)
         files = [p for p in paths if p not in refused]
@@ -275,6 +378,25 @@ class EventStream:
         if not files:
             return report
 
+        def take(run_id: str, label: str, props: dict[str, str]) -> tuple[IngestReport, list[str]]:
+            ingested = ingest(lakehouse, self.landing, files, run_id, label, log=self.log, properties=props,
+                              sightings=self._sightings)
+            self._waiting = (self._waiting - set(files)) | set(ingested.waiting)
+            self._sightings.keep(self._waiting)
+            return ingested, files
+
+        return self._publish(report, take, newest_modified)
+
+    def _publish(self, report: BatchReport, take: Callable[[str, str, dict[str, str]], tuple[IngestReport, list[str]]],
+                 newest_modified: dt.datetime | None = None) -> BatchReport:
+        """Bronze (what `take` commits, and the units it took: files, or a topic's offset ranges), then silver and
+        minute gold from exactly the rows bronze's commits of the batch appended."""
+        lakehouse, source, batch_id = self.lakehouse, self.source, report.batch_id
+        query_id = self._query_id()
+        props = {QUERY_ID: query_id, BATCH_ID: str(batch_id)}
+        run_id = f"stream-{query_id[:8]}-{batch_id}"
+        label = f"stream batch {batch_id}"
+
         bronze = lakehouse.table(self.landing.bronze)
         before = bronze.snapshot_id() if bronze.exists() else None  # this batch's commits come after it
         clock = time.monotonic()
@@ -284,27 +406,29 @@ class EventStream:
             report.stage_seconds[stage] = round(time.monotonic() - clock, 3)
             clock = time.monotonic()
 
-        ingested = ingest(lakehouse, self.landing, files, run_id, label, log=self.log, properties=props,
-                          sightings=self._sightings)
-        self._waiting = (self._waiting - set(files)) | set(ingested.waiting)
-        self._sightings.keep(self._waiting)
+        ingested, files = take(run_id, label, props)
+        report.files = len(files)
+        if not files:
+            return report
         report.records_in, report.retries, report.newest_landed_at = (
             ingested.records_in, ingested.retries, ingested.newest_landed_at or newest_modified)
         report.kept = ingested.kept.added_records if ingested.kept else 0
         report.quarantined = ingested.quarantined.added_records if ingested.quarantined else 0
         # What the batch committed is reported to Dagster together at its end, bronze, silver, then gold: the
         # automation never sees bronze updated with silver not yet handled, and does not re-run what the stream did.
-        pending = [lambda: self._report_ingest(ingested, files, props)]
+        pending: list[Callable[[], None]] = []
         lap("bronze")
         failpoint("stream:after-bronze")
 
         # The batch's bronze rows without the raw payload, cached: silver, gold and the reports all read them.
         delivered = self._delivered(bronze, query_id, batch_id, files, before).select(
             *source.fields, "source_file", "source_line", "landing_date", "ingested_at").cache()
+        landed = self._landing_days(delivered, files)
+        pending.append(lambda: self._report_ingest(ingested, landed, props))
         try:
             streamed = take_new_events(lakehouse, source, delivered, run_id, label, props, self.log)
             report.retries += streamed.retries
-            days = self._days_brought_up_to_date(delivered, files)
+            days = self._days_brought_up_to_date(delivered, landed)
             pending.append(lambda: self._report_silver(streamed, days, props))
             lap("silver")
             failpoint("stream:after-silver")
@@ -374,7 +498,13 @@ class EventStream:
             if self.partitions.has_partition_key(day):
                 self._report(AssetMaterialization(asset_key=asset, partition=day, metadata=metadata))
 
-    def _days_brought_up_to_date(self, delivered: DataFrame, files: list[str]) -> list[str]:
+    def _landing_days(self, delivered: DataFrame, files: list[str]) -> set[dt.date]:
+        """The landing days the batch took: its files' day folders, or, for a topic's ranges, its rows' days."""
+        if self.source.topic is None:
+            return {d for f in files if (d := landing_day(f))}
+        return {r.landing_date for r in delivered.select("landing_date").distinct().collect()}
+
+    def _days_brought_up_to_date(self, delivered: DataFrame, landed: set[dt.date]) -> list[str]:
         """The silver (and minute gold) days this batch brings up to date: those its events fall on, and every
         event day that reads a landing day it took (event day E reads landing days E..E+late_days), since the
         stream has now taken what those landing days hold. Reporting all of them keeps the automation from
@@ -384,14 +514,14 @@ class EventStream:
         ts = self.source.timestamp
         days = {r.d for r in delivered.where(F.col(ts).isNotNull())
                 .select(F.date_format(ts, "yyyy-MM-dd").alias("d")).distinct().collect()}
-        for landed in {d for f in files if (d := landing_day(f))}:
-            days |= {(landed - dt.timedelta(days=k)).isoformat() for k in range(self.source.late_days + 1)}
+        for day in landed:
+            days |= {(day - dt.timedelta(days=k)).isoformat() for k in range(self.source.late_days + 1)}
         return sorted(days)
 
-    def _report_ingest(self, ingested: IngestReport, files: list[str], props: dict[str, str]) -> None:
+    def _report_ingest(self, ingested: IngestReport, landed: set[dt.date], props: dict[str, str]) -> None:
         if self.instance is None:
             return
-        days = sorted({d.isoformat() for f in files if (d := landing_day(f))})
+        days = sorted(d.isoformat() for d in landed)
         for asset, commit in ((self.landing.bronze.name, ingested.kept), (self.landing.quarantine.name,
                                                                            ingested.quarantined)):
             if commit is not None:
