@@ -72,10 +72,16 @@ demo-cdc: setup
 	$(BIN)/python -m examples.cdc.demo
 
 # The UI, the daemon, the metrics for Prometheus (METRICS_PORT), (STREAM=0 leaves it out) the stream of the
-# event source and (SERVE=0 leaves it out) the SQL endpoint for BI tools, stopped together.
+# event source and (SERVE=0 leaves it out) the SQL endpoint for BI tools, stopped together; when the declaration
+# reads Kafka topics and no cluster is set, a local broker with those topics (left running).
 METRICS_PORT ?= 9464
 dev: setup home
-	@$(BIN)/lakehouse metrics serve --port $(METRICS_PORT) > $(LAKEHOUSE_HOME)/metrics.log 2>&1 & pids=$$!; \
+	@kafka=$$($(BIN)/lakehouse kafka start --declared) || exit 1; \
+	if [ -n "$$kafka" ]; then \
+		export LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS=$$kafka; \
+		echo "Kafka broker for the declared topics on $$kafka (lakehouse kafka stop stops it)"; \
+	fi; \
+	$(BIN)/lakehouse metrics serve --port $(METRICS_PORT) > $(LAKEHOUSE_HOME)/metrics.log 2>&1 & pids=$$!; \
 	echo "metrics for Prometheus on http://127.0.0.1:$(METRICS_PORT)/metrics (log $(LAKEHOUSE_HOME)/metrics.log)"; \
 	if [ "$(STREAM)" != "0" ]; then \
 		$(BIN)/lakehouse stream > $(LAKEHOUSE_HOME)/stream.log 2>&1 & pids="$$pids $$!"; \

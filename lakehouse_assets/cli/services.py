@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -112,10 +113,35 @@ def cmd_kafka(args: argparse.Namespace, settings: Settings) -> int:
     if args.action != "start":
         return _stop_or_status(args.action, root, "Kafka broker", stop_kafka, kafka_status,
                                lambda state: f"running, pid {state.pid}, {state.bootstrap_servers}")
+    if args.declared:
+        return _declared_kafka(args, settings, root)
     broker = LocalKafka(root, port=args.port, heap=args.heap).start(detach=True)
     print(f"Kafka broker (Apache Kafka {broker.version}, KRaft, cluster {broker.cluster_id}) on "
           f"{broker.bootstrap_servers}, data in {broker.data_dir}; to use it:")
     print(f"export LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap_servers}")
+    return 0
+
+
+def _declared_kafka(args: argparse.Namespace, settings: Settings, root: Path) -> int:
+    """`make dev`'s broker: only for a declaration with sources on Kafka topics and no cluster named by the
+    settings; the one already running under the home, else a new start; each declared topic created if missing.
+    Prints the bootstrap servers alone (nothing when no broker is wanted)."""
+    from lakehouse_services.kafka import LocalKafka, kafka_status
+
+    from ..project import load_project
+
+    project = load_project(settings.project, settings.project_origin)
+    topics = sorted({s.topic for s in project.events.values() if s.topic is not None})
+    if not topics or settings.kafka_bootstrap_servers:
+        return 0
+    running = kafka_status(root) is not None
+    broker = LocalKafka.attach(root) if running else LocalKafka(root, port=args.port, heap=args.heap).start(detach=True)
+    have = set(broker.admin().list_topics(timeout=30).topics)
+    for topic in topics:
+        if topic not in have:
+            broker.create_topic(topic, args.partitions)
+            print(f"created topic {topic} ({args.partitions} partitions)", file=sys.stderr)
+    print(broker.bootstrap_servers)
     return 0
 
 
@@ -144,4 +170,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=0,
                    help="start: the clients' port (default: the one it used last, else a free one)")
     p.add_argument("--heap", default="512m", help="start: the broker JVM's maximum heap (default 512m)")
+    p.add_argument("--declared", action="store_true",
+                   help="start: only when the declaration reads Kafka topics and the settings name no cluster; reuse "
+                        "the broker already running, create the declared topics, print its address alone (make dev)")
+    p.add_argument("--partitions", type=int, default=3, help="start --declared: partitions of a topic it creates")
     p.set_defaults(func=cmd_kafka)

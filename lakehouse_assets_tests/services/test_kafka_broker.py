@@ -22,8 +22,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from lakehouse_assets.errors import MissingJarError
 from lakehouse_assets.runtime import jars
 from lakehouse_services.errors import KafkaError as BrokerError
-from lakehouse_services.kafka import LocalKafka, kafka_status
+from lakehouse_services.kafka import LocalKafka, kafka_status, stop_kafka
 from lakehouse_services.process import alive
+
+from ..shop import SHOP_FILE
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 
@@ -261,3 +263,30 @@ def test_what_keeps_a_broker_from_starting_is_said_before_or_with_its_log(tmp_pa
                                               r"run make setup"):
         LocalKafka(tmp_path / "unresolved").start()
     assert not (tmp_path / "unresolved" / "kafka.json").exists()
+
+
+def test_make_devs_broker_starts_only_for_a_declaration_on_topics_and_serves_its_topics(tmp_path):
+    declaration = tmp_path / "lakehouse.yaml"
+    declaration.write_text("name: clicks\nevents:\n  clicks:\n    kafka: {topic: web.clicks}\n    fields:\n"
+                           "      id: string\n      ts: timestamp\n    key: id\n    timestamp: ts\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")},
+           "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_PROJECT": str(declaration)}
+
+    def declared(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([LAKEHOUSE, "kafka", "start", "--declared"], env={**env, **extra}, capture_output=True,
+                              text=True, timeout=120)
+
+    assert declared(LAKEHOUSE_PROJECT=str(SHOP_FILE)).stdout == ""  # no topic declared: no broker
+    assert declared(LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS="kafka-1.internal:9092").stdout == ""  # a team's cluster
+    assert kafka_status(tmp_path / "kafka") is None
+    started = declared()
+    try:
+        assert started.returncode == 0, started.stderr
+        servers = started.stdout.strip()
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", servers) and "created topic web.clicks (3 partitions)" in started.stderr
+        topic = LocalKafka.attach(tmp_path / "kafka").admin().list_topics(timeout=10).topics["web.clicks"]
+        assert len(topic.partitions) == 3
+        again = declared()  # the broker already running, its topic kept
+        assert (again.returncode, again.stdout.strip(), again.stderr) == (0, servers, "")
+    finally:
+        stop_kafka(tmp_path / "kafka")
