@@ -20,7 +20,8 @@ Metrics (labels in braces; `table` is a table name, `source` a landing folder su
   (from Dagster's event log: writes run again after losing a race, and replays on a moved main);
 - per landing source: `lakehouse_source_records_in_total`, `_records_kept_total`,
   `_records_quarantined_total`, `_landing_files_waiting` (landed, not yet ingested: the
-  backlog), `_landing_files_refused` (never ingested: outside a day folder, or out of range);
+  backlog), `_landing_files_refused` (never ingested: outside a day folder, or out of range); for a source on a
+  Kafka topic, `lakehouse_source_kafka_offsets_behind{topic,partition}` (committed offsets not taken: the lag);
 - per capture: `lakehouse_capture_records_total`, `_retained_wal_bytes` (read from PostgreSQL when
   `LAKEHOUSE_CDC_<SOURCE>_DSN` is set, else what the last capture read), `_max_retained_wal_bytes`
   (declared), `_retained_wal_read_timestamp_seconds`;
@@ -50,7 +51,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from ..landing.taken import newest_versions
 from ..landing.versions import CHANGED, ahead_of_clock, needs_a_look
-from ..project import Project
+from ..project import EventSource, Project
 from ..project.model import INGEST_LOG
 from ..runtime.status import capture_status_file, read_status, stream_is_running, stream_status_file
 from ..settings import Settings
@@ -253,6 +254,9 @@ class LakehouseCollector:
             out.counter("source_records_in", "Records in the landing files ingested", s, records)
             out.counter("source_records_kept", "Records kept in bronze", s, kept)
             out.counter("source_records_quarantined", "Records quarantined, each with its reason", s, quarantined)
+            if isinstance(declared, EventSource) and declared.topic is not None:
+                errors += self._collect_topic(out, name, declared.topic, [r["source_file"] for r in by_source[name]])
+                continue
             out.counter("source_files_changed_after_taken", "Landed files rewritten, truncated or replaced after they "
                         "were taken: their new content is quarantined whole", s, changed[name])
             try:
@@ -274,6 +278,23 @@ class LakehouseCollector:
             if name in streamed and (self.settings.home / "streams" / name).exists():
                 out.gauge("stream_backlog_files", "Files landed and not taken by the stream yet", s, waiting)
         return errors
+
+    def _collect_topic(self, out: _Families, source: str, topic: str, logged: list[str]) -> int:
+        """Per partition of a source's topic: the committed offsets no logged range covers (the consumer's lag)."""
+        from ..landing.kafka import Broker, taken_offsets, untaken
+
+        try:
+            with Broker(self.settings) as broker:
+                marks = broker.watermarks(topic)
+        except Exception as exc:  # noqa: BLE001
+            return self._failed(f"the offsets of Kafka topic {topic}", exc)
+        taken = taken_offsets(logged, topic)
+        for partition, (low, high) in sorted(marks.items()):
+            behind = sum(end - start for start, end in untaken(low, high, taken.get(partition, [])))
+            out.gauge("source_kafka_offsets_behind", "Committed offsets of the topic's partition that bronze has not "
+                      "taken (the consumer's lag)", {"source": source, "topic": topic, "partition": str(partition)},
+                      behind)
+        return 0
 
     # -- captures ----------------------------------------------------------------------------------
 

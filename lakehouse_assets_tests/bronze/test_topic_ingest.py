@@ -19,12 +19,15 @@ from collections import Counter
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from dagster import DagsterInstance, build_sensor_context, materialize
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from lakehouse_assets.bronze.assets import landing_sources
 from lakehouse_assets.bronze.reconcile import reconcile
 from lakehouse_assets.bronze.topics import everything_new, ingest_topic
 from lakehouse_assets.build import build_definitions
 from lakehouse_assets.landing.kafka import Range
+from lakehouse_assets.operations.metrics import LakehouseCollector
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_services.kafka import LocalKafka
@@ -194,6 +197,14 @@ def _materialize(lakehouse, declared, day: dt.date, failpoint: str, **env: str) 
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=s.home)
 
 
+def _behind(lakehouse, project, topic: str) -> Counter:
+    """lakehouse_source_kafka_offsets_behind per partition, as Prometheus would scrape it."""
+    text = generate_latest(LakehouseCollector(lakehouse.settings, project).registry()).decode()
+    return Counter({int(s.labels["partition"]): s.value for family in text_string_to_metric_families(text)
+                    for s in family.samples if s.name == "lakehouse_source_kafka_offsets_behind"
+                    and s.labels["topic"] == topic})
+
+
 def test_the_topic_sensor_requests_today_while_the_topic_holds_records_not_taken(on_kafka, kafka, topic, declared):
     project = load_project(declared)
     defs = build_definitions(project, on_kafka.settings)
@@ -205,11 +216,14 @@ def test_the_topic_sensor_requests_today_while_the_topic_holds_records_not_taken
         return sensor.evaluate_tick(context)
 
     assert "nothing new" in tick().skip_message
-    _day(kafka, topic, TODAY, 10)
+    published = _day(kafka, topic, TODAY, 10)
     [request] = tick().run_requests
     assert request.partition_key == TODAY.isoformat() and int(request.tags["dagster/priority"]) > 0
+    # The lag in the metrics: every record published is behind, per partition, until the run takes it.
+    assert _behind(on_kafka, project, topic) == Counter(p for p, *_ in published)
     assert _run(on_kafka, declared, TODAY).success
     assert "nothing new" in tick().skip_message
+    assert set(_behind(on_kafka, project, topic).values()) == {0}
     # Stamped yesterday, appended now: after today's start by offset, so today's run takes it.
     _produce(kafka, topic, [("late", _click(99, YESTERDAY), _at(YESTERDAY, 99))])
     assert [r.partition_key for r in tick().run_requests] == [TODAY.isoformat()]
