@@ -111,10 +111,11 @@ def _bronze_assets(project: Project, sources: list[LandingSource], partitions: D
     for landing in sources:
         table = next((t for t in project.cdc.values() if t.landing == landing.name), None)
         captured_by = captures.get(table.source) if table is not None else None
+        deps = [captured_by.key] if captured_by else []
         if landing.topic is not None:
-            assets.append(topic_asset(landing, partitions))
+            assets.append(topic_asset(landing, partitions, deps=deps))
         else:
-            assets.append(landing_asset(landing, partitions, deps=[captured_by.key] if captured_by else []))
+            assets.append(landing_asset(landing, partitions, deps=deps))
     return assets
 
 

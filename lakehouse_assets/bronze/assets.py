@@ -105,6 +105,7 @@ def cdc_landing_source(table: CdcTable, policy: LandingPolicy | None = None) -> 
         policy=policy or LandingPolicy(),
         read_json=READ_JSON,
         read_head=READ_HEAD,
+        topic=table.topic if table.on_kafka else None,
     )
 
 

@@ -155,7 +155,8 @@ def ingest_topic(lakehouse: LakehouseResource, source: LandingSource, topic: str
     return report
 
 
-def topic_asset(source: LandingSource, partitions: DailyPartitionsDefinition) -> AssetsDefinition:
+def topic_asset(source: LandingSource, partitions: DailyPartitionsDefinition,
+                deps: list[AssetKey] | None = None) -> AssetsDefinition:
     """The bronze asset of a Kafka source: a partition's run takes the topic's offsets of that day (by record
     time) that the ingest log does not hold. A day the topic no longer holds all of, and the log does not either,
     is refused (RetentionGapError), nothing taken: the lake is then that day's history."""
@@ -165,7 +166,8 @@ def topic_asset(source: LandingSource, partitions: DailyPartitionsDefinition) ->
     @multi_asset(
         name=bronze,
         specs=[
-            AssetSpec(bronze, description=source.bronze.description, group_name="bronze", kinds={"spark", "iceberg"}),
+            AssetSpec(bronze, description=source.bronze.description, group_name="bronze", kinds={"spark", "iceberg"},
+                      deps=deps or []),
             AssetSpec(quarantine, description=source.quarantine.description, group_name="bronze",
                       kinds={"spark", "iceberg"}),
         ],

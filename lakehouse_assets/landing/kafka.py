@@ -256,7 +256,8 @@ def _read(spark: SparkSession, settings: Settings, topic: str, part: dict[int, R
         uri.alias("source_file"),
         (F.col("offset") - first + 1).cast("int").alias("source_line"),
         F.to_date(F.col("timestamp")).alias("landing_date"),
-        F.coalesce(F.col("value").cast("string"), F.lit("")).alias("payload"),
+        # A record without a value (a tombstone) is the JSON null, as a capture writes it into a landing file.
+        F.coalesce(F.col("value").cast("string"), F.lit("null")).alias("payload"),
         F.col("timestamp").alias("_time"),
     )
 

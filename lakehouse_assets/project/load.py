@@ -357,7 +357,7 @@ def _cdc_table(c: _Checker, source_name: str, decl: CdcSourceDecl, name: str, t:
         partition=tuple(t.partition) if t.partition else (f"bucket(8, {t.primary_key[0]})",),
         write_mode=t.write_mode, decimal_handling_mode=decl.decimal_handling_mode,
         time_precision_mode=decl.time_precision_mode, source=source_name,
-        subject=t.subject, rounding=dict(t.rounding), renamed=renamed,
+        subject=t.subject, rounding=dict(t.rounding), renamed=renamed, on_kafka=decl.kafka,
     )
 
 

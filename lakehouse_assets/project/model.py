@@ -123,6 +123,7 @@ class CdcTable(_Pseudonymised):
     # value is quarantined.
     rounding: dict[str, str] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)  # column -> the name it had (`renamed_from`)
+    on_kafka: bool = False  # its change events are in its Kafka topic (`topic`), not landing files
 
     @property
     def topic(self) -> str:

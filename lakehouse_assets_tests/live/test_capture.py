@@ -41,6 +41,7 @@ from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
 from lakehouse_assets.sources import change_records as cdc
 from lakehouse_assets.sources.change_records import READ_HEAD, READ_JSON, bronze_cdc_schema, parse_cdc, survey_cdc
+from lakehouse_services.kafka import LocalKafka
 from lakehouse_services.postgres import ThrowawayPostgres
 
 # The capture as a user runs it, in processes of its own for minutes: with the whole deployments (make e2e).
@@ -61,7 +62,7 @@ cdc:
     schema: public
     decimal_handling_mode: {decimal}
     time_precision_mode: {time}
-    tables:
+{kafka}    tables:
       accounts:
         primary_key: [id]
         columns:
@@ -82,9 +83,15 @@ cdc:
         columns: {{id: int, title: string, body: string, meta: json}}
 """
 MODES = {
-    "default": {"suffix": "", "decimal": "precise", "time": "adaptive"},
-    "string": {"suffix": "_s", "decimal": "string", "time": "adaptive_time_microseconds"},
+    "default": {"suffix": "", "decimal": "precise", "time": "adaptive", "kafka": ""},
+    "string": {"suffix": "_s", "decimal": "string", "time": "adaptive_time_microseconds", "kafka": ""},
 }
+# Debezium writing the tables' change topics to a Kafka broker (as in Kafka Connect), bronze reading them there.
+ON_KAFKA = {"kafka": {"suffix": "_k", "decimal": "precise", "time": "adaptive", "kafka": "    kafka: true\n"}}
+
+
+def _mode(mode: str) -> dict:
+    return MODES.get(mode) or ON_KAFKA[mode]
 
 SCHEMA_SQL = """
 CREATE TABLE accounts (id bigint PRIMARY KEY, email text, name text, balance numeric(12,2), rate numeric,
@@ -194,7 +201,7 @@ def _env(root, mode):
 
 
 def _capture_command(mode, dsn):
-    return [LAKEHOUSE, "capture", "--source", "app" + MODES[mode]["suffix"], "--dsn", dsn, "--until-idle", "4",
+    return [LAKEHOUSE, "capture", "--source", "app" + _mode(mode)["suffix"], "--dsn", dsn, "--until-idle", "4",
             "--max-seconds", "240", "--json"]
 
 
@@ -284,7 +291,7 @@ def source(tmp_path):
         for mode in modes:
             (root / mode).mkdir()
             (root / mode / "lakehouse.yaml").write_text(DECLARATION.format(
-                mode=mode, start=TODAY - dt.timedelta(days=1), **MODES[mode]))
+                mode=mode, start=TODAY - dt.timedelta(days=1), **_mode(mode)))
         # The initial snapshot before any change: the test's changes are then all streamed.
         for mode, first in capture_each(root, modes, pg.dsn).items():
             assert first.returncode == 0, (mode, first.stderr[-3000:])
@@ -337,6 +344,30 @@ def test_silver_equals_the_source_after_snapshot_and_2000_concurrent_transaction
     assert done.returncode == 0, done.stderr
     assert "replication slot lakehouse_app_s" in done.stdout and "publication lakehouse_app_s" in done.stdout
     assert slots(pg.dsn) == ["lakehouse_app"]
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory):
+    with LocalKafka(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker
+
+
+def test_silver_equals_the_source_through_kafka_topics(spark, lake_settings, source, kafka, monkeypatch):
+    """The capture writes each table's change topic (3 partitions, keyed by the row's key, as Kafka Connect's JSON
+    converter with schemas writes key and value), nothing into the landing zone; bronze takes the topics by
+    offset ranges; silver is the source after the snapshot and 600 concurrent transactions with an ADD COLUMN
+    half way and primary-key updates."""
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
+    root, pg = source("kafka")
+    stats = workload(pg.dsn, 600, seed=3, add_column_after=300)
+    assert stats["n"] == 600
+    second = capture(root, "kafka", pg.dsn)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert json.loads(second.stdout)["records"] > 600
+    topics = kafka.admin().list_topics(timeout=10).topics
+    assert len(topics["app_k.public.accounts"].partitions) == 3 and "app_k.public.docs" in topics
+    assert not (root / "kafka" / "landing").exists()
+    silver_is_the_source(spark, lake_settings, root, pg, "kafka")
 
 
 def _rewritten(line: str, n: int) -> str:

@@ -256,3 +256,21 @@ def test_an_event_source_on_a_kafka_topic_takes_it_from_there_and_a_bad_topic_na
     assert load_text(tmp_path, BASE)[0].events["clicks"].topic is None
     fails(tmp_path, BASE.replace("  clicks:\n    fields:", "  clicks:\n    kafka: {topic: web/clicks}\n    fields:"), 4,
           "'web/clicks' is not a Kafka topic name")
+
+
+def test_a_cdc_source_on_kafka_reads_each_tables_debezium_topic_upstream_of_its_capture(tmp_path):
+    from dagster import AssetKey
+
+    from lakehouse_assets.bronze.assets import landing_sources
+    from lakehouse_assets.build import build_definitions
+    from lakehouse_assets.settings import Settings
+
+    text = BASE.replace("    schema: public\n", "    schema: public\n    kafka: true\n    capture: {until_idle: 5s}\n")
+    project, _ = load_text(tmp_path, text)
+    topics = {s.name: s.topic for s in landing_sources(project)}
+    assert topics["cdc/accounts"] == "app.public.accounts" and topics["clicks"] is None
+    defs = build_definitions(project, Settings.from_env())
+    assert AssetKey("capture_app") in defs.resolve_asset_graph().get(AssetKey("bronze_cdc_accounts")).parent_keys
+    assert "bronze_cdc_accounts_topic_sensor" in {s.name for s in defs.sensors}
+    assert "bronze_cdc_accounts_landing_sensor" not in {s.name for s in defs.sensors}
+    assert all(s.topic is None for s in landing_sources(load_text(tmp_path, BASE)[0]))
