@@ -367,7 +367,10 @@ def test_silver_equals_the_source_through_kafka_topics(spark, lake_settings, sou
     topics = kafka.admin().list_topics(timeout=10).topics
     assert len(topics["app_k.public.accounts"].partitions) == 3 and "app_k.public.docs" in topics
     assert not (root / "kafka" / "landing").exists()
-    silver_is_the_source(spark, lake_settings, root, pg, "kafka")
+    lakehouse = silver_is_the_source(spark, lake_settings, root, pg, "kafka")
+    files = {r.source_file.rsplit("/", 1)[0] for r in lakehouse.spark.table(lakehouse.table_id("bronze_cdc_accounts"))
+             .select("source_file").distinct().collect()}
+    assert files == {f"kafka://app_k.public.accounts/{p}" for p in range(3)}  # keys spread over the partitions
 
 
 def _rewritten(line: str, n: int) -> str:
@@ -443,6 +446,7 @@ def silver_is_the_source(spark, lake_settings, root, pg, mode):
     snapshot = bronze.where("op = 'r'").select("change_position").distinct().collect()
     assert bronze.where("op = 'r'").count() == 200 and len(snapshot) == 1, "one position for the whole snapshot"
     assert lakehouse.spark.table(lakehouse.table_id("bronze_cdc_accounts_quarantine")).count() == 0
+    return lakehouse
 
 
 def test_a_capture_killed_between_writing_and_flushing_offsets_loses_nothing(spark, lake_settings, source):
