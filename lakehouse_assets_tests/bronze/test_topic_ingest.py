@@ -236,6 +236,9 @@ def _crash(lakehouse, declared, day: dt.date, failpoint: str) -> subprocess.Comp
     return subprocess.CompletedProcess(process.args, process.returncode, out, "")
 
 
+# Runs in processes of their own, a Spark start each: with the whole deployments (make e2e).
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_run_killed_before_or_after_its_commit_leaves_each_record_once(on_kafka, kafka, topic, declared):
     first = _day(kafka, topic, YESTERDAY, 30)
     died = _crash(on_kafka, declared, YESTERDAY, "publish:before-swap")
@@ -250,6 +253,9 @@ def test_a_run_killed_before_or_after_its_commit_leaves_each_record_once(on_kafk
     assert _offsets(on_kafka, "bronze_clicks") == Counter((p, o) for p, o, _ in first + more)
 
 
+# Runs in processes of their own, a Spark start each: with the whole deployments (make e2e).
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_two_runs_planning_the_same_offsets_at_once_take_each_record_once(on_kafka, kafka, topic, declared,
                                                                            tmp_path):
     records = _day(kafka, topic, YESTERDAY, 30)
