@@ -35,8 +35,7 @@ from pyspark.sql import functions as F
 
 from ..automation.partitions import SINGLE_RUN
 from ..errors import RetentionGapError
-from ..landing.kafka import Broker, Plan, Range, is_kafka, plan, read_ranges, taken_offsets, untaken
-from ..landing.taken import TakenIndex
+from ..landing.kafka import Broker, Plan, Range, plan, read_ranges, taken_offsets, untaken
 from ..landing.versions import NEW, Content, Decision, Stat
 from ..runtime.commit import CommitResult, with_commit_retries
 from ..runtime.resource import LakehouseResource
@@ -46,7 +45,7 @@ from ..runtime.status import stream_is_running
 from ..tables.handle import TableHandle
 from ..times import UTC
 from .ingest import EVENT_DAYS, INGEST_LOG, IngestReport, LandingSource, Take, _write
-from .sensors import LANDING_RUN_PRIORITY
+from .sensors import LANDING_RUN_PRIORITY, TAKEN
 
 # The ingest log's `change` of a range the topic deleted before it was taken: no records, and never planned again.
 EXPIRED = "expired"
@@ -194,10 +193,6 @@ def _or(offset: int | None, otherwise: int) -> int:
     return otherwise if offset is None else offset
 
 
-# What the ingest log holds, kept between ticks (read again only when the log has changed).
-TAKEN = TakenIndex()
-
-
 def topic_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
                  minimum_interval_seconds: int = 30) -> SensorDefinition:
     """Requests runs of today's partition (and yesterday's, for offsets appended before midnight) when the topic
@@ -236,5 +231,5 @@ def topic_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
     return _sensor
 
 
-__all__ = ["Bounds", "TopicReport", "everything_new", "ingest_topic", "is_kafka", "time_bounds", "topic_asset",
+__all__ = ["Bounds", "TopicReport", "everything_new", "ingest_topic", "time_bounds", "topic_asset",
            "topic_sensor"]

@@ -59,10 +59,6 @@ class Range:
         return Range(m["topic"], int(m["partition"]), int(m["start"]), int(m["end"]))
 
 
-def is_kafka(uri: str) -> bool:
-    return uri.startswith(SCHEME)
-
-
 def taken_offsets(uris: Iterable[str], topic: str) -> dict[int, list[tuple[int, int]]]:
     """The offset intervals each partition's logged ranges cover, merged and in order."""
     by_partition: dict[int, list[tuple[int, int]]] = {}
