@@ -36,6 +36,8 @@ _URI = re.compile(r"^kafka://(?P<topic>[^/]+)/(?P<partition>\d+)/(?P<start>\d+)-
 # Offsets for a time (KIP-79): no record at or after it (the time is past the partition's last record).
 _NONE = -1
 TIMEOUT_S = 30.0
+# The ingest log's `change` of a range the topic deleted before it was taken: no records, and never planned again.
+EXPIRED = "expired"
 
 
 @dataclass(frozen=True, order=True)
@@ -164,6 +166,23 @@ class Broker:
                                                  timeout=TIMEOUT_S)
         return {tp.partition: (None if tp.offset == _NONE else tp.offset) for tp in found}
 
+
+    def time_at(self, topic: str, partition: int, offset: int, wait_s: float = 5.0) -> dt.datetime | None:
+        """The time of the first committed record at or after `offset` (None: none within `wait_s`)."""
+        from confluent_kafka import TopicPartition
+
+        self._consumer.assign([TopicPartition(topic, partition, offset)])
+        try:
+            waited = 0.0
+            while waited < wait_s:
+                for m in self._consumer.consume(num_messages=1, timeout=0.5):
+                    if m.error() is None:
+                        _, ms = m.timestamp()
+                        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc) if ms >= 0 else None
+                waited += 0.5
+            return None
+        finally:
+            self._consumer.unassign()
 
     def count(self, topic: str, partition: int, ranges: list[Range], idle_s: float = 3.0) -> dict[str, int]:
         """The committed records in each of `ranges` (of one partition), as a read_committed consumer of its own

@@ -21,7 +21,9 @@ Metrics (labels in braces; `table` is a table name, `source` a landing folder su
 - per landing source: `lakehouse_source_records_in_total`, `_records_kept_total`,
   `_records_quarantined_total`, `_landing_files_waiting` (landed, not yet ingested: the
   backlog), `_landing_files_refused` (never ingested: outside a day folder, or out of range); for a source on a
-  Kafka topic, `lakehouse_source_kafka_offsets_behind{topic,partition}` (committed offsets not taken: the lag);
+  Kafka topic, `lakehouse_source_kafka_offsets_behind{topic,partition}` (committed offsets not taken: the lag)
+  `_kafka_lag_seconds` (the age of the oldest record not taken) and `_kafka_offsets_expired_total` (offsets the
+  topic's retention deleted before they were taken: gaps);
 - per capture: `lakehouse_capture_records_total`, `_retained_wal_bytes` (read from PostgreSQL when
   `LAKEHOUSE_CDC_<SOURCE>_DSN` is set, else what the last capture read), `_max_retained_wal_bytes`
   (declared), `_retained_wal_read_timestamp_seconds`;
@@ -255,7 +257,7 @@ class LakehouseCollector:
             out.counter("source_records_kept", "Records kept in bronze", s, kept)
             out.counter("source_records_quarantined", "Records quarantined, each with its reason", s, quarantined)
             if isinstance(declared, EventSource) and declared.topic is not None:
-                errors += self._collect_topic(out, name, declared.topic, [r["source_file"] for r in by_source[name]])
+                errors += self._collect_topic(out, name, declared.topic, by_source[name])
                 continue
             out.counter("source_files_changed_after_taken", "Landed files rewritten, truncated or replaced after they "
                         "were taken: their new content is quarantined whole", s, changed[name])
@@ -279,21 +281,38 @@ class LakehouseCollector:
                 out.gauge("stream_backlog_files", "Files landed and not taken by the stream yet", s, waiting)
         return errors
 
-    def _collect_topic(self, out: _Families, source: str, topic: str, logged: list[str]) -> int:
-        """Per partition of a source's topic: the committed offsets no logged range covers (the consumer's lag)."""
-        from ..landing.kafka import Broker, taken_offsets, untaken
+    def _collect_topic(self, out: _Families, source: str, topic: str, logged: list[dict]) -> int:
+        """Per partition of a source's topic: the committed offsets no logged range covers (the consumer's lag),
+        and the offsets the topic deleted before they were taken (logged as expired ranges: a gap)."""
+        from ..landing.kafka import EXPIRED, Broker, Range, taken_offsets, untaken
 
+        expired: dict[int, int] = defaultdict(int)
+        for row in logged:
+            gap = Range.of(row["source_file"]) if row.get("change") == EXPIRED else None
+            if gap is not None and gap.topic == topic:
+                expired[gap.partition] += gap.end - gap.start
+        taken = taken_offsets([r["source_file"] for r in logged], topic)
         try:
             with Broker(self.settings) as broker:
                 marks = broker.watermarks(topic)
+                spans = {p: untaken(low, high, taken.get(p, [])) for p, (low, high) in marks.items()}
+                # The lag in time: how old the oldest committed record bronze has not taken is.
+                oldest = {p: broker.time_at(topic, p, s[0][0]) for p, s in spans.items() if s}
         except Exception as exc:  # noqa: BLE001
             return self._failed(f"the offsets of Kafka topic {topic}", exc)
-        taken = taken_offsets(logged, topic)
-        for partition, (low, high) in sorted(marks.items()):
-            behind = sum(end - start for start, end in untaken(low, high, taken.get(partition, [])))
+        now = dt.datetime.now(UTC)
+        for partition in sorted(marks):
+            labels = {"source": source, "topic": topic, "partition": str(partition)}
+            behind = sum(end - start for start, end in spans[partition])
             out.gauge("source_kafka_offsets_behind", "Committed offsets of the topic's partition that bronze has not "
-                      "taken (the consumer's lag)", {"source": source, "topic": topic, "partition": str(partition)},
-                      behind)
+                      "taken (the consumer's lag)", labels, behind)
+            at = oldest.get(partition)
+            out.gauge("source_kafka_lag_seconds", "How long ago the oldest record of the partition bronze has not "
+                      "taken was stamped (0: nothing behind)", labels,
+                      0.0 if not behind else None if at is None else max((now - at).total_seconds(), 0.0))
+            out.counter("source_kafka_offsets_expired", "Offsets of the topic's partition its retention deleted "
+                        "before bronze took them (gaps, each logged as an expired range)", labels,
+                        expired.get(partition, 0))
         return 0
 
     # -- captures ----------------------------------------------------------------------------------

@@ -197,12 +197,11 @@ def _materialize(lakehouse, declared, day: dt.date, failpoint: str, **env: str) 
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=s.home)
 
 
-def _behind(lakehouse, project, topic: str) -> Counter:
-    """lakehouse_source_kafka_offsets_behind per partition, as Prometheus would scrape it."""
+def _behind(lakehouse, project, topic: str, metric: str = "lakehouse_source_kafka_offsets_behind") -> Counter:
+    """A per-partition figure of the topic (by default the lag), as Prometheus would scrape it."""
     text = generate_latest(LakehouseCollector(lakehouse.settings, project).registry()).decode()
     return Counter({int(s.labels["partition"]): s.value for family in text_string_to_metric_families(text)
-                    for s in family.samples if s.name == "lakehouse_source_kafka_offsets_behind"
-                    and s.labels["topic"] == topic})
+                    for s in family.samples if s.name == metric and s.labels["topic"] == topic})
 
 
 def test_the_topic_sensor_requests_today_while_the_topic_holds_records_not_taken(on_kafka, kafka, topic, declared):
@@ -221,9 +220,17 @@ def test_the_topic_sensor_requests_today_while_the_topic_holds_records_not_taken
     assert request.partition_key == TODAY.isoformat() and int(request.tags["dagster/priority"]) > 0
     # The lag in the metrics: every record published is behind, per partition, until the run takes it.
     assert _behind(on_kafka, project, topic) == Counter(p for p, *_ in published)
+    # And in time: the age of each partition's oldest record not taken (click k is stamped k s after midnight).
+    now = dt.datetime.now(dt.timezone.utc)
+    ages = _behind(on_kafka, project, topic, "lakehouse_source_kafka_lag_seconds")
+    for p in {p for p, *_ in published}:
+        first = min(json.loads(v)["ts"] for q, _, v in published if q == p)
+        expected = (now - dt.datetime.fromisoformat(first)).total_seconds()
+        assert expected - 5 <= ages[p] <= expected + 60, (p, ages[p], expected)
     assert _run(on_kafka, declared, TODAY).success
     assert "nothing new" in tick().skip_message
     assert set(_behind(on_kafka, project, topic).values()) == {0}
+    assert set(_behind(on_kafka, project, topic, "lakehouse_source_kafka_lag_seconds").values()) == {0}
     # Stamped yesterday, appended now: after today's start by offset, so today's run takes it.
     _produce(kafka, topic, [("late", _click(99, YESTERDAY), _at(YESTERDAY, 99))])
     assert [r.partition_key for r in tick().run_requests] == [TODAY.isoformat()]
@@ -302,6 +309,9 @@ def test_offsets_deleted_before_they_were_taken_refuse_the_day_and_are_recorded_
     assert _offsets(on_kafka, "bronze_clicks") == kept
     changes = Counter(r.change for r in on_kafka.spark.table(on_kafka.table_id("bronze_ingest_log")).collect())
     assert changes["expired"] == len(cut)
+    # The gap in the metrics (what the alert LakehouseKafkaOffsetsExpired watches): the offsets deleted untaken.
+    expired = _behind(on_kafka, load_project(declared), topic, "lakehouse_source_kafka_offsets_expired_total")
+    assert expired == Counter({p: o - min(o2 for q, o2, _ in old if q == p) for p, o in cut.items()})
 
     again = ingest_topic(on_kafka, source, topic, everything_new, "run-again", "all")
     assert not again.gaps and not again.ranges and _offsets(on_kafka, "bronze_clicks") == kept

@@ -1,7 +1,8 @@
 """`lakehouse stream` of an event source on a Kafka topic (the shop's events, from a real broker with 3 partitions
 and keys spread unevenly): records published while it runs reach bronze, silver and minute gold, each once, across
 a broker restart; a stream killed after bronze's commit, and killed again completing that batch before gold's
-commit, leaves every record once in every table after the next start.
+commit, leaves every record once in every table after the next start; a Dagster backfill of a past day from the
+topic writes that day exactly as the stream did.
 
 The oracle is computed in Python from the records produced, never from the tables.
 """
@@ -19,7 +20,10 @@ from collections import Counter
 
 import pytest
 from confluent_kafka import Producer
+from dagster import DagsterInstance, materialize
 
+from lakehouse_assets.build import build_definitions
+from lakehouse_assets.landing.kafka import Range
 from lakehouse_assets.live.stream import EventStream
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.catalog import catalog_for
@@ -54,8 +58,9 @@ def _shop_on(tmp_path, topic: str):
     return declaration
 
 
-def _publish(kafka: LocalKafka, topic: str, values: list[str]) -> list[tuple[int, int]]:
-    """(partition, offset) of each value as acknowledged; most under one key."""
+def _publish(kafka: LocalKafka, topic: str, values: list[str],
+             stamps: list[dt.datetime] | None = None) -> list[tuple[int, int]]:
+    """(partition, offset) of each value as acknowledged; most under one key; stamped with `stamps` (else now)."""
     producer = Producer(kafka.client_config(**{"enable.idempotence": True, "linger.ms": 5}))
     acked: list[tuple[int, int]] = []
 
@@ -64,7 +69,8 @@ def _publish(kafka: LocalKafka, topic: str, values: list[str]) -> list[tuple[int
         acked.append((message.partition(), message.offset()))
 
     for n, value in enumerate(values):
-        producer.produce(topic, key="hot" if n % 10 < 7 else f"k{n}", value=value, on_delivery=report)
+        at = {} if stamps is None else {"timestamp": int(stamps[n].timestamp() * 1000)}
+        producer.produce(topic, key="hot" if n % 10 < 7 else f"k{n}", value=value, on_delivery=report, **at)
         producer.poll(0)
     assert producer.flush(30) == 0
     return acked
@@ -142,3 +148,83 @@ def test_a_stream_of_a_topic_killed_in_a_batch_restarts_and_holds_each_record_on
     assert len(silver) == len({r["event_id"] for r in silver}) == 40
     gold = Counter({r["minute"].replace(tzinfo=None): r["events"] for r in _rows(settings, "gold_minute_activity")})
     assert gold == minute_oracle(lines)
+
+
+def _of_day(settings: Settings, table: str, day: dt.date, column: str) -> list[dict]:
+    """The rows of `table` whose `column` falls on `day`, each with its record's (partition, offset) in place of
+    the range and line it was read in (the stream and a backfill take different ranges of the same offsets), and
+    without the run and the time it was written in."""
+    out = []
+    for row in _rows(settings, table):
+        value = row[column]
+        if (value.date() if isinstance(value, dt.datetime) else value) != day:
+            continue
+        row = {k: v for k, v in row.items() if k not in ("ingested_at", "updated_at", "run_id")}
+        if "source_file" in row:
+            unit = Range.of(row.pop("source_file"))
+            assert unit is not None
+            row["offset"] = (unit.partition, unit.start + row.pop("source_line") - 1)
+        out.append(row)
+    return sorted(out, key=repr)
+
+
+def test_a_backfill_of_a_past_day_from_the_topic_equals_the_streams_result_for_that_day(spark, lake_settings, kafka,
+                                                                                        tmp_path):
+    topic = "shop-events-backfill"
+    kafka.create_topic(topic)
+    project = load_project(_shop_on(tmp_path, topic))
+    today = now().date()
+    day = today - dt.timedelta(days=2)
+
+    def at(d: dt.date, hour: int) -> dt.datetime:
+        return dt.datetime.combine(d, dt.time(hour), dt.timezone.utc)
+
+    # Records stamped as their events happened, appended in the order the days came: the day before, the day
+    # (with a second delivery and poison), the day after, today. A day's offsets are found by these stamps.
+    days = [(day - dt.timedelta(days=1), batch_of("before", 15, at(day - dt.timedelta(days=1), 22))),
+            (day, batch_of("day", 45, at(day, 9)) + ["{not json"]),
+            # The day's last records, and a second delivery of one of its events among them.
+            (day, batch_of("day-late", 10, at(day, 23) + dt.timedelta(minutes=50)) + [batch_of("day", 5, at(day, 9))[4]]),
+            (day + dt.timedelta(days=1), batch_of("after", 12, at(day + dt.timedelta(days=1), 0))),
+            (today, batch_of("today", 8, now() - dt.timedelta(minutes=30)))]
+    values, stamps = [], []
+    for _, lines in days:
+        for line in lines:
+            values.append(line)
+            stamps.append(at(day, 12) if line == "{not json" else
+                          dt.datetime.fromisoformat(json.loads(line)["event_ts"].replace("Z", "+00:00")))
+    published = _publish(kafka, topic, values, stamps)
+
+    def lake(namespace: str) -> LakehouseResource:
+        return LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
+                                 namespace=namespace, landing=str(tmp_path / "landing"),
+                                 kafka_bootstrap_servers=kafka.bootstrap_servers)
+
+    streamed = lake("t_topic_streamed")
+    stream = EventStream(project, streamed, trigger_seconds=1, sweep_seconds=3, log=print)
+    run_until_taken(stream, len(published), max_seconds=300)
+
+    backfilled = lake("t_topic_backfilled")
+    defs = build_definitions(project, backfilled.settings)
+    wanted = {"bronze_events", "silver_events", "gold_minute_activity"}
+    chosen = [a for a in defs.assets if wanted & {k.to_user_string() for k in a.keys}]  # type: ignore[union-attr]
+    result = materialize(chosen, selection=sorted(wanted | {"bronze_events_quarantine"}),
+                         resources={"lakehouse": backfilled}, partition_key=day.isoformat(),
+                         instance=DagsterInstance.ephemeral())
+    assert result.success
+
+    expected = sum(len(lines) for d, lines in days if d == day)
+    for table, column in (("bronze_events", "landing_date"), ("bronze_events_quarantine", "landing_date"),
+                          ("silver_events", "event_ts"), ("gold_minute_activity", "minute")):
+        from_stream = _of_day(streamed.settings, table, day, column)
+        from_backfill = _of_day(backfilled.settings, table, day, column)
+        assert from_backfill == from_stream, table
+        assert from_stream, table
+    bronze_day = _of_day(backfilled.settings, "bronze_events", day, "landing_date")
+    quarantined = _of_day(backfilled.settings, "bronze_events_quarantine", day, "landing_date")
+    assert len(bronze_day) + len(quarantined) == expected and len(quarantined) == 1
+    # The backfill took the day's offsets and no other day's records.
+    assert len(_rows(backfilled.settings, "bronze_events")) == len(bronze_day)
+    gold = Counter({r["minute"].replace(tzinfo=None): r["events"]
+                    for r in _rows(backfilled.settings, "gold_minute_activity")})
+    assert gold == minute_oracle([line for d, lines in days if d == day for line in lines])
