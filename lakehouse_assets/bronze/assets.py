@@ -40,7 +40,7 @@ def event_bronze_spec(source: EventSource) -> TableSpec:
             *(col(name, dtype, name not in source.required,
                   "personal data: pseudonymised in silver" if name in pii else "")
               for name, dtype in source.fields.items()),
-            *lineage_columns(),
+            *lineage_columns(source.topic is not None),
         ]),
         partitioned_by=(f"days({source.timestamp})",),
         renamed=dict(source.renamed),
@@ -54,6 +54,7 @@ def event_landing_source(source: EventSource, policy: LandingPolicy | None = Non
         bronze=event_bronze_spec(source),
         quarantine=quarantine_spec(
             source.quarantine, f"Lines of {source.landing}/ that could not be taken, with the reason.",
+            records=source.topic is not None,
         ),
         parse=partial(parse_events, source),
         new_keys=partial(new_event_keys, source),
@@ -81,7 +82,7 @@ def cdc_bronze_spec(table: CdcTable) -> TableSpec:
         name=table.bronze,
         layer="bronze",
         description=f"Change events of {table.topic} ({table.connector}) as landed, typed, with lineage.",
-        schema=T.StructType(bronze_cdc_schema(table).fields + lineage_columns()),
+        schema=T.StructType(bronze_cdc_schema(table).fields + lineage_columns(table.on_kafka)),
         partitioned_by=("days(source_ts)",),
         renamed={f"{image}.{new}": f"{image}.{old}" for image in ("before", "after")
                  for new, old in table.renamed.items()},
@@ -95,6 +96,7 @@ def cdc_landing_source(table: CdcTable, policy: LandingPolicy | None = None) -> 
         bronze=cdc_bronze_spec(table),
         quarantine=quarantine_spec(
             table.quarantine, f"Change events of {table.topic} that could not be taken, with the reason.",
+            records=table.on_kafka,
         ),
         parse=partial(parse_cdc, table),
         # A renamed column's former name, in records captured before the rename, is that column, not a new one.

@@ -607,8 +607,9 @@ def _verify_balance(source: LandingSource, records: dict[str, int], kept: dict[s
     return per_file
 
 
-def quarantine_spec(name: str, description: str) -> TableSpec:
-    """Quarantine tables share one shape: the raw line, where it came from, and why it was refused."""
+def quarantine_spec(name: str, description: str, records: bool = False) -> TableSpec:
+    """Quarantine tables share one shape: the raw line, where it came from, and why it was refused (with
+    `records`, a source on a Kafka topic: each record's key and time too)."""
     return TableSpec(
         name=name,
         layer="bronze",
@@ -616,18 +617,23 @@ def quarantine_spec(name: str, description: str) -> TableSpec:
         schema=T.StructType([
             col("source", T.StringType(), False, "landing source"),
             col("reason", T.StringType(), False, "why the line was not taken"),
-            *lineage_columns(),
+            *lineage_columns(records),
         ]),
         partitioned_by=("landing_date",),
     )
 
 
-def lineage_columns() -> list[T.StructField]:
+def lineage_columns(records: bool = False) -> list[T.StructField]:
+    """Where each row came from: its file and line; for a source on a Kafka topic (`records`), the file is the
+    offset range `kafka://<topic>/<partition>/<start>-<end>`, the line the offset - start + 1, and the record's
+    key and timestamp are kept too."""
     return [
         col("payload", T.StringType(), False, "the line exactly as it landed"),
         col("source_file", T.StringType(), False, "landing file the line was read from"),
         col("source_line", T.IntegerType(), False, "1-based line number in source_file"),
         col("landing_date", T.DateType(), False, "day folder the file landed in"),
+        *([col("source_key", T.StringType(), True, "the Kafka record's key, as text (null: none)"),
+           col("source_time", T.TimestampType(), True, "the Kafka record's timestamp")] if records else []),
         col("ingested_at", T.TimestampType(), False),
         col("run_id", T.StringType(), False, "Dagster run that ingested the line"),
     ]

@@ -227,9 +227,11 @@ def client_config(settings: Settings) -> dict[str, Any]:
 def read_ranges(spark: SparkSession, settings: Settings,
                 ranges: list[Range]) -> tuple[DataFrame, dict[str, int], dict[str, int]]:
     """The records of `ranges` as landing lines (source_file: the range's uri, source_line: offset - start + 1,
-    landing_date: the day of the record's time, payload: the value as text), how many each range holds, and the
-    newest record time of each (epoch milliseconds)."""
-    schema = "source_file string, source_line int, landing_date date, payload string"
+    landing_date: the day of the record's time, payload: the value as text, source_key: the key as text,
+    source_time: the record's time), how many each range holds, and the newest record time of each (epoch
+    milliseconds)."""
+    schema = ("source_file string, source_line int, landing_date date, payload string, source_key string, "
+              "source_time timestamp")
     if not ranges:
         return spark.createDataFrame([], schema), {}, {}
     topics = {r.topic for r in ranges}
@@ -249,9 +251,9 @@ def read_ranges(spark: SparkSession, settings: Settings,
         records = records.unionByName(more)
     counts, newest = {r.uri: 0 for r in ranges}, {}
     for row in records.groupBy("source_file").agg(F.count(F.lit(1)).alias("n"),
-                                                   F.max(F.unix_millis("_time")).alias("newest")).collect():
+                                                   F.max(F.unix_millis("source_time")).alias("newest")).collect():
         counts[row["source_file"]], newest[row["source_file"]] = row["n"], row["newest"]
-    return records.drop("_time"), counts, newest
+    return records, counts, newest
 
 
 def _read(spark: SparkSession, settings: Settings, topic: str, part: dict[int, Range]) -> DataFrame:
@@ -273,7 +275,8 @@ def _read(spark: SparkSession, settings: Settings, topic: str, part: dict[int, R
         F.to_date(F.col("timestamp")).alias("landing_date"),
         # A record without a value (a tombstone) is the JSON null, as a capture writes it into a landing file.
         F.coalesce(F.col("value").cast("string"), F.lit("null")).alias("payload"),
-        F.col("timestamp").alias("_time"),
+        F.col("key").cast("string").alias("source_key"),
+        F.col("timestamp").alias("source_time"),
     )
 
 

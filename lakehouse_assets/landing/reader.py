@@ -28,6 +28,13 @@ from .zones import escapes
 MAX_RECORD_BYTES = 64 * 1024
 MAX_HEADS = 32  # distinct record heads a read reports (`_read_lines`); the line reader lists up to 64 per split
 LINEAGE_COLUMNS = ["source_file", "source_line", "landing_date", "payload"]
+# A record read from a Kafka topic also carries its key and its timestamp (landing/kafka.py).
+RECORD_COLUMNS = ["source_key", "source_time"]
+
+
+def lineage_of(lines: DataFrame) -> list[str]:
+    """The lineage columns `lines` carry: a file's, and a Kafka record's key and time where it has them."""
+    return LINEAGE_COLUMNS + [c for c in RECORD_COLUMNS if c in lines.columns]
 
 
 def day_folders(landing: str, source: str, start: dt.date, end: dt.date) -> list[str]:

@@ -132,8 +132,10 @@ class _Checker:
             self.fail(path, f"{what} {value!r} is not a {dtype.simpleString()}, the type it is compared with")
 
 
-# Lineage columns bronze adds to every event row: a declared field cannot take their names.
+# Lineage columns bronze adds to every event row (and to a topic's rows, the record's key and time): a declared
+# field cannot take their names.
 _LINEAGE_COLUMNS = ("source_file", "source_line", "landing_date", "payload", "ingested_at", "run_id")
+_RECORD_COLUMNS = ("source_key", "source_time")
 
 
 def _event_source(c: _Checker, name: str, decl: EventSourceDecl) -> EventSource:
@@ -174,7 +176,7 @@ def _event_fields(c: _Checker, path: tuple[Any, ...],
     paths: dict[str, str] = {}
     for field_name, spec in decl.fields.items():
         c.identifier((*path, "fields", field_name), field_name, "field name")
-        if field_name in _LINEAGE_COLUMNS:
+        if field_name in _LINEAGE_COLUMNS or (decl.kafka is not None and field_name in _RECORD_COLUMNS):
             c.fail((*path, "fields", field_name), f"field name {field_name!r} is reserved for lineage columns")
         type_name = spec.type if isinstance(spec, FieldDecl) else spec
         fields[field_name] = c.type((*path, "fields", field_name), type_name)

@@ -32,7 +32,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..landing.reader import LINEAGE_COLUMNS, MAX_HEADS, MAX_RECORD_BYTES, blank, json_reason
+from ..landing.reader import MAX_HEADS, MAX_RECORD_BYTES, blank, json_reason, lineage_of
 from ..project import CdcTable
 from ..tables.registry import col
 from ..tables.types import spark_type, type_name
@@ -441,7 +441,7 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
         fast_env["before"].isNotNull().alias("before_object"), fast_env["after"].isNotNull().alias("after_object"),
         fast_encodings.alias("encodings"),
     )
-    return staged.select(*LINEAGE_COLUMNS, "clean", F.when(F.col("clean"), fast).otherwise(slow_env).alias("u"),
+    return staged.select(*lineage_of(lines), "clean", F.when(F.col("clean"), fast).otherwise(slow_env).alias("u"),
                          F.when(k.isNull() & ~null_line, read.image_keys).otherwise(_no_keys()).alias("image_keys"))
 
 
@@ -471,6 +471,7 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     assert isinstance(image, T.StructType)  # the before/after images are structs
     e = F.col("u")
     formers = _formers(info, image)
+    lineage = lineage_of(lines)
     # Each image decoded once, in a projection of its own: its values and its reason both read it.
     parsed = _envelopes(lines, _read_as(image, formers), heads).withColumns({
         "before_v": _decoded(info, e["before"], image, e["encodings"], formers),
@@ -518,7 +519,7 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
     reason = reason.when(before_bad.isNotNull(), F.concat(F.lit("before."), before_bad))
 
     typed = parsed.select(
-        *LINEAGE_COLUMNS, "u", "image_keys", tombstone.alias("tombstone"),
+        *lineage, "u", "image_keys", tombstone.alias("tombstone"),
         F.when(e["before_present"], before).alias("before"),
         F.when(e["after_present"], after).alias("after"),
         position.alias("change_position"),
@@ -551,7 +552,7 @@ def parse_cdc(info: CdcTable, lines: DataFrame, table_schema: T.StructType | Non
         _millis(src["ts_ms"]).alias("source_ts"),
         _millis(e["ts_ms"]).alias("connector_ts"),
         (F.coalesce(src["snapshot"], F.lit("false")) != "false").alias("snapshot"),
-        *LINEAGE_COLUMNS,
+        *lineage,
         "reason",
         F.col("image_keys").alias(IMAGE_KEYS),  # Spark computes it only where a later step uses it (new_image_keys)
     )

@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..landing.reader import LINEAGE_COLUMNS, blank, json_reason, typed_value
+from ..landing.reader import LINEAGE_COLUMNS, RECORD_COLUMNS, blank, json_reason, lineage_of, typed_value
 from ..project import EventSource
 
 _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -47,6 +47,7 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
     parsed = lines.withColumn("first", first).withColumn(TOP_KEYS, keys).withColumn(
         "text", F.when(F.col("first._corrupt_record").isNotNull(), F.from_json("payload", text_schema, options)))
     at_first = F.col("text").isNull()
+    lineage = lineage_of(lines)
 
     def text(name: str) -> Column:
         path = source.paths[name]
@@ -62,7 +63,7 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
     # A column the table keeps that the declaration does not name (added by schema drift, or declared earlier and
     # since removed): filled from the record's key of its name, typed as the column is, never cast from another type.
     kept = {f.name: f.dataType for f in drifted_columns(source, table_schema)}
-    texts = parsed.select(*LINEAGE_COLUMNS, TOP_KEYS, F.col("text._corrupt_record").alias("__corrupt"), at_first.alias("__first"),
+    texts = parsed.select(*lineage, TOP_KEYS, F.col("text._corrupt_record").alias("__corrupt"), at_first.alias("__first"),
                           *(text(name).alias(f"__text_{name}") for name in source.fields),
                           *(F.get_json_object("payload", f"$.{name}").alias(f"__text_{name}") for name in kept),
                           *(F.col("first")[source.paths[name]].alias(f"__map_{name}") for name in maps))
@@ -90,7 +91,7 @@ def parse_events(source: EventSource, lines: DataFrame, table_schema: T.StructTy
         )
     return typed_columns.select(
         *source.fields,
-        *LINEAGE_COLUMNS,
+        *lineage,
         *kept,
         reason.alias("reason"),
         TOP_KEYS,  # Spark computes it only where a later step uses it (new_event_keys)
@@ -107,7 +108,7 @@ def read_json_schema(source: EventSource) -> T.StructType:
 
 def drifted_columns(source: EventSource, table_schema: T.StructType | None) -> list[T.StructField]:
     """Columns the bronze table gained from the data, beyond the declaration."""
-    taken = set(source.fields) | set(LINEAGE_COLUMNS) | set(STAMP_COLUMNS)
+    taken = set(source.fields) | set(LINEAGE_COLUMNS) | set(RECORD_COLUMNS) | set(STAMP_COLUMNS)
     return [f for f in (table_schema.fields if table_schema else []) if f.name not in taken]
 
 

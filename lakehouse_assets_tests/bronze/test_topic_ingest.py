@@ -163,6 +163,13 @@ def test_a_day_from_the_topic_holds_its_records_once_with_offsets_and_poison_qua
     reasons = {r.source_line: r.reason for r in on_kafka.spark.table(on_kafka.table_id("bronze_clicks_quarantine"))
                .select("source_line", "reason").collect()}
     assert all(reasons.values()) and len(reasons) == 3
+    # Each record's key and timestamp are kept beside its offset, kept or quarantined.
+    rows = on_kafka.spark.table(on_kafka.table_id("bronze_clicks")).select("id", "source_key", "source_time").collect()
+    assert {r.id: (r.source_key, r.source_time.replace(tzinfo=dt.timezone.utc)) for r in rows} == \
+        {f"{YESTERDAY}-{k}": ("hot" if k % 10 < 7 else f"k{k}", _at(YESTERDAY, k)) for k in range(60)}
+    bad = on_kafka.spark.table(on_kafka.table_id("bronze_clicks_quarantine")).select("source_key", "source_time")
+    assert sorted((r.source_key, r.source_time.replace(tzinfo=dt.timezone.utc)) for r in bad.collect()) == \
+        [("hot", _at(YESTERDAY, 100)), ("k1", _at(YESTERDAY, 101)), ("k2", _at(YESTERDAY, 102))]
     meta = result.asset_materializations_for_node("bronze_clicks")[0].metadata
     assert (meta["records_in"].value, meta["records_kept"].value, meta["records_quarantined"].value) == (63, 60, 3)
     # The ingest log: a range per partition, records in = kept + quarantined in each.
