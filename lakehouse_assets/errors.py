@@ -65,6 +65,11 @@ class CatalogUnreachableError(LakehouseError, RuntimeError):
     """The catalog's database could not be reached or refused the connection (named without its password)."""
 
 
+class KafkaUnreachableError(LakehouseError, RuntimeError):
+    """The Kafka cluster could not be reached, or refused the connection or the sign-in (named without the
+    password)."""
+
+
 class PublishedError(LakehouseError, RuntimeError):
     """A write reached main and something after it failed: never to be retried (it would be written twice)."""
 

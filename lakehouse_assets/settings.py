@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from .errors import ConfigurationError
+
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -128,6 +130,55 @@ def _bootstrap_servers(name: str, value: str) -> str:
     return ",".join(servers)
 
 
+KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _kafka_security(settings: Settings) -> None:
+    """Check (and normalise: names upper-cased, the mechanism PLAIN unless set) how Kafka's clients connect and sign
+    in. Credentials and a CA file the protocol would not use are refused rather than ignored; the password is never
+    part of a message."""
+    def put(name: str, value: str) -> None:
+        object.__setattr__(settings, name, value)
+
+    protocol = settings.kafka_security_protocol.strip().upper() or "PLAINTEXT"
+    if protocol not in KAFKA_SECURITY_PROTOCOLS:
+        raise ConfigurationError(f"LAKEHOUSE_KAFKA_SECURITY_PROTOCOL={settings.kafka_security_protocol!r}: expected "
+                                 f"one of {', '.join(KAFKA_SECURITY_PROTOCOLS)}")
+    put("kafka_security_protocol", protocol)
+    sasl = protocol.startswith("SASL_")
+    mechanism = settings.kafka_sasl_mechanism.strip().upper()
+    if mechanism and mechanism not in KAFKA_SASL_MECHANISMS:
+        raise ConfigurationError(f"LAKEHOUSE_KAFKA_SASL_MECHANISM={settings.kafka_sasl_mechanism!r}: expected one of "
+                                 f"{', '.join(KAFKA_SASL_MECHANISMS)}")
+    if sasl:
+        put("kafka_sasl_mechanism", mechanism or "PLAIN")
+        missing = [variable for variable, value in (("LAKEHOUSE_KAFKA_SASL_USERNAME", settings.kafka_sasl_username),
+                                                    ("LAKEHOUSE_KAFKA_SASL_PASSWORD", settings.kafka_sasl_password))
+                   if not value]
+        if missing:
+            raise ConfigurationError(f"LAKEHOUSE_KAFKA_SECURITY_PROTOCOL={protocol} signs in with a user name and a "
+                                     f"password: set {' and '.join(missing)}")
+    else:
+        given = [variable for variable, value in (("LAKEHOUSE_KAFKA_SASL_MECHANISM", mechanism),
+                                                  ("LAKEHOUSE_KAFKA_SASL_USERNAME", settings.kafka_sasl_username),
+                                                  ("LAKEHOUSE_KAFKA_SASL_PASSWORD", settings.kafka_sasl_password))
+                 if value]
+        if given:
+            raise ConfigurationError(f"{', '.join(given)} set, but LAKEHOUSE_KAFKA_SECURITY_PROTOCOL={protocol} does not "
+                                     "sign in: use SASL_SSL (or SASL_PLAINTEXT), or unset them")
+        put("kafka_sasl_mechanism", "")
+    if settings.kafka_ssl_ca_file:
+        if not protocol.endswith("SSL"):
+            raise ConfigurationError(f"LAKEHOUSE_KAFKA_SSL_CA_FILE set, but LAKEHOUSE_KAFKA_SECURITY_PROTOCOL={protocol} "
+                                     "does not use TLS: use SSL or SASL_SSL, or unset it")
+        ca = Path(settings.kafka_ssl_ca_file).expanduser().resolve()
+        if not ca.is_file():
+            raise ConfigurationError(f"LAKEHOUSE_KAFKA_SSL_CA_FILE={settings.kafka_ssl_ca_file!r}: no such file (the "
+                                     "PEM file of the certificate authority that signed the brokers' certificates)")
+        put("kafka_ssl_ca_file", str(ca))
+
+
 def _env(name: str, default: str) -> str:
     value = os.environ.get(name, "").strip()
     return value or default
@@ -167,6 +218,11 @@ ENV_SETTINGS = {
     "serve_os_user": ("LAKEHOUSE_SERVE_OS_USER", ""),
     "serve_max_rows": ("LAKEHOUSE_SERVE_MAX_ROWS", "1000000"),
     "kafka_bootstrap_servers": ("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS", ""),
+    "kafka_security_protocol": ("LAKEHOUSE_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
+    "kafka_sasl_mechanism": ("LAKEHOUSE_KAFKA_SASL_MECHANISM", ""),
+    "kafka_sasl_username": ("LAKEHOUSE_KAFKA_SASL_USERNAME", ""),
+    "kafka_sasl_password": ("LAKEHOUSE_KAFKA_SASL_PASSWORD", ""),
+    "kafka_ssl_ca_file": ("LAKEHOUSE_KAFKA_SSL_CA_FILE", ""),
 }
 PROFILE_KEYS = frozenset(variable for variable, _ in ENV_SETTINGS.values())
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -346,6 +402,15 @@ class Settings:
     # A Kafka cluster, as its clients' bootstrap servers (`host:port`, comma-separated): the local broker's
     # (`lakehouse kafka start` prints it) or a team's own. Empty: none.
     kafka_bootstrap_servers: str = ""
+    # How its clients connect: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (a user signs in, over TLS for the
+    # latter); the SASL mechanism (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; PLAIN unless set), the user and its
+    # password; the PEM file of the certificate authority the brokers' certificates are checked against (empty:
+    # the system's). One place turns them into each client's properties: landing/kafka.py.
+    kafka_security_protocol: str = "PLAINTEXT"
+    kafka_sasl_mechanism: str = ""
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = field(default="", repr=False)
+    kafka_ssl_ca_file: str = ""
     # The deployment profile these settings came from (`LAKEHOUSE_PROFILE`).
     profile: str = "local"
 
@@ -371,6 +436,7 @@ class Settings:
             # Not the value itself: a webhook URL holds its token.
             raise ValueError("LAKEHOUSE_ALERT_WEBHOOK must be an http:// or https:// URL "
                              "(e.g. https://hooks.slack.com/services/...), or empty for no alerts")
+        _kafka_security(self)
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -397,6 +463,9 @@ class Settings:
             "serve_max_rows": _count("LAKEHOUSE_SERVE_MAX_ROWS", raw["serve_max_rows"]),
             "kafka_bootstrap_servers": _bootstrap_servers("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS",
                                                           raw["kafka_bootstrap_servers"]),
+            # A password is taken as it is: spaces at its ends are part of it.
+            "kafka_sasl_password": os.environ.get("LAKEHOUSE_KAFKA_SASL_PASSWORD", "")
+            or profile.get("LAKEHOUSE_KAFKA_SASL_PASSWORD", ""),
         }
         values["project"], values["project_origin"] = project_file(overrides.get("home") or values["home"])
         if "project" in overrides:
@@ -436,6 +505,11 @@ class Settings:
             "serve_executor_memory": self.serve_executor_memory,
             "serve_os_user": self.serve_os_user or "(the one that starts it)",
             "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
+            "kafka_security_protocol": self.kafka_security_protocol,
+            "kafka_sasl": (f"{self.kafka_sasl_mechanism}, user {self.kafka_sasl_username}, password {hidden}"
+                           if self.kafka_sasl_mechanism else ""),
+            "kafka_ssl_ca_file": self.kafka_ssl_ca_file or ("(the system's)" if "SSL" in self.kafka_security_protocol
+                                                             else ""),
         }
 
     @property

@@ -71,6 +71,53 @@ def test_kafka_bootstrap_servers_are_host_port_pairs_and_anything_else_is_refuse
             Settings.from_env(home=tmp_path)
 
 
+def test_kafka_sign_in_and_tls_come_from_the_environment_and_the_password_is_shown_only_as_set(monkeypatch, tmp_path):
+    s = Settings.from_env(home=tmp_path)
+    assert (s.kafka_security_protocol, s.kafka_sasl_mechanism, s.kafka_ssl_ca_file) == ("PLAINTEXT", "", "")
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS", "kafka-1.internal:9093")
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_SECURITY_PROTOCOL", "sasl_ssl")
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_SASL_MECHANISM", "scram-sha-256")
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_SASL_USERNAME", "lake")
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_SASL_PASSWORD", " k4fka s3cret ")  # spaces at its ends are part of it
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_SSL_CA_FILE", str(ca))
+    s = Settings.from_env(home=tmp_path)
+    assert (s.kafka_security_protocol, s.kafka_sasl_mechanism, s.kafka_sasl_username, s.kafka_sasl_password,
+            s.kafka_ssl_ca_file) == ("SASL_SSL", "SCRAM-SHA-256", "lake", " k4fka s3cret ", str(ca))
+    shown = s.describe()
+    assert shown["kafka_sasl"] == "SCRAM-SHA-256, user lake, password (set)"
+    assert shown["kafka_ssl_ca_file"] == str(ca)
+    assert "s3cret" not in repr(s) and "s3cret" not in json.dumps(shown)
+    monkeypatch.delenv("LAKEHOUSE_KAFKA_SASL_MECHANISM")
+    assert Settings.from_env(home=tmp_path).kafka_sasl_mechanism == "PLAIN"  # SASL's default mechanism
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"SECURITY_PROTOCOL": "TLS"}, r"LAKEHOUSE_KAFKA_SECURITY_PROTOCOL='TLS': expected one of PLAINTEXT, SSL, "
+                                   "SASL_PLAINTEXT, SASL_SSL"),
+    ({"SECURITY_PROTOCOL": "SASL_SSL", "SASL_MECHANISM": "GSSAPI", "SASL_USERNAME": "u", "SASL_PASSWORD": "p"},
+     r"LAKEHOUSE_KAFKA_SASL_MECHANISM='GSSAPI': expected one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+    ({"SECURITY_PROTOCOL": "SASL_SSL"}, "set LAKEHOUSE_KAFKA_SASL_USERNAME and LAKEHOUSE_KAFKA_SASL_PASSWORD"),
+    ({"SECURITY_PROTOCOL": "SASL_PLAINTEXT", "SASL_USERNAME": "u"}, "set LAKEHOUSE_KAFKA_SASL_PASSWORD$"),
+    ({"SASL_USERNAME": "u", "SASL_PASSWORD": "p"}, "LAKEHOUSE_KAFKA_SASL_USERNAME, LAKEHOUSE_KAFKA_SASL_PASSWORD set, "
+                                                   "but LAKEHOUSE_KAFKA_SECURITY_PROTOCOL=PLAINTEXT does not sign in"),
+    ({"SECURITY_PROTOCOL": "SSL", "SSL_CA_FILE": "/no/such/ca.pem"},
+     r"LAKEHOUSE_KAFKA_SSL_CA_FILE='/no/such/ca.pem': no such file"),
+    ({"SECURITY_PROTOCOL": "SASL_PLAINTEXT", "SASL_USERNAME": "u", "SASL_PASSWORD": "p", "SSL_CA_FILE": "/etc"},
+     "LAKEHOUSE_KAFKA_SSL_CA_FILE set, but LAKEHOUSE_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT does not use TLS"),
+])
+def test_kafka_security_settings_that_cannot_work_are_refused_at_load_naming_the_variable(monkeypatch, tmp_path, env,
+                                                                                          message):
+    from lakehouse_assets.errors import ConfigurationError
+
+    for name, value in env.items():
+        monkeypatch.setenv(f"LAKEHOUSE_KAFKA_{name}", value)
+    with pytest.raises(ConfigurationError, match=message) as refused:
+        Settings.from_env(home=tmp_path)
+    assert "'p'" not in str(refused.value)
+
+
 @pytest.mark.parametrize("name", ["bronze events", "x;drop", "1abc", ""])
 def test_identifiers_in_sql_are_validated(name):
     with pytest.raises(ValueError, match="invalid"):

@@ -21,6 +21,8 @@ import datetime as dt
 import json
 import logging
 import re
+import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +30,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, KafkaUnreachableError
 from ..settings import Settings
 
 SCHEME = "kafka://"
@@ -124,7 +126,10 @@ def plan(topic: str, bounds: dict[int, tuple[int, int, int]], taken: dict[int, l
 
 
 class Broker:
-    """What the broker says of a topic's offsets (read_committed), through one short-lived consumer."""
+    """What the broker says of a topic's offsets (read_committed), through one short-lived consumer.
+
+    A cluster that refuses the sign-in or the TLS handshake is an error at once (`KafkaUnreachableError`, with
+    librdkafka's reason, never the password); one that does not answer, after `TIMEOUT_S`."""
 
     def __init__(self, settings: Settings):
         if not settings.kafka_bootstrap_servers:
@@ -132,9 +137,13 @@ class Broker:
                                      "(host:port[,host:port...]; `lakehouse kafka start` runs a local one)")
         from confluent_kafka import Consumer
 
-        # librdkafka's own messages (a broker unreachable for a while, reconnecting) go to a logger, not stderr.
+        self._settings = settings
+        self._errors: deque[Any] = deque(maxlen=100)
+        # librdkafka's own messages (a broker unreachable for a while, reconnecting) go to a logger, not stderr; its
+        # errors are kept too, to say why a request failed.
         self._consumer = Consumer({**client_config(settings), "group.id": "lakehouse-offsets",
-                                   "enable.auto.commit": False, "isolation.level": "read_committed"},
+                                   "enable.auto.commit": False, "isolation.level": "read_committed",
+                                   "error_cb": self._errors.append},
                                   logger=logging.getLogger("lakehouse_assets.kafka"))
 
     def __enter__(self) -> Broker:
@@ -143,8 +152,41 @@ class Broker:
     def __exit__(self, *_: Any) -> None:
         self._consumer.close()
 
+    def _metadata(self, topic: str) -> Any:
+        """The cluster's metadata of `topic`, asked again until TIMEOUT_S; a refused sign-in or TLS handshake ends
+        the wait at once."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                return self._consumer.list_topics(topic, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+            except KafkaException as exc:
+                self._consumer.poll(0)  # serves the error callback
+                refused = [e for e in self._errors if e.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL)]
+                if refused or time.monotonic() >= deadline:
+                    signed_in = not refused or refused[-1].code() != KafkaError._AUTHENTICATION
+                    raise KafkaUnreachableError(self._why(refused, signed_in, exc)) from None
+                time.sleep(0.2)
+
+    def _why(self, refused: list[Any], signed_in: bool, exc: Exception) -> str:
+        s = self._settings
+        who = (f" (as user {s.kafka_sasl_username!r}, {s.kafka_sasl_mechanism})" if s.kafka_sasl_mechanism else "")
+        where = f"Kafka at {s.kafka_bootstrap_servers} over {s.kafka_security_protocol}{who}"
+        if refused:
+            error = refused[-1]
+            if not signed_in:
+                return (f"{where} refused the sign-in: {error.str()}; check LAKEHOUSE_KAFKA_SASL_USERNAME, "
+                        "LAKEHOUSE_KAFKA_SASL_PASSWORD and LAKEHOUSE_KAFKA_SASL_MECHANISM")
+            return (f"{where}: the TLS handshake failed: {error.str()}; check LAKEHOUSE_KAFKA_SSL_CA_FILE (the CA that "
+                    "signed the brokers' certificates) and LAKEHOUSE_KAFKA_SECURITY_PROTOCOL")
+        seen = list(dict.fromkeys(e.str() for e in self._errors))[-2:]
+        return (f"{where} did not answer within {TIMEOUT_S:g} s: {exc}"
+                + (f" ({'; '.join(seen)})" if seen else "")
+                + "; is it running, and does LAKEHOUSE_KAFKA_SECURITY_PROTOCOL say how its listener is secured?")
+
     def partitions(self, topic: str) -> list[int]:
-        described = self._consumer.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+        described = self._metadata(topic).topics.get(topic)
         if described is None or described.error is not None or not described.partitions:
             why = described.error if described is not None and described.error is not None else "no partitions"
             raise ConfigurationError(f"Kafka topic {topic!r} cannot be read: {why}")
@@ -219,9 +261,54 @@ class Broker:
         return counts
 
 
+# The Java client's login module of each SASL mechanism.
+_LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
 def client_config(settings: Settings) -> dict[str, Any]:
-    """The settings' Kafka client properties (librdkafka's names)."""
-    return {"bootstrap.servers": settings.kafka_bootstrap_servers}
+    """The settings' Kafka client properties (librdkafka's names: confluent-kafka's clients): the bootstrap servers,
+    and how to connect and sign in when the settings say (`spark_options` is the same for the Java client)."""
+    config: dict[str, Any] = {"bootstrap.servers": settings.kafka_bootstrap_servers}
+    if settings.kafka_security_protocol != "PLAINTEXT":
+        config["security.protocol"] = settings.kafka_security_protocol
+    if settings.kafka_sasl_mechanism:
+        config.update({"sasl.mechanisms": settings.kafka_sasl_mechanism, "sasl.username": settings.kafka_sasl_username,
+                       "sasl.password": settings.kafka_sasl_password})
+    if settings.kafka_ssl_ca_file:
+        config["ssl.ca.location"] = settings.kafka_ssl_ca_file
+    return config
+
+
+def spark_options(settings: Settings) -> dict[str, str]:
+    """The same as `client_config`, as options of Spark's Kafka source (the Java client's properties, `kafka.`
+    prefixed). The password is in the JAAS configuration, in the reader's options: Spark keeps those in the
+    plan's relation and sends them to the executors (their consumers need it), but it redacts the JAAS
+    configuration where it logs a consumer's parameters and its plan strings do not show the options."""
+    options = {"kafka.bootstrap.servers": settings.kafka_bootstrap_servers}
+    if settings.kafka_security_protocol != "PLAINTEXT":
+        options["kafka.security.protocol"] = settings.kafka_security_protocol
+    if settings.kafka_sasl_mechanism:
+        options["kafka.sasl.mechanism"] = settings.kafka_sasl_mechanism
+        options["kafka.sasl.jaas.config"] = jaas_config(settings.kafka_sasl_mechanism, settings.kafka_sasl_username,
+                                                        settings.kafka_sasl_password)
+    if settings.kafka_ssl_ca_file:
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = settings.kafka_ssl_ca_file
+    return options
+
+
+def jaas_config(mechanism: str, username: str, password: str) -> str:
+    """The Java client's `sasl.jaas.config` for a user: its mechanism's login module, user name and password quoted
+    (a backslash, a double quote or a line break in them escaped, as the JAAS parser reads a quoted value)."""
+    return (f"{_LOGIN_MODULES[mechanism]} required username={_jaas_quoted(username)} "
+            f"password={_jaas_quoted(password)};")
+
+
+def _jaas_quoted(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
 
 
 def read_ranges(spark: SparkSession, settings: Settings,
@@ -260,7 +347,7 @@ def _read(spark: SparkSession, settings: Settings, topic: str, part: dict[int, R
     start = {topic: {str(p): r.start for p, r in part.items()}}
     end = {topic: {str(p): r.end for p, r in part.items()}}
     reader = (spark.read.format("kafka")
-              .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+              .options(**spark_options(settings))
               .option("assign", json.dumps({topic: sorted(part)}))
               .option("startingOffsets", json.dumps(start))
               .option("endingOffsets", json.dumps(end))

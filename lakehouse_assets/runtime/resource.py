@@ -32,6 +32,8 @@ class LakehouseResource(ConfigurableResource):
     namespace: Optional[str] = None
     spark_master: Optional[str] = None
     driver_memory: Optional[str] = None
+    # How Kafka's clients connect and sign in comes from the environment only (LAKEHOUSE_KAFKA_SECURITY_PROTOCOL,
+    # ..._SASL_*, ..._SSL_CA_FILE): a resource's fields are run configuration, shown and stored with each run.
     kafka_bootstrap_servers: Optional[str] = None
 
     _settings: Optional[Settings] = PrivateAttr(default=None)

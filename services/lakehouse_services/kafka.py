@@ -11,6 +11,8 @@ nothing. It runs on the machine's Java (17 or later: `JAVA_HOME`, else `java` on
     <root>/data/              its storage, formatted once for the cluster id: topics, group offsets, transactions
     <root>/logs/kafka.log     the broker's log (each start appends); logs/format.log the storage tool's
     <root>/kafka.json         the running broker's pid and address, so that another process can ask or stop it
+    <root>/tls/               with `tls=True`: a certificate authority of its own (ca.pem) and the broker's key
+                              and certificate, signed by it for 127.0.0.1
 
     with LocalKafka(tmp_path) as kafka:
         kafka.create_topic("events", partitions=3)
@@ -18,6 +20,12 @@ nothing. It runs on the machine's Java (17 or later: `JAVA_HOME`, else `java` on
 
 A stop and a start on the same folder give the same cluster on the same clients' port, with its records and its
 consumer groups' offsets.
+
+`sasl_users={"alice": "secret"}` makes the clients' listener SASL_PLAINTEXT (mechanism PLAIN, the users defined in
+the listener's JAAS configuration): a client that does not sign in as one of them is refused. `tls=True` adds a
+listener with TLS on a port of its own (`tls_bootstrap_servers`; SASL_SSL with `sasl_users`, else SSL), its
+certificate signed by the CA in `ca_file`. `client_config()` signs in as the broker's own user, so that the
+broker's owner can always create topics and produce.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import base64
 import logging
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -70,7 +79,13 @@ DEFAULT_PROPERTIES: Mapping[str, str] = {
 }
 # Set from the node's ports and folder: an override of one of these is refused.
 MANAGED = ("process.roles", "node.id", "controller.quorum.voters", "listeners", "advertised.listeners",
-           "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map", "log.dirs")
+           "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map", "log.dirs",
+           "sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol", "ssl.keystore.type",
+           "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password")
+# With `sasl_users`: the user the broker signs in as to itself (inter-broker requests, such as transaction markers)
+# and the one `client_config()` gives.
+BROKER_USER = "broker"
+_USER = re.compile(r"[A-Za-z0-9_.-]+")
 
 # The broker's own log: INFO, without the full dump of every configuration each client and server prints.
 LOG4J2 = """\
@@ -196,10 +211,52 @@ def _formatted_cluster(data: Path) -> str | None:
     return found.group(1)
 
 
+def _jaas_quoted(value: str) -> str:
+    """A value of a JAAS configuration, quoted as its parser reads it."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise MissingBinaryError("LocalKafka(tls=True) makes its certificates with the openssl command: install it "
+                                 "(Debian: openssl)")
+    done = subprocess.run([openssl, *args], cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                          check=False)
+    if done.returncode != 0:
+        raise KafkaError(f"openssl {args[0]} failed (exit code {done.returncode}): {done.stderr.decode().strip()}")
+
+
+def make_certificates(folder: Path, password: str) -> None:
+    """A certificate authority of its own (`ca.pem`) and a key and certificate for 127.0.0.1 (and localhost)
+    signed by it, as a PKCS#12 key store under `password` (`broker.p12`): what a TLS listener on this machine
+    needs, and what its clients trust."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "30",
+             "-subj", "/CN=lakehouse local Kafka CA", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=folder)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out", "broker.csr",
+             "-subj", "/CN=127.0.0.1", cwd=folder)
+    (folder / "broker.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                                       "extendedKeyUsage=serverAuth,clientAuth\n")
+    _openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "broker.crt", "-days", "30", "-extfile", "broker.ext", cwd=folder)
+    _openssl("pkcs12", "-export", "-in", "broker.crt", "-inkey", "broker.key", "-out", "broker.p12",
+             "-name", "broker", "-passout", f"pass:{password}", cwd=folder)
+
+
+def _utf16(c: str) -> list[int]:
+    data = c.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
+
+
 def _properties_text(properties: Mapping[str, str]) -> str:
     lines = []
     for key, value in properties.items():
         escaped = str(value).replace("\\", "\\\\")  # a backslash starts an escape in a Java properties file
+        # Java reads the file as ISO-8859-1: anything else (a password's letters) as \uXXXX escapes of UTF-16.
+        escaped = "".join(c if ord(c) < 128 else "".join(f"\\u{unit:04x}" for unit in _utf16(c)) for c in escaped)
         lines.append(f"{key}={escaped}\n")
     return "".join(lines)
 
@@ -236,6 +293,8 @@ class LocalKafka:
         jars: Sequence[Path | str] | None = None,
         java: Path | str | None = None,
         startup_timeout: float = STARTUP_TIMEOUT,
+        sasl_users: Mapping[str, str] | None = None,
+        tls: bool = False,
     ) -> None:
         self.root = Path(root).expanduser().resolve()
         self.port, self.controller_port = _ports(port, controller_port, NODE.read(self.root))
@@ -250,6 +309,15 @@ class LocalKafka:
         refused = sorted(set(self.properties) & set(MANAGED))
         if refused:
             raise KafkaError(f"{', '.join(refused)}: set by LocalKafka from its ports and folder, not by properties")
+        self.sasl_users = dict(sasl_users or {})
+        for user in self.sasl_users:
+            if not _USER.fullmatch(user) or user == BROKER_USER:
+                raise KafkaError(f"SASL user {user!r}: letters, digits, '.', '_' and '-' only, and not "
+                                 f"{BROKER_USER!r} (the broker's own)")
+        # The broker's own password, new at each LocalKafka (server.properties is written at each start).
+        self._broker_password = secrets.token_urlsafe(16)
+        self.tls = tls
+        self.tls_port = next(p for p in free_ports(3) if p not in (self.port, self.controller_port)) if tls else 0
         self._jars = [Path(jar) for jar in jars] if jars is not None else None
         self._java = Path(java) if java else None
         self.startup_timeout = startup_timeout
@@ -273,6 +341,27 @@ class LocalKafka:
     @property
     def bootstrap_servers(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def tls_bootstrap_servers(self) -> str:
+        """The TLS listener's address (with `tls=True`)."""
+        if not self.tls:
+            raise KafkaError("this broker has no TLS listener: LocalKafka(..., tls=True) adds one")
+        return f"{HOST}:{self.tls_port}"
+
+    @property
+    def security_protocol(self) -> str:
+        """The clients' listener's protocol: PLAINTEXT, or SASL_PLAINTEXT with `sasl_users`."""
+        return "SASL_PLAINTEXT" if self.sasl_users else "PLAINTEXT"
+
+    @property
+    def tls_security_protocol(self) -> str:
+        return "SASL_SSL" if self.sasl_users else "SSL"
+
+    @property
+    def ca_file(self) -> Path:
+        """The PEM file of the certificate authority that signed the TLS listener's certificate."""
+        return self.root / "tls" / "ca.pem"
 
     @property
     def data_dir(self) -> Path:
@@ -304,7 +393,23 @@ class LocalKafka:
         return node.cluster_id if node else None
 
     def server_properties(self) -> dict[str, str]:
-        """What `server.properties` holds: the defaults, the overrides, then what this node's ports and folder set."""
+        """What `server.properties` holds: the defaults, the overrides, then what this node's ports and folder set
+        (and, with `sasl_users` or `tls`, its listeners' sign-in and certificate)."""
+        clients = {self.security_protocol: self.port}
+        if self.tls:
+            clients[self.tls_security_protocol] = self.tls_port
+        advertised = ",".join(f"{name}://{HOST}:{port}" for name, port in clients.items())
+        security: dict[str, str] = {}
+        if self.sasl_users:
+            users = {BROKER_USER: self._broker_password, **self.sasl_users}
+            jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    f"username={_jaas_quoted(BROKER_USER)} password={_jaas_quoted(self._broker_password)} "
+                    + " ".join(f"user_{user}={_jaas_quoted(password)}" for user, password in users.items()) + ";")
+            security |= {"sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                         **{f"listener.name.{name.lower()}.plain.sasl.jaas.config": jaas for name in clients}}
+        if self.tls:
+            security |= {"ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(self.root / "tls" / "broker.p12"),
+                         "ssl.keystore.password": self._broker_password, "ssl.key.password": self._broker_password}
         return {
             **DEFAULT_PROPERTIES,
             "num.partitions": str(self.partitions),
@@ -312,17 +417,21 @@ class LocalKafka:
             "process.roles": "broker,controller",
             "node.id": str(NODE_ID),
             "controller.quorum.voters": f"{NODE_ID}@{HOST}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "listeners": f"{advertised},CONTROLLER://{HOST}:{self.controller_port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": self.security_protocol,
+            "listener.security.protocol.map": ",".join(f"{name}:{name}" for name in clients) + ",CONTROLLER:PLAINTEXT",
+            **security,
             "log.dirs": str(self.data_dir),
         }
 
     def client_config(self, **config: Any) -> dict[str, Any]:
-        """Settings for a confluent_kafka Producer, Consumer or AdminClient of this broker (`config` added)."""
-        return {"bootstrap.servers": self.bootstrap_servers, **config}
+        """Settings for a confluent_kafka Producer, Consumer or AdminClient of this broker (`config` added): with
+        `sasl_users`, signed in as the broker's own user."""
+        sign_in = {"security.protocol": self.security_protocol, "sasl.mechanisms": "PLAIN",
+                   "sasl.username": BROKER_USER, "sasl.password": self._broker_password} if self.sasl_users else {}
+        return {"bootstrap.servers": self.bootstrap_servers, **sign_in, **config}
 
     def admin(self, **config: Any):
         """An AdminClient of this broker; librdkafka's own messages go to the logger `lakehouse_services.kafka.client`."""
@@ -404,6 +513,11 @@ class LocalKafka:
         self.root.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(exist_ok=True)
         NODE.write(self.root, asdict(Node(cluster_id, self.port, self.controller_port)))
+        if self.tls:
+            make_certificates(self.root / "tls", self._broker_password)
+        # It holds the passwords of the SASL users and of the key store: for its owner only.
+        self.properties_file.touch(mode=0o600)
+        self.properties_file.chmod(0o600)
         self.properties_file.write_text(_properties_text(self.server_properties()))
         (self.root / "log4j2.properties").write_text(LOG4J2)
 
