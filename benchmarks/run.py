@@ -35,6 +35,7 @@ from . import (
     growth_cdc,
     growth_layers,
     ingest,
+    kafka,
     maintenance,
     merge_modes,
     one_row_update,
@@ -118,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             # Its own stream process: events land at 1,000 to 50,000/s (times the scale), a minute at each rate.
             ("stream_capacity", stream_capacity,
              lambda: stream_capacity.run(rates=tuple(int(r * max(1.0, scale)) for r in stream_capacity.RATES))),
+            # A local broker: its own stream process at 1,000 to 20,000 events/s (times the scale), then plain Structured
+            # Streaming to Parquet, a process of its own, on another topic at the same rates.
+            ("kafka", kafka, lambda: kafka.run(rates=tuple(int(r * max(1.0, scale)) for r in kafka.RATES))),
             # Its own stream process, started on a fresh lakehouse as files begin to land.
             ("stream_cold", stream_cold, lambda: stream_cold.run(rate=int(stream_cold.RATE * max(1.0, scale)))),
         ]

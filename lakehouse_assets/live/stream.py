@@ -103,6 +103,7 @@ class BatchReport:
     snapshots: dict[str, int] = field(default_factory=dict)
     retries: int = 0
     landed_at: list[float] = field(default_factory=list)  # each file's modification time (epoch seconds)
+    ranges: list[str] = field(default_factory=list)  # a topic batch's offset ranges, kafka://<topic>/<p>/<start>-<end>
     stage_seconds: dict[str, float] = field(default_factory=dict)  # bronze, silver, gold
 
     def as_dict(self) -> dict[str, Any]:
@@ -408,6 +409,8 @@ class EventStream:
 
         ingested, files = take(run_id, label, props)
         report.files = len(files)
+        if source.topic is not None:
+            report.ranges = sorted(files)
         if not files:
             return report
         report.records_in, report.retries, report.newest_landed_at = (

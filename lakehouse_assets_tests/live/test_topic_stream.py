@@ -113,6 +113,9 @@ def test_records_published_while_the_stream_runs_reach_gold_once_across_a_broker
     assert len(lineage) == len(published) and max(lineage.values()) == 1  # every record once, kept or quarantined
     assert len(bronze) == len(first) + len(second) and len(quarantine) == len(poison)
     assert all(r["source_file"].startswith(f"kafka://{topic}/") for r in bronze + quarantine)
+    # The batches' reports name the offset ranges they took: together, every record published, once.
+    ranges = [Range.of(uri) for report in stream.reports for uri in report.ranges]
+    assert sorted((r.partition, o) for r in ranges if r is not None for o in range(r.start, r.end)) == sorted(published)
     silver = _rows(settings, "silver_events")
     assert len(silver) == len({r["event_id"] for r in silver}) == len(first) + len(second) - 1
     gold = Counter({r["minute"].replace(tzinfo=None): r["events"] for r in _rows(settings, "gold_minute_activity")})
