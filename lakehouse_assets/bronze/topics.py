@@ -132,8 +132,11 @@ def ingest_topic(lakehouse: LakehouseResource, source: LandingSource, topic: str
             take.decisions[g.uri] = Decision(EXPIRED)
             take.contents[g.uri] = Content(Stat(g.end - g.start, int(now.timestamp() * 1000)), "")
         report.records_in = sum(counts.values())
-        return _write(lakehouse, source, take, (ingest_log, bronze, quarantine), run_id, label, report, log,
-                      properties)
+        try:
+            return _write(lakehouse, source, take, (ingest_log, bronze, quarantine), run_id, label, report, log,
+                          properties)
+        finally:
+            lines.unpersist()
 
     published, report.retries = with_commit_retries(attempt, source.bronze.name, log)
     if published is None:

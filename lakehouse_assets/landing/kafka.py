@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -316,7 +317,7 @@ def read_ranges(spark: SparkSession, settings: Settings,
     """The records of `ranges` as landing lines (source_file: the range's uri, source_line: offset - start + 1,
     landing_date: the day of the record's time, payload: the value as text, source_key: the key as text,
     source_time: the record's time), how many each range holds, and the newest record time of each (epoch
-    milliseconds)."""
+    milliseconds). The records are persisted: `unpersist` them once written."""
     schema = ("source_file string, source_line int, landing_date date, payload string, source_key string, "
               "source_time timestamp")
     if not ranges:
@@ -336,6 +337,8 @@ def read_ranges(spark: SparkSession, settings: Settings,
     records = frames[0]
     for more in frames[1:]:
         records = records.unionByName(more)
+    # Counted here, then parsed and written: the records are fetched from the brokers once (the caller unpersists).
+    records = records.persist(StorageLevel.MEMORY_AND_DISK)
     counts, newest = {r.uri: 0 for r in ranges}, {}
     for row in records.groupBy("source_file").agg(F.count(F.lit(1)).alias("n"),
                                                    F.max(F.unix_millis("source_time")).alias("newest")).collect():
