@@ -51,6 +51,7 @@ from lakehouse_assets.runtime.jars import jars_for
 from lakehouse_assets.settings import Settings
 from lakehouse_services.kafka import LocalKafka
 
+from . import stream_capacity
 from .stream_capacity import SHOP, TARGET_P95, _lines, _pct
 
 RATES = (1_000, 5_000, 20_000)
@@ -453,12 +454,7 @@ def _step(rate: int, records: list[tuple[float, float, float]], began: float, en
 def sustained(side: dict) -> int:
     """The highest rate whose backlog did not grow and whose p95 is at most stream_capacity's TARGET_P95, below
     every rate that failed."""
-    best = 0
-    for s in side["steps"]:
-        if s["backlog_grew"] or s["p95_s"] > TARGET_P95:
-            break
-        best = s["rate"]
-    return best
+    return stream_capacity.sustained(side, "p95_s")
 
 
 def markdown(r: dict) -> str:

@@ -186,11 +186,12 @@ def _step(rate: int, files: list[tuple[float, float]], mean_batch: float, produc
             "producer_late_s": producer_late}
 
 
-def sustained(r: dict) -> int:
-    """The highest rate whose backlog did not grow and whose p95 met the target, below every rate that failed."""
+def sustained(r: dict, p95: str = "lag_p95_s") -> int:
+    """The highest rate whose backlog did not grow and whose p95 (the steps' figure `p95`) met the target, below
+    every rate that failed."""
     best = 0
     for s in r["steps"]:
-        if s["backlog_grew"] or s["lag_p95_s"] > TARGET_P95:
+        if s["backlog_grew"] or s[p95] > TARGET_P95:
             break
         best = s["rate"]
     return best
