@@ -302,8 +302,19 @@ def _ours(kafka: LocalKafka, home: Path, events: _Events, rates: tuple[int, ...]
         raise RuntimeError(f"lakehouse stream exited {stream.returncode}: {log.read_text()[-3000:]}")
     batches = json.loads(out)
     _check_lake(home, declaration, len(published))
+    visible_of = _ours_visible(batches, published)
+    steps_began = published.began[1][0]  # the steps' batches: those visible after the warm-up
+    stepped = [b for b in batches if dt.datetime.fromisoformat(b["visible_at"]).timestamp() >= steps_began]
+    mean_batch = statistics.mean([b["seconds"] for b in stepped] or [0.0])
+    stages = {s: round(statistics.mean([b["stage_seconds"].get(s, 0.0) for b in stepped] or [0.0]), 2)
+              for s in ("bronze", "silver", "gold")}
+    return {**_summary(published, visible_of, rates, step, mean_batch),
+            "batches": len(batches), "stage_s_mean": stages}
 
-    # Each record's batch, by the ranges each batch took: partition -> sorted (start, end, visible, seconds).
+
+def _ours_visible(batches: list[dict], published: _Published) -> array[float]:
+    """When each published record was visible in gold: the batch whose ranges hold its offset."""
+    # Each record's batch, by the ranges each batch took: partition -> sorted (start, end, visible).
     spans: dict[int, list[tuple[int, int, float]]] = {}
     for b in batches:
         if b["visible_at"] is None:
@@ -325,13 +336,7 @@ def _ours(kafka: LocalKafka, home: Path, events: _Events, rates: tuple[int, ...]
         if at < 0 or offset >= ranges[at][1]:
             raise AssertionError(f"record {partition}/{offset} is in no batch's ranges")
         visible_of.append(ranges[at][2])
-    steps_began = published.began[1][0]  # the steps' batches: those visible after the warm-up
-    stepped = [b for b in batches if dt.datetime.fromisoformat(b["visible_at"]).timestamp() >= steps_began]
-    mean_batch = statistics.mean([b["seconds"] for b in stepped] or [0.0])
-    stages = {s: round(statistics.mean([b["stage_seconds"].get(s, 0.0) for b in stepped] or [0.0]), 2)
-              for s in ("bronze", "silver", "gold")}
-    return {**_summary(published, visible_of, rates, step, mean_batch),
-            "batches": len(batches), "stage_s_mean": stages}
+    return visible_of
 
 
 def _check_lake(home: Path, declaration: Path, published: int) -> None:
@@ -378,24 +383,9 @@ def _peer(kafka: LocalKafka, home: Path, events: _Events, rates: tuple[int, ...]
     if peer.returncode != 0:
         raise RuntimeError(f"the peer exited {peer.returncode}: {log.read_text()[-3000:]}")
     progress_lines = [json.loads(line) for line in (home / "batches.jsonl").read_text().splitlines()]
-
-    # Each batch's files, from the sink's log: a compacted log (N.compact) lists the earlier batches' files too.
-    visible_at: dict[tuple[int, int], float] = {}
-    seen: set[str] = set()
-    logs: list[tuple[int, Path]] = sorted((int(p.name.removesuffix(".compact")), p) for p in (out / "_spark_metadata").iterdir()
-                  if not p.name.startswith("."))
-    for _, path in logs:
-        visible = path.stat().st_mtime
-        entries = [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
-        for f in (e["path"] for e in entries if e.get("action", "add") == "add"):
-            if f in seen:
-                continue
-            seen.add(f)
-            table = pq.read_table(f.removeprefix("file://"), columns=["partition", "offset"])
-            for partition, offset in zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()):
-                if (partition, offset) in visible_at:
-                    raise AssertionError(f"record {partition}/{offset} is in the Parquet output twice")
-                visible_at[(partition, offset)] = visible
+    logs: list[tuple[int, Path]] = sorted((int(p.name.removesuffix(".compact")), p)
+                                          for p in (out / "_spark_metadata").iterdir() if not p.name.startswith("."))
+    visible_at, files = _peer_visible(logs)
     if len(visible_at) != len(published):
         raise AssertionError(f"published {len(published)} records; the Parquet output holds {len(visible_at)}")
     visible_of: array[float] = array("d")
@@ -408,7 +398,28 @@ def _peer(kafka: LocalKafka, home: Path, events: _Events, rates: tuple[int, ...]
     mean_batch = statistics.mean([b["seconds"] for b in progress_lines if shown.get(b["batch"], 0) >= steps_began]
                                  or [0.0])
     return {**_summary(published, visible_of, rates, step, mean_batch), "batches": len(logs),
-            "parquet_files": len(seen)}
+            "parquet_files": files}
+
+
+def _peer_visible(logs: list[tuple[int, Path]]) -> tuple[dict[tuple[int, int], float], int]:
+    """When each record (partition, offset) of the peer's output was visible (its batch's log file's time), and
+    how many Parquet files hold them."""
+    # Each batch's files, from the sink's log: a compacted log (N.compact) lists the earlier batches' files too.
+    visible_at: dict[tuple[int, int], float] = {}
+    seen: set[str] = set()
+    for _, path in logs:
+        visible = path.stat().st_mtime
+        entries = [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
+        for f in (e["path"] for e in entries if e.get("action", "add") == "add"):
+            if f in seen:
+                continue
+            seen.add(f)
+            table = pq.read_table(f.removeprefix("file://"), columns=["partition", "offset"])
+            for partition, offset in zip(table.column("partition").to_pylist(), table.column("offset").to_pylist()):
+                if (partition, offset) in visible_at:
+                    raise AssertionError(f"record {partition}/{offset} is in the Parquet output twice")
+                visible_at[(partition, offset)] = visible
+    return visible_at, len(seen)
 
 
 # -- figures -----------------------------------------------------------------------------------------------------
