@@ -21,7 +21,7 @@ Metrics (labels in braces; `table` is a table name, `source` a landing folder su
 - per landing source: `lakehouse_source_records_in_total`, `_records_kept_total`,
   `_records_quarantined_total`, `_landing_files_waiting` (landed, not yet ingested: the
   backlog), `_landing_files_refused` (never ingested: outside a day folder, or out of range); for a source on a
-  Kafka topic, `lakehouse_source_kafka_offsets_behind{topic,partition}` (committed offsets not taken: the lag)
+  Kafka topic, `lakehouse_source_kafka_offsets_behind{topic,partition}` (committed offsets not taken: the lag),
   `_kafka_lag_seconds` (the age of the oldest record not taken) and `_kafka_offsets_expired_total` (offsets the
   topic's retention deleted before they were taken: gaps);
 - per capture: `lakehouse_capture_records_total`, `_retained_wal_bytes` (read from PostgreSQL when
