@@ -25,6 +25,7 @@ every published record is in bronze once and counted in gold, and in the peer's 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import datetime as dt
 import json
 import os
@@ -38,7 +39,7 @@ import tempfile
 import textwrap
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,6 +251,17 @@ def _wait_taken(log: Path, lines: re.Pattern, process: subprocess.Popen, records
     time.sleep(2)
 
 
+@contextlib.contextmanager
+def _ended(process: subprocess.Popen) -> Iterator[None]:
+    """The process killed on the way out if it is still running (a failed wait, a producer's error)."""
+    try:
+        yield
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def _wait_for(log: Path, text: str, process: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while text not in log.read_text():
@@ -290,14 +302,10 @@ def _ours(kafka: LocalKafka, home: Path, events: _Events, rates: tuple[int, ...]
             [sys.executable, "-m", "lakehouse_assets.cli", "stream", "--no-dagster", "--json",
              "--trigger-seconds", str(trigger), "--until-idle", str(IDLE)],
             env=env, stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
+    with _ended(stream):
         _wait_for(log, "streaming Kafka topic", stream)
         published = _produce(kafka, topic, events, rates, step, warmup, lambda n: _wait_taken(log, OUR_BATCH, stream, n))
         out, _ = stream.communicate(timeout=3600)
-    finally:
-        if stream.poll() is None:
-            stream.kill()
-            stream.wait()
     if stream.returncode != 0:
         raise RuntimeError(f"lakehouse stream exited {stream.returncode}: {log.read_text()[-3000:]}")
     batches = json.loads(out)
@@ -371,15 +379,11 @@ def _peer(kafka: LocalKafka, home: Path, events: _Events, rates: tuple[int, ...]
             [sys.executable, str(script), kafka.bootstrap_servers, topic, str(out), str(home / "checkpoint"), jars,
              SPARK_MASTER, DRIVER_MEMORY, f"{trigger:g}", str(IDLE)],
             env=env, stdout=progress, stderr=err, text=True, cwd=home)
-    try:
+    with _ended(peer):
         _wait_for(log, "started", peer)
         published = _produce(kafka, topic, events, rates, step, warmup,
                              lambda n: _wait_taken(home / "batches.jsonl", PEER_BATCH, peer, n))
         peer.wait(timeout=3600)
-    finally:
-        if peer.poll() is None:
-            peer.kill()
-            peer.wait()
     if peer.returncode != 0:
         raise RuntimeError(f"the peer exited {peer.returncode}: {log.read_text()[-3000:]}")
     progress_lines = [json.loads(line) for line in (home / "batches.jsonl").read_text().splitlines()]

@@ -210,7 +210,7 @@ class Broker:
         return {tp.partition: (None if tp.offset == _NONE else tp.offset) for tp in found}
 
 
-    def time_at(self, topic: str, partition: int, offset: int, wait_s: float = 5.0) -> dt.datetime | None:
+    def time_at(self, topic: str, partition: int, offset: int, wait_s: float = 2.0) -> dt.datetime | None:
         """The time of the first committed record at or after `offset` (None: none within `wait_s`)."""
         from confluent_kafka import TopicPartition
 
