@@ -1,4 +1,4 @@
-"""`lakehouse s3|cluster|postgres|kafka start|stop|status`: the local servers of the `lakehouse_services` package,
+"""`lakehouse s3|cluster|postgres|kafka|catalog start|stop|status`: the local servers of the `lakehouse_services` package,
 started detached under the lakehouse home, checked and stopped from any shell."""
 
 from __future__ import annotations
@@ -119,6 +119,37 @@ def cmd_kafka(args: argparse.Namespace, settings: Settings) -> int:
     print(f"Kafka broker (Apache Kafka {broker.version}, KRaft, cluster {broker.cluster_id}) on "
           f"{broker.bootstrap_servers}, data in {broker.data_dir}; to use it:")
     print(f"export LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap_servers}")
+    return 0
+
+
+@_service
+def cmd_catalog_server(args: argparse.Namespace, settings: Settings) -> int:
+    """The local Iceberg REST catalog server (Nessie): its tables on the settings' S3, its state under the home;
+    `token` prints a bearer token for a principal of its rules (serving/read_rule.py's catalog_rules)."""
+    from lakehouse_services.nessie import NessieCatalog, S3Store, catalog_status, mint_token, stop_catalog
+
+    from ..serving.read_rule import catalog_rules
+
+    root = settings.home / "catalog-server"
+    if args.action == "token":
+        rules = catalog_rules()
+        if args.principal not in rules:
+            raise LakehouseError(f"no principal {args.principal!r}: the catalog's principals are {', '.join(rules)}")
+        NessieCatalog.attach(root)
+        print(mint_token(root / "keys" / "signing.pem", args.principal, int(args.hours * 3600)))
+        return 0
+    if args.action != "start":
+        return _stop_or_status(args.action, root, "catalog server", stop_catalog, catalog_status,
+                               lambda state: f"running, pid {state.pid}, {state.uri}, warehouse {state.warehouse}")
+    if not settings.s3_endpoint or not settings.s3_access_key:
+        raise LakehouseError("the REST catalog keeps its tables on S3: set LAKEHOUSE_S3_ENDPOINT, "
+                             "LAKEHOUSE_S3_ACCESS_KEY and LAKEHOUSE_S3_SECRET_KEY (`lakehouse s3 start` prints them)")
+    warehouse = args.warehouse or (settings.warehouse if settings.warehouse.startswith("s3://") else "s3://lake/rest")
+    server = NessieCatalog(root, warehouse=warehouse, rules=catalog_rules(), port=args.port or None,
+                           s3=S3Store(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
+                                      settings.s3_region)).start(detach=True)
+    print(f"Iceberg REST catalog (Nessie) on {server.uri}, warehouse {warehouse}, state in {root}; a principal's "
+          f"token: lakehouse catalog token --principal {'|'.join(catalog_rules())}")
     return 0
 
 

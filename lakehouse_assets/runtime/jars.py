@@ -11,7 +11,8 @@ mirror in Maven's layout, or a folder on this machine holding the jars (in Maven
 file is checked against its sha256 before it is kept; a run only looks for the files and never resolves anything.
 
 Besides Spark's, the file names the jars of a JVM of its own, which Spark never loads: the local Kafka broker's
-(use `kafka-broker`, `lakehouse kafka start`).
+(use `kafka-broker`, `lakehouse kafka start`) and the local REST catalog server's (use `catalog-server`, `lakehouse catalog
+start`).
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 REPOSITORY_ENV = "LAKEHOUSE_MAVEN_REPOSITORY"
 JARS_DIR_ENV = "LAKEHOUSE_JARS_DIR"
 RESOLVE_HINT = "make setup (python -m lakehouse_assets.runtime.jars resolve)"
-# What loads a jar: Spark, as its settings say (SPARK_USES), or the local Kafka broker's JVM, which Spark never loads.
+# What loads a jar: Spark, as its settings say (SPARK_USES), or a JVM Spark never loads: the local Kafka broker's, the
+# local REST catalog server's.
 SPARK_USES = ("iceberg", "kafka", "sqlite", "postgresql", "s3")
 KAFKA_BROKER = "kafka-broker"
-USES = (*SPARK_USES, KAFKA_BROKER)
+CATALOG_SERVER = "catalog-server"
+USES = (*SPARK_USES, KAFKA_BROKER, CATALOG_SERVER)
 # The Maven plugin that lists a group's jars with everything they need at run time (`pin --with-dependencies`).
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
@@ -51,14 +54,15 @@ class Jar:
     artifact: str
     version: str
     sha256: str
+    classifier: str = ""  # e.g. `runner`: a jar beside the artifact's main one
 
     @property
     def coordinates(self) -> str:
-        return f"{self.group}:{self.artifact}:{self.version}"
+        return f"{self.group}:{self.artifact}:{self.version}" + (f":{self.classifier}" if self.classifier else "")
 
     @property
     def file_name(self) -> str:
-        return f"{self.artifact}-{self.version}.jar"
+        return f"{self.artifact}-{self.version}" + (f"-{self.classifier}" if self.classifier else "") + ".jar"
 
     @property
     def relative(self) -> str:
@@ -69,11 +73,12 @@ class Jar:
         return (repository or local_repository()) / self.relative
 
 
-def _parse_coordinates(text: str) -> tuple[str, str, str]:
+def _parse_coordinates(text: str) -> tuple[str, str, str, str]:
+    """GROUP:ARTIFACT:VERSION[:CLASSIFIER]"""
     parts = text.strip().split(":")
-    if len(parts) != 3 or not all(parts):
-        raise MissingJarError(f"{text!r} is not Maven coordinates GROUP:ARTIFACT:VERSION")
-    return parts[0], parts[1], parts[2]
+    if len(parts) not in (3, 4) or not all(parts):
+        raise MissingJarError(f"{text!r} is not Maven coordinates GROUP:ARTIFACT:VERSION[:CLASSIFIER]")
+    return parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else ""
 
 
 def coordinates() -> list[Jar]:
@@ -87,7 +92,8 @@ def coordinates() -> list[Jar]:
         if len(fields) != 3 or fields[0] not in USES or len(fields[2]) != 64:
             raise MissingJarError(f"jars.tsv line {number} is not 'use<TAB>group:artifact:version<TAB>sha256': "
                                   f"{line!r}")
-        jars.append(Jar(fields[0], *_parse_coordinates(fields[1]), fields[2].lower()))
+        group, artifact, version, classifier = _parse_coordinates(fields[1])
+        jars.append(Jar(fields[0], group, artifact, version, fields[2].lower(), classifier))
     return jars
 
 
@@ -188,8 +194,8 @@ def iceberg_runtime_jar() -> Path:
 def pin(text: str, source: str = MAVEN_CENTRAL) -> str:
     """The jars.tsv line of these coordinates (use left as '?'): the jar fetched, its sha1 checked against the
     repository's own, its sha256 computed."""
-    group, artifact, version = _parse_coordinates(text)
-    jar = Jar("?", group, artifact, version, "")
+    group, artifact, version, classifier = _parse_coordinates(text)
+    jar = Jar("?", group, artifact, version, "", classifier)
     url = f"{source.rstrip('/')}/{jar.relative}"
     sha1, sha256 = hashlib.sha1(usedforsecurity=False), hashlib.sha256()
     try:
@@ -211,7 +217,9 @@ _LISTED = re.compile(r"^\s+([^:\s]+):([^:\s]+):jar:([^:\s]+)(?: -- .*)?$")
 
 def _pom(roots: list[Jar]) -> str:
     dependencies = "".join(f"<dependency><groupId>{jar.group}</groupId><artifactId>{jar.artifact}</artifactId>"
-                           f"<version>{jar.version}</version></dependency>" for jar in roots)
+                           f"<version>{jar.version}</version>"
+                           + (f"<classifier>{jar.classifier}</classifier>" if jar.classifier else "")
+                           + "</dependency>" for jar in roots)
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
             "<groupId>lakehouse.pin</groupId><artifactId>pin</artifactId><version>1</version><packaging>pom</packaging>"
             f"<dependencies>{dependencies}</dependencies></project>")
@@ -231,7 +239,9 @@ def pin_with_dependencies(use: str, roots: list[str], repository: Path | None = 
     repository = repository or local_repository()
     with tempfile.TemporaryDirectory(prefix="lakehouse-pin-") as work:
         pom, listed = Path(work) / "pom.xml", Path(work) / "dependencies.txt"
-        pom.write_text(_pom([Jar(use, *_parse_coordinates(root), "") for root in roots]))
+        parsed = [_parse_coordinates(root) for root in roots]
+        pom.write_text(_pom([Jar(use, group, artifact, version, "", classifier)
+                             for group, artifact, version, classifier in parsed]))
         done = subprocess.run([mvn, "-B", "-q", "-C", "-Dstyle.color=never", "-f", str(pom),
                                f"-Dmaven.repo.local={repository}", f"{DEPENDENCY_PLUGIN}:list", "-DincludeScope=runtime",
                                "-Dmdep.outputScope=false", "-Dsort=true", f"-DoutputFile={listed}"],

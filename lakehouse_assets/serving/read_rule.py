@@ -10,6 +10,7 @@ LAKEHOUSE_SQL_RAW=1). Both doors read the analysts' S3 credential (read_only_set
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from ..settings import Settings
@@ -72,6 +73,20 @@ def endpoint_rule(settings: Settings) -> dict[str, str]:
         RAW_SUFFIXES_KEY: ",".join(RAW_SUFFIXES),
         EXPOSED_KEY: ",".join(exposed_raw_looking(settings)),
     }
+
+
+# Nessie's operations that read (see services/lakehouse_services/nessie.py); every other one writes.
+CATALOG_READ_OPS = ("VIEW_REFERENCE", "READ_ENTRIES", "READ_CONTENT_KEY", "LIST_COMMIT_LOG", "READ_ENTITY_VALUE")
+
+
+def catalog_rules() -> dict[str, str]:
+    """The REST catalog server's rules per principal (CEL over `op` and `path`, a table's `namespace.name`): the
+    pipeline does everything; analysts and dashboards read every table but the raw ones, by this module's rule.
+    A declared table of another layer whose name looks raw is refused to analysts there too."""
+    affixes = "|".join([*(f"{re.escape(p)}[^.]*" for p in RAW_PREFIXES), *(f"[^.]*{re.escape(s)}" for s in RAW_SUFFIXES)])
+    raw = f"(?i)(^|[.])({affixes})$"
+    reads = ", ".join(f"'{op}'" for op in CATALOG_READ_OPS)
+    return {"pipeline": "true", "analyst": f"op in [{reads}] && !path.matches('{raw}')"}
 
 
 def read_only_settings(settings: Settings) -> Settings:

@@ -25,3 +25,7 @@ class PostgresError(ServiceError):
 
 class KafkaError(ServiceError):
     """The local Kafka broker did not start or stop as asked, or refused what it was asked (a topic)."""
+
+
+class CatalogServerError(ServiceError):
+    """The local REST catalog server did not start or stop as asked."""
