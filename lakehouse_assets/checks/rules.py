@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandera.pyspark as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -20,6 +19,8 @@ HASH_PATTERN = r"^[0-9a-f]{64}$"
 
 
 def value_checks(check: ValueCheck | None) -> list[Any]:
+    import pandera.pyspark as pa  # here, not at the top: a process that runs no check never imports pandera
+
     if check is None:
         return []
     checks = []
@@ -36,6 +37,8 @@ def value_checks(check: ValueCheck | None) -> list[Any]:
 
 def unique_key(keys: list[str], name: str = "key_unique") -> Any:
     """No two rows share the key, and no key part is null."""
+    import pandera.pyspark as pa
+
     def check(df: DataFrame) -> bool:
         nulls = df.where(" OR ".join(f"`{k}` IS NULL" for k in keys)).limit(1).count()
         return nulls == 0 and df.groupBy(*keys).count().where("count > 1").limit(1).count() == 0
@@ -44,12 +47,16 @@ def unique_key(keys: list[str], name: str = "key_unique") -> Any:
 
 
 def pandera_column(dtype: Any, nullable: bool, check: ValueCheck | None = None, *extra: Any) -> Any:
+    import pandera.pyspark as pa
+
     return pa.Column(dtype, nullable=nullable and not (check and check.not_null),
                      checks=[*value_checks(check), *extra])
 
 
 def count_matches(name: str, expected: Any, actual: Any) -> Any:
     """A check that two counts, each computed on call from tables, agree (e.g. rows reconciled between layers)."""
+    import pandera.pyspark as pa
+
     return pa.Check(lambda _df: expected() == actual(), name=name)
 
 

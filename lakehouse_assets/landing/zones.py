@@ -13,13 +13,16 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from dagster import DailyPartitionsDefinition
-from dagster_aws.s3 import S3Resource
 
 from ..settings import Settings
 from .versions import Stat
+
+if TYPE_CHECKING:  # dagster-aws is imported by the processes that read S3 only (about a second)
+    from dagster_aws.s3 import S3Resource
 
 _DAY = re.compile(r"/date=(\d{4}-\d{2}-\d{2})/[^/]+$")  # directly in its day folder, as bronze lists them
 LANDING_SUFFIXES = (".jsonl", ".jsonl.gz")
@@ -203,6 +206,8 @@ class S3Zone:
 
 
 def s3_resource(settings: Settings) -> S3Resource:
+    from dagster_aws.s3 import S3Resource
+
     return S3Resource(
         endpoint_url=settings.s3_endpoint or None,
         aws_access_key_id=settings.s3_access_key or None,

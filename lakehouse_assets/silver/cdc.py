@@ -35,8 +35,8 @@ A column added upstream (seen in bronze's images) is added to both tables.
 """
 
 import uuid
+from typing import TYPE_CHECKING
 
-import pandera.pyspark as pa
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -73,6 +73,9 @@ from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
 from ..tables.schema import conform
 from ..tables.types import spark_type
+
+if TYPE_CHECKING:  # pandera is imported where a check is built (about a second)
+    import pandera.pyspark as pa
 
 
 def _image_fields(info: CdcTable) -> list[T.StructField]:
@@ -125,7 +128,9 @@ def history_spec(info: CdcTable) -> TableSpec:
     )
 
 
-def current_model(info: CdcTable) -> pa.DataFrameSchema:
+def current_model(info: CdcTable) -> "pa.DataFrameSchema":
+    import pandera.pyspark as pa  # here, not at the top: a process that runs no check never imports pandera
+
     columns = {
         info.silver_column(c): pandera_column(T.StringType(), True, None, pa.Check.str_matches(HASH_PATTERN))
         if c in info.pii else pandera_column(spark_type(t), c not in info.primary_key, info.checks.get(c))
@@ -136,7 +141,9 @@ def current_model(info: CdcTable) -> pa.DataFrameSchema:
                               checks=[unique_key(list(info.primary_key), "one_row_per_primary_key")])
 
 
-def history_model(info: CdcTable) -> pa.DataFrameSchema:
+def history_model(info: CdcTable) -> "pa.DataFrameSchema":
+    import pandera.pyspark as pa
+
     def one_current(df) -> bool:
         return df.where("is_current").groupBy("key").count().where("count > 1").limit(1).count() == 0
 
@@ -430,7 +437,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
             AssetSpec(history.name, description=history.description, group_name="silver",
                       kinds={"spark", "iceberg"}, deps=[from_bronze], automation_condition=CHAIN_REFRESH),
         ],
-        check_specs=[check_spec(current.name, current_model(info)), check_spec(history.name, history_model(info)),
+        check_specs=[check_spec(current.name), check_spec(history.name),
                      *_reference_checks(info).values()],
         partitions_def=partitions,
         backfill_policy=SINGLE_RUN,
