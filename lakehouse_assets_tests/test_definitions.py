@@ -97,3 +97,20 @@ if __name__ == "__main__":  # make snapshots: after an intended change to a grap
         changed = not path.exists() or path.read_text() != text
         path.write_text(text)
         print(f"{path}: {'written' if changed else 'unchanged'}")
+
+
+def test_loading_the_definitions_imports_no_library_only_a_run_of_some_assets_needs(tmp_path):
+    """Every run, `dagster` command and code server loads the definitions first: pandera (with pandas) and
+    dagster-aws, about three seconds of a process's start, are imported where a check is built or S3 is read."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_PROJECT": str(Path(__file__).parents[1] /
+                                                                                    "examples" / "shop" / "lakehouse.yaml")}
+    done = subprocess.run([sys.executable, "-c", "import sys, lakehouse_assets.definitions as d; "
+                           "assert d.defs.resolve_asset_graph().get_all_asset_keys(); "
+                           "print(sorted(m for m in ('pandera', 'pandas', 'dagster_aws') if m in sys.modules))"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", done.stdout
