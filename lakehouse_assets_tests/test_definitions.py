@@ -8,6 +8,9 @@ compares, so it fails on any change until then.
 """
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,22 +93,9 @@ def test_graph_invariants_hold_whatever_the_snapshot_says():
     assert landing == {f"bronze_{n}_landing_sensor" for n in ("events", "cdc_customers", "cdc_orders", "cdc_order_items")}
 
 
-if __name__ == "__main__":  # make snapshots: after an intended change to a graph
-    for name, defs in PROJECTS:
-        path = SNAPSHOTS / f"{name}_graph.json"
-        text = snapshot_text(defs)
-        changed = not path.exists() or path.read_text() != text
-        path.write_text(text)
-        print(f"{path}: {'written' if changed else 'unchanged'}")
-
-
 def test_loading_the_definitions_imports_no_library_only_a_run_of_some_assets_needs(tmp_path):
     """Every run, `dagster` command and code server loads the definitions first: pandera (with pandas) and
     dagster-aws, about three seconds of a process's start, are imported where a check is built or S3 is read."""
-    import os
-    import subprocess
-    import sys
-
     env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_PROJECT": str(Path(__file__).parents[1] /
                                                                                     "examples" / "shop" / "lakehouse.yaml")}
     done = subprocess.run([sys.executable, "-c", "import sys, lakehouse_assets.definitions as d; "
@@ -114,3 +104,13 @@ def test_loading_the_definitions_imports_no_library_only_a_run_of_some_assets_ne
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+if __name__ == "__main__":  # make snapshots: after an intended change to a graph
+    for name, defs in PROJECTS:
+        path = SNAPSHOTS / f"{name}_graph.json"
+        text = snapshot_text(defs)
+        changed = not path.exists() or path.read_text() != text
+        path.write_text(text)
+        print(f"{path}: {'written' if changed else 'unchanged'}")
+

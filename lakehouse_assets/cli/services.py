@@ -126,7 +126,7 @@ def cmd_kafka(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_catalog_server(args: argparse.Namespace, settings: Settings) -> int:
     """The local Iceberg REST catalog server (Nessie): its tables on the settings' S3, its state under the home;
     `token` prints a bearer token for a principal of its rules (serving/read_rule.py's catalog_rules)."""
-    from lakehouse_services.nessie import NessieCatalog, S3Store, catalog_status, mint_token, stop_catalog
+    from lakehouse_services.nessie import NessieCatalog, S3Store, catalog_status, key_file, mint_token, stop_catalog
 
     from ..serving.read_rule import catalog_rules
 
@@ -136,7 +136,7 @@ def cmd_catalog_server(args: argparse.Namespace, settings: Settings) -> int:
         if args.principal not in rules:
             raise LakehouseError(f"no principal {args.principal!r}: the catalog's principals are {', '.join(rules)}")
         NessieCatalog.attach(root)
-        print(mint_token(root / "keys" / "signing.pem", args.principal, int(args.hours * 3600)))
+        print(mint_token(key_file(root), args.principal, int(args.hours * 3600)))
         return 0
     if args.action != "start":
         return _stop_or_status(args.action, root, "catalog server", stop_catalog, catalog_status,

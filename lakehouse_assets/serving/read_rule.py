@@ -81,8 +81,9 @@ CATALOG_READ_OPS = ("VIEW_REFERENCE", "READ_ENTRIES", "READ_CONTENT_KEY", "LIST_
 
 def catalog_rules() -> dict[str, str]:
     """The REST catalog server's rules per principal (CEL over `op` and `path`, a table's `namespace.name`): the
-    pipeline does everything; analysts and dashboards read every table but the raw ones, by this module's rule.
-    A declared table of another layer whose name looks raw is refused to analysts there too."""
+    pipeline does everything; analysts and dashboards read every table but the raw ones, by their names alone:
+    unlike the SQL doors (raw_tables), the server does not know the declaration, so a declared table of another
+    layer whose name looks raw (a gold `bronze_medals`) is refused to analysts too."""
     affixes = "|".join([*(f"{re.escape(p)}[^.]*" for p in RAW_PREFIXES), *(f"[^.]*{re.escape(s)}" for s in RAW_SUFFIXES)])
     raw = f"(?i)(^|[.])({affixes})$"
     reads = ", ".join(f"'{op}'" for op in CATALOG_READ_OPS)

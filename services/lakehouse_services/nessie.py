@@ -53,8 +53,6 @@ STARTUP_TIMEOUT = 120.0
 STOP_TIMEOUT = 30.0
 DEFAULT_HEAP = "512m"
 WAREHOUSE = "lake"  # the name clients give as `warehouse`
-# Operations of Nessie's authorization that read, and those that only look at names and history.
-READ_OPS = ("VIEW_REFERENCE", "READ_ENTRIES", "READ_CONTENT_KEY", "LIST_COMMIT_LOG", "READ_ENTITY_VALUE")
 _PRINCIPAL = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 
 
@@ -190,9 +188,8 @@ class NessieCatalog:
         self.warehouse = warehouse
         self.s3 = s3
         self.rules = dict(rules)
-        recorded = STATE.read(self.root)
         ports = free_ports(2)
-        self.port = port or (recorded.port if recorded and not listening(recorded.port) else ports[0])
+        self.port = port or ports[0]
         self.management_port = next(p for p in ports if p != self.port)
         self.heap = heap
         self._jar = jar
@@ -223,7 +220,7 @@ class NessieCatalog:
 
     @property
     def private_key(self) -> Path:
-        return self.root / "keys" / "signing.pem"
+        return key_file(self.root)
 
     @property
     def public_key(self) -> Path:
@@ -311,7 +308,8 @@ class NessieCatalog:
         if not detach:
             atexit.register(self.stop)
         try:
-            wait_ready(self._answers, self.startup_timeout, what=f"the catalog server on {self.uri}",
+            probe = self.token("lakehouse-probe", int(self.startup_timeout) + 60)  # one token for every try
+            wait_ready(lambda: self._answers(probe), self.startup_timeout, what=f"the catalog server on {self.uri}",
                        logs=[self.log_file], error=CatalogServerError, interval=0.5,
                        exited=lambda: None if self._proc is None or self._proc.poll() is None else
                        f"the catalog server on {self.uri} exited with code {self._proc.returncode}")
@@ -320,9 +318,9 @@ class NessieCatalog:
             raise
         return self
 
-    def _answers(self) -> None:
+    def _answers(self, token: str) -> None:
         request = urllib.request.Request(f"http://{HOST}:{self.port}/api/v2/config",
-                                         headers={"Authorization": f"Bearer {self.token('lakehouse-probe', 60)}"})
+                                         headers={"Authorization": f"Bearer {token}"})
         try:
             with urllib.request.urlopen(request, timeout=5):
                 pass
@@ -349,6 +347,11 @@ class NessieCatalog:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def key_file(root: Path | str) -> Path:
+    """The server's private key under `root`, which signs its tokens."""
+    return Path(root).expanduser().resolve() / "keys" / "signing.pem"
 
 
 def mint_token(private_key: Path, principal: str, seconds: int) -> str:
