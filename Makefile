@@ -105,10 +105,11 @@ test: setup
 	$(BIN)/python -m lakehouse_assets.runtime.java_jar test
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
-# Whole deployments: the cluster profile (Spark master and workers, S3, PostgreSQL) against the local one.
+# Whole deployments and live processes, each live path once: the daemon, the capture, the stream, the endpoint
+# under Superset, the UI in a browser (the other cases, the cluster profile among them, in make soak).
 e2e: setup $(SUPERSET_VENV)/.installed
 	@command -v chromium >/dev/null 2>&1 || scripts/system-deps.sh chromium
-	$(BIN)/pytest -m e2e
+	$(BIN)/pytest -m "e2e and not soak"
 
 # Apache Superset, the BI tool the SQL endpoint's e2e test connects, in a venv of its own (its pins are not ours).
 $(SUPERSET_VENV)/.installed: constraints-superset.txt
@@ -116,15 +117,21 @@ $(SUPERSET_VENV)/.installed: constraints-superset.txt
 	$(SUPERSET_VENV)/bin/pip install -q -c constraints-superset.txt apache-superset pyhive thrift thrift-sasl pure-sasl rich cachetools
 	touch $@
 
-# The reliability suite at a larger size (SOAK_SCALE, default 20); its figures go to benchmarks/RELIABILITY.md.
-# Then the SQL endpoint's fuzzer with every case it makes, and variants (docs/sql-endpoint.md).
+# The reliability suite at a larger size (SOAK_SCALE, default 20), every case of it; its figures go to
+# benchmarks/RELIABILITY.md. Then the other cases `make test` leaves to it (marked soak: another crash point,
+# catalog kind, time zone, table or declaration), and the SQL endpoint's fuzzer with every case it makes, and
+# variants (docs/sql-endpoint.md).
 soak: setup
 	@rm -f $(LAKEHOUSE_HOME)/reliability-figures.jsonl $(LAKEHOUSE_HOME)/reliability-junit.xml; mkdir -p $(LAKEHOUSE_HOME)
 	LAKEHOUSE_SOAK_SCALE=$(or $(SOAK_SCALE),20) LAKEHOUSE_RELIABILITY_FIGURES=$(LAKEHOUSE_HOME)/reliability-figures.jsonl \
-		$(BIN)/pytest lakehouse_assets_tests/reliability --junitxml=$(LAKEHOUSE_HOME)/reliability-junit.xml; status=$$?; \
+		$(BIN)/pytest lakehouse_assets_tests/reliability -m "not e2e" \
+		--junitxml=$(LAKEHOUSE_HOME)/reliability-junit.xml; status=$$?; \
 	$(BIN)/python -m lakehouse_assets_tests.reliability.report $(LAKEHOUSE_HOME)/reliability-figures.jsonl \
 		--junit $(LAKEHOUSE_HOME)/reliability-junit.xml \
 		--outcome "$$( [ $$status = 0 ] && echo 'every test passed' || echo "pytest exit $$status: see its output" )"; \
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "soak and not e2e" --ignore=lakehouse_assets_tests/reliability \
+		|| status=$$?; \
+	$(BIN)/pytest -m "soak and e2e" || status=$$?; \
 	LAKEHOUSE_FUZZ_VARIANTS=1 $(BIN)/pytest -s lakehouse_assets_tests/serving/test_serve.py -k fuzzer || status=$$?; \
 	exit $$status
 

@@ -112,6 +112,7 @@ def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tm
         _stop(daemon)
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_with_the_stream_running_minute_gold_follows_in_seconds_and_daily_gold_by_the_daemon(tmp_path, monkeypatch):
     """`make dev`'s arrangement: the daemon and `lakehouse stream` on one instance. The stream takes the file
     (the landing sensor stands aside) and reports its commits; the daemon's automation carries the daily tables."""
@@ -183,6 +184,7 @@ def _silver_cdc(settings: Settings, table: str, truth: dict) -> dict:
     return {k: {c: r.get(c) for c in truth.get(k, any_row)} for k, r in rows.items()}
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_data_committed_days_before_it_lands_reaches_silver_and_gold_with_no_run_launched_by_hand(tmp_path):
     """A capture down for a week and a replayed day of events: changes committed 8 to 10 days ago and events
     of 8 days ago land in today's folders. With nobody launching a run, silver equals the source's truth, every

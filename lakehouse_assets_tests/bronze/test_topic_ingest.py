@@ -251,6 +251,7 @@ def _crash(lakehouse, declared, day: dt.date, failpoint: str) -> subprocess.Comp
 
 
 # Runs in processes of their own, a Spark start each: with the whole deployments (make e2e).
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_run_killed_before_or_after_its_commit_leaves_each_record_once(on_kafka, kafka, topic, declared):
@@ -268,6 +269,7 @@ def test_a_run_killed_before_or_after_its_commit_leaves_each_record_once(on_kafk
 
 
 # Runs in processes of their own, a Spark start each: with the whole deployments (make e2e).
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_two_runs_planning_the_same_offsets_at_once_take_each_record_once(on_kafka, kafka, topic, declared,

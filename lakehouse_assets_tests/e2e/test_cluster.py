@@ -13,6 +13,7 @@ from ..shop import ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_the_cluster_profile_gives_the_local_rows_and_runs_on_both_workers(tmp_path):
     done = subprocess.run([sys.executable, "-m", "examples.cluster.demo", "--days", "1", "--events-per-day", "600",
                            "--home", str(tmp_path / "demo"), "--json"],

@@ -149,6 +149,7 @@ def _recorded(base: str, runs: dict[str, str]) -> dict:
             "ticks": {t["tickId"] for t in landing["ticks"]}, "automation": automation["status"]}
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_runs_event_logs_and_sensor_state_on_postgresql_survive_a_restart(tmp_path):
     env, settings, dagster_home = temporary_instance(tmp_path, "restart-test-key-for-pseudonyms-in-tests")
     shutil.copy(ROOT / "examples" / "cluster" / "dagster.yaml", dagster_home / "dagster.yaml")

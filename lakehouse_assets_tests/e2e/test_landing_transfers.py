@@ -124,6 +124,7 @@ def test_local_transfers_old_times_halves_slow_gzip_and_empty_files_are_each_dec
     _reconciled(env, tmp_path)
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_s3_objects_uploaded_again_with_more_lines_or_replaced_are_each_decided_once(tmp_path, s3_server):
     env, settings, dagster_home = temporary_instance(tmp_path, "transfer-test-key-for-pseudonyms-in-tests")
     prefix = f"landing-{uuid.uuid4().hex[:8]}"

@@ -250,6 +250,7 @@ def _evolved_shop() -> str:
     return edited(re.sub(r"(?m)^generator: .*\n", "", SHOP_FILE.read_text()), changes)  # the copy lives elsewhere
 
 
+@pytest.mark.soak  # `make test` shows it on the second domain (test_second_domain.py)
 def test_the_shop_declaration_changed_is_planned_applied_in_place_and_its_runs_go_on_under_the_new_names(
         gold, tmp_path):
     """Runs last: it changes the module's tables (issue 40's acceptance on the shop)."""

@@ -352,6 +352,7 @@ def kafka(tmp_path_factory):
         yield broker
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_silver_equals_the_source_through_kafka_topics(spark, lake_settings, source, kafka, monkeypatch):
     """The capture writes each table's change topic (3 partitions, keyed by the row's key, as Kafka Connect's JSON
     converter with schemas writes key and value), nothing into the landing zone; bronze takes the topics by
@@ -449,6 +450,7 @@ def silver_is_the_source(spark, lake_settings, root, pg, mode):
     return lakehouse
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_a_capture_killed_between_writing_and_flushing_offsets_loses_nothing(spark, lake_settings, source):
     root, pg = source("default")
     workload(pg.dsn, 300, seed=2)
@@ -467,6 +469,7 @@ def test_a_capture_killed_between_writing_and_flushing_offsets_loses_nothing(spa
     assert_equal(silver_rows(lakehouse, "silver_docs"), source_rows(pg.dsn, "docs"))
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_a_capture_stopped_by_sigterm_publishes_everything_and_exits_0(spark, lake_settings, source):
     """What a supervisor (systemd, Kubernetes) does to stop it: SIGTERM, while part files are open."""
     root, pg = source("default")
@@ -499,6 +502,7 @@ def test_a_capture_stopped_by_sigterm_publishes_everything_and_exits_0(spark, la
     assert_equal(silver_rows(lakehouse, "silver_docs"), source_rows(pg.dsn, "docs"))
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_a_capture_stopped_while_debezium_finishes_a_batch_exits_0_and_the_batch_comes_again(
         spark, lake_settings, source, tmp_path):
     """A stop (SIGTERM, or --until-idle's end) that reaches the engine between the handler's write and Debezium's

@@ -176,6 +176,7 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
     assert check_key in instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_lines_appended_to_a_file_the_stream_took_are_taken_once_by_its_sweep(lakehouse, tmp_path):
     """Spark's file source hands a path over once; the stream's sweep finds the file changed (its identity is not
     the ingest log's) and takes the appended lines, each once, through silver to gold."""
@@ -212,6 +213,7 @@ def _stream_cli(env: dict, *args: str, timeout: float = 300) -> subprocess.Compl
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_a_stream_killed_in_a_micro_batch_restarts_and_holds_each_record_once(tmp_path):
     """Killed after its batch's bronze commit, then, restarted, killed again replaying that batch before gold's
     commit (bronze and silver done): the next start completes the batch, each record once in every table."""
@@ -254,6 +256,7 @@ def _stamps(snapshot) -> dict:
     return snapshot.summary.additional_properties if snapshot.summary is not None else {}
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_succeed(lakehouse, tmp_path):
     landing = lakehouse.settings.local_path(lakehouse.settings.landing)
     old = batch_of("old", 40, dt.datetime.combine(OLD_DAY, dt.time(9, 0), dt.timezone.utc))
@@ -320,6 +323,7 @@ def test_a_backfill_of_an_old_day_and_the_stream_write_the_same_tables_and_both_
     assert gold_minutes(spark, lakehouse.table_id("gold_minute_activity")) == minute_oracle(everything)
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_the_stream_reads_an_s3_landing_zone(spark, lake_settings, tmp_path):
     lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
                                   namespace=f"t_stream_s3_{uuid.uuid4().hex[:6]}",
@@ -346,6 +350,7 @@ def test_the_stream_reads_an_s3_landing_zone(spark, lake_settings, tmp_path):
     assert gold_minutes(spark, lakehouse.table_id("gold_minute_activity")) == minute_oracle(first + second)
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_a_micro_batch_of_silver_is_audited_on_the_rows_it_wrote_and_nothing_fails_into_main(lakehouse):
     # A declared check no rule repeats: a price above 100 passes every rule and must fail the audit.
     source = dataclasses.replace(SHOP.events["events"], checks={"price": ValueCheck(max=100)})

@@ -83,6 +83,7 @@ def _rows(settings: Settings, table: str) -> list[dict]:
     return catalog.load_table((settings.namespace, table)).scan().to_arrow().to_pylist()
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_records_published_while_the_stream_runs_reach_gold_once_across_a_broker_restart(spark, lake_settings,
                                                                                          kafka, tmp_path):
     topic = "shop-events-live"
@@ -122,6 +123,7 @@ def test_records_published_while_the_stream_runs_reach_gold_once_across_a_broker
     assert gold == minute_oracle(first + second)
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_a_stream_of_a_topic_killed_in_a_batch_restarts_and_holds_each_record_once(kafka, tmp_path):
     topic = "shop-events-killed"
     kafka.create_topic(topic)
@@ -171,6 +173,7 @@ def _of_day(settings: Settings, table: str, day: dt.date, column: str) -> list[d
     return sorted(out, key=repr)
 
 
+@pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it
 def test_a_backfill_of_a_past_day_from_the_topic_equals_the_streams_result_for_that_day(spark, lake_settings, kafka,
                                                                                         tmp_path):
     topic = "shop-events-backfill"

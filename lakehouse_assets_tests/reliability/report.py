@@ -52,7 +52,8 @@ def render(rows: list[dict], outcome: str, tests: list[tuple[str, str]] | None =
     lines = ["# Reliability: what the suite tried", "",
              f"`make soak` ({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC): {headline(outcome, tests or [])}. "
              "The same tests run in "
-             "`make test` at scale 1; every figure below comes from this run.", ""]
+             "`make test` at scale 1, but for the cases marked soak (other crash points, the PostgreSQL catalog); "
+             "every figure below comes from this run.", ""]
     if tests:
         lines += ["| test | outcome |", "|---|---|"] + [f"| `{t}` | {why.replace('|', '/')} |" for t, why in tests] + [""]
     for row in rows:

@@ -31,7 +31,7 @@ WRITERS = [("spark-append", "2025-01-01"), ("spark-overwrite", "2025-01-02"), ("
 CONFLICTING = {"w2", "w5"}  # the two MERGEs into one day
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.soak)])
 def test_writers_in_several_processes_all_commit_exactly_once_on_a_linear_history(kind, lake_settings, tmp_path,
                                                                                    pg_catalog_uri):
     catalog_uri = (f"sqlite:///{tmp_path / 'catalog.db'}" if kind == "sqlite" else

@@ -25,7 +25,11 @@ from .figures import age_table_files, record
 
 pytestmark = pytest.mark.slow  # runs killed in processes of their own
 
-POINTS = ["bronze_events:before-publish", "publish:before-swap", "publish:after-swap"]
+# `make test` kills a run on each side of the catalog's swap once (bronze after it, silver's pair before it);
+# `make soak` at every point of each.
+SOAK = pytest.mark.soak
+POINTS = [pytest.param("bronze_events:before-publish", marks=SOAK), pytest.param("publish:before-swap", marks=SOAK),
+          "publish:after-swap"]
 
 
 @pytest.mark.parametrize("failpoint", POINTS)
@@ -64,7 +68,7 @@ def test_a_run_killed_at_any_step_leaves_each_table_whole_and_the_rerun_takes_ea
            records_in_at_rerun=meta["records_in"].value)
 
 
-@pytest.mark.parametrize("failpoint", ["publish:before-swap", "publish:after-swap"])
+@pytest.mark.parametrize("failpoint", ["publish:before-swap", pytest.param("publish:after-swap", marks=SOAK)])
 def test_a_silver_run_killed_while_publishing_moves_both_its_tables_or_neither(lakehouse, failpoint):
     """silver_events and its rejected table move together: killed once both new metadata files are written but
     before the catalog's transaction, neither moved (and orphan removal finds the files); killed right after
@@ -100,7 +104,8 @@ def test_a_silver_run_killed_while_publishing_moves_both_its_tables_or_neither(l
            tables_after_rerun=dict(zip(("silver", "rejected"), counts())))
 
 
-@pytest.mark.parametrize("failpoint", ["publish:before-swap", "publish:after-swap"])
+@pytest.mark.parametrize("failpoint", [pytest.param("publish:before-swap", marks=SOAK),
+                                       pytest.param("publish:after-swap", marks=SOAK)])
 def test_a_cdc_silver_run_killed_while_publishing_moves_current_state_and_history_together(lakehouse, failpoint):
     """The current state and the SCD2 history of a CDC table are one MERGE each and one swap together: killed
     before it, neither moved; right after it, both did. Re-run (twice), current state is exactly the current

@@ -2,8 +2,8 @@
 kind of statement Spark 4.1's parser takes (its `statement` rule's forms, SQL scripts, EXECUTE IMMEDIATE, pipe
 syntax, Iceberg's extensions, queries over files and scripts), every built-in function's documented examples,
 every setting Spark defines (SET, and each of HiveServer2's session-open prefixes), combined with the endpoint's
-tables, raw and not, and a probe path that nothing may write. `make test` runs every case once, `make soak` each
-with its variants (LAKEHOUSE_FUZZ_VARIANTS=1)."""
+tables, raw and not, and a probe path that nothing may write. `make test` runs a quarter of the cases, another
+each day (LAKEHOUSE_FUZZ_SLICE=k/n chooses), `make soak` every case with its variants (LAKEHOUSE_FUZZ_VARIANTS=1)."""
 
 from __future__ import annotations
 

@@ -113,7 +113,9 @@ def _image_keys(df, schema, heads) -> list[tuple]:
     return sorted((r.source_file, r.source_line, sorted(r.k)) for r in rows)
 
 
-@pytest.mark.parametrize("table", list(CDC_TABLES))
+# `make test` compares the paths on customers (its schema drifts half way); `make soak` on every table.
+@pytest.mark.parametrize("table", [t if t == "customers" else pytest.param(t, marks=pytest.mark.soak)
+                                   for t in CDC_TABLES])
 def test_every_line_parses_the_same_on_the_one_pass_and_the_layer_by_layer_path(spark, landed, table, monkeypatch):
     info = SHOP.cdc[table]
     files = sorted(f"file:{p}" for p in (landed / "cdc" / table).rglob("*.jsonl"))
