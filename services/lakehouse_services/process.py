@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,13 +33,29 @@ class NotReady(Exception):
     """Raised by a readiness probe: the service runs but does not serve yet; the message says what it lacks."""
 
 
-def free_ports(n: int) -> list[int]:
-    """`n` distinct ports on 127.0.0.1 that the kernel says are free now, so parallel runs never share one."""
-    socks: list[socket.socket] = []
+def _below_ephemeral() -> range:
+    """The ports below the kernel's ephemeral range (from 10000): a port the kernel hands out for a connection
+    (a client's side) is never one of them, so none is taken between choosing it and the server binding it."""
     try:
-        for _ in range(n):  # held open together, so the ports are distinct
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return range(0)
+    return range(10000, low) if low > 11000 else range(0)
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct ports on 127.0.0.1 that are free now, so parallel runs never share one: random ones below the
+    ephemeral range where there is one, else ones the kernel gives."""
+    socks: list[socket.socket] = []
+    candidates = _below_ephemeral()
+    try:
+        while len(socks) < n:  # held open together, so the ports are distinct
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((HOST, 0))
+            try:
+                sock.bind((HOST, random.choice(candidates) if candidates else 0))
+            except OSError:  # in use: another
+                sock.close()
+                continue
             socks.append(sock)
         return [int(sock.getsockname()[1]) for sock in socks]
     finally:
