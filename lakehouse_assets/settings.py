@@ -214,6 +214,8 @@ ENV_SETTINGS = {
     "serve_query_timeout": ("LAKEHOUSE_SERVE_QUERY_TIMEOUT", "600"),
     "serve_result_cache_rows": ("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", "10000"),
     "serve_result_cache_mb": ("LAKEHOUSE_SERVE_RESULT_CACHE_MB", "256"),
+    "serve_refresh_every": ("LAKEHOUSE_SERVE_REFRESH_EVERY", "1"),
+    "serve_refresh_idle": ("LAKEHOUSE_SERVE_REFRESH_IDLE", "900"),
     "serve_executor_memory": ("LAKEHOUSE_SERVE_EXECUTOR_MEMORY", "2g"),
     "serve_os_user": ("LAKEHOUSE_SERVE_OS_USER", ""),
     "serve_max_rows": ("LAKEHOUSE_SERVE_MAX_ROWS", "1000000"),
@@ -393,6 +395,11 @@ class Settings:
     serve_result_cache_rows: int = 10000
     # The most memory the endpoint's kept results take in all (MiB; a result over an eighth of it is not kept).
     serve_result_cache_mb: int = 256
+    # How often the endpoint looks up the tables of the queries clients ask again, to compute a query's new answer
+    # as soon as a table it reads takes a commit (s; 0: never, the next client to ask computes it).
+    serve_refresh_every: int = 1
+    # How long a query nobody asks is still computed again at each commit (s).
+    serve_refresh_idle: int = 900
     # The memory of the endpoint's own executor in local mode (its queries' tasks run there, not in its JVM).
     serve_executor_memory: str = "2g"
     # The operating-system user the endpoint runs as, when started by root (empty: the one that starts it).
@@ -460,6 +467,8 @@ class Settings:
             "serve_query_timeout": _seconds("LAKEHOUSE_SERVE_QUERY_TIMEOUT", raw["serve_query_timeout"]),
             "serve_result_cache_rows": _count("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", raw["serve_result_cache_rows"]),
             "serve_result_cache_mb": _count("LAKEHOUSE_SERVE_RESULT_CACHE_MB", raw["serve_result_cache_mb"]),
+            "serve_refresh_every": _seconds("LAKEHOUSE_SERVE_REFRESH_EVERY", raw["serve_refresh_every"]),
+            "serve_refresh_idle": _seconds("LAKEHOUSE_SERVE_REFRESH_IDLE", raw["serve_refresh_idle"]),
             "serve_max_rows": _count("LAKEHOUSE_SERVE_MAX_ROWS", raw["serve_max_rows"]),
             "kafka_bootstrap_servers": _bootstrap_servers("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS",
                                                           raw["kafka_bootstrap_servers"]),
@@ -501,6 +510,8 @@ class Settings:
             "serve_result_cache": (f"results of up to {self.serve_result_cache_rows:,} rows, "
                                    f"{self.serve_result_cache_mb} MiB in all"
                                    if self.serve_result_cache_rows and self.serve_result_cache_mb else "off"),
+            "serve_refresh": (f"looked up every {self.serve_refresh_every} s, for queries asked again within "
+                              f"{self.serve_refresh_idle} s" if self.serve_refresh_every else "off"),
             "serve_max_rows": f"{self.serve_max_rows:,}" if self.serve_max_rows else "no limit",
             "serve_executor_memory": self.serve_executor_memory,
             "serve_os_user": self.serve_os_user or "(the one that starts it)",

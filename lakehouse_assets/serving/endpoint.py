@@ -152,10 +152,12 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
         jvm.lakehouse.QueryTimeout.install(spark.sparkContext._jsc.sc(), settings.serve_query_timeout)
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext())
-    # JDBC's table tree from the lakehouse's catalog, the cache of query results and the limit on a result's rows;
+    # JDBC's table tree from the lakehouse's catalog, the cache of query results (computed again at a commit for the
+    # queries asked again) and the limit on a result's rows;
     # then what a session sends when it opens passes the read-only list
     jvm.lakehouse.CatalogMetadata.install(server, settings.serve_result_cache_rows,
-                                          settings.serve_result_cache_mb * 1024 * 1024, settings.serve_max_rows)
+                                          settings.serve_result_cache_mb * 1024 * 1024, settings.serve_max_rows,
+                                          settings.serve_refresh_every, settings.serve_refresh_idle)
     jvm.lakehouse.GuardedSessions.install(server)
     deadline = time.monotonic() + 120
     while not answers(endpoint, timeout_s=1):

@@ -120,6 +120,10 @@ final class CachedStatement extends SparkExecuteStatementOperation {
             if (kept != null) {
                 schema = kept.schema;
                 rows = kept.rows;
+                if (cache.refresher != null) {
+                    cache.refresher.asked(spark, statement, ResultCache.context(spark, statement),
+                        System.currentTimeMillis());
+                }
             }
             ResultCache.LOG.info("result cache {} ({} ms): {}", how, (System.nanoTime() - started) / 1_000_000,
                 statement.length() > 200

@@ -43,20 +43,25 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     private final ResultCache cache;  // null: results are not kept
     private final long rowLimit;
 
-    private CatalogMetadata(int cacheRows, long cacheBytes, long rowLimit) {
+    private CatalogMetadata(int cacheRows, long cacheBytes, long rowLimit, long refreshSeconds, long idleSeconds) {
         this.cache = cacheRows > 0 && cacheBytes > 0 ? new ResultCache(cacheRows, cacheBytes) : null;
+        if (cache != null && refreshSeconds > 0) {
+            cache.refreshEvery(refreshSeconds, idleSeconds);
+        }
         this.rowLimit = rowLimit;
     }
 
     /**
      * Put this in place of the started Thrift server's operation manager (before any client has connected):
      * query results of at most cacheRows rows are kept, at most cacheBytes in all (ResultCache; none when either
-     * is 0), and a client may fetch at most rowLimit rows of a result (0: no limit).
+     * is 0), and a client may fetch at most rowLimit rows of a result (0: no limit). A kept query asked again
+     * within idleSeconds has its new answer computed when a table it reads takes a commit, its tables looked up
+     * every refreshSeconds (Refresher; 0: never).
      */
-    public static void install(HiveThriftServer2 server, int cacheRows, long cacheBytes, long rowLimit)
-            throws ReflectiveOperationException {
+    public static void install(HiveThriftServer2 server, int cacheRows, long cacheBytes, long rowLimit,
+                               long refreshSeconds, long idleSeconds) throws ReflectiveOperationException {
         SessionManager sessions = cliService(server).getSessionManager();
-        CatalogMetadata manager = new CatalogMetadata(cacheRows, cacheBytes, rowLimit);
+        CatalogMetadata manager = new CatalogMetadata(cacheRows, cacheBytes, rowLimit, refreshSeconds, idleSeconds);
         // Spark's manager reads Hive's map of operations from its superclass's field when it is made, which for a
         // subclass is its own (still empty) field: hand it Hive's map.
         Field operations = OperationManager.class.getDeclaredField("handleToOperation");

@@ -99,11 +99,20 @@ public final class ResultCache {
     private long totalBytes;
     private final LinkedHashMap<String, Entry> entries = new LinkedHashMap<>(64, 0.75f, true);
     final Map<String, CompletableFuture<Entry>> computing = new ConcurrentHashMap<>();
+    Refresher refresher;  // computes the new answers of queries asked again when a commit lands (null: none)
 
     public ResultCache(int maxRows, long maxBytes) {
         this.maxRows = maxRows;
         this.maxTotalRows = Math.max(20L * maxRows, 200_000L);
         this.maxBytes = maxBytes;
+    }
+
+    /**
+     * Queries asked again within idleSeconds are watched: their tables' metadata read again from the catalog
+     * every refreshSeconds, their new answers computed and kept when one took a commit (Refresher).
+     */
+    void refreshEvery(long refreshSeconds, long idleSeconds) {
+        refresher = new Refresher(this, refreshSeconds * 1000L, idleSeconds * 1000L);
     }
 
     boolean keeps(Entry entry) {
@@ -200,22 +209,54 @@ public final class ResultCache {
 
     /** What the query's result depends on, or null when a table's metadata cannot be named. */
     static String key(SparkSession spark, String statement, Dataset<Row> query) {
-        List<String> tables = new ArrayList<>();
-        if (!tables(query.queryExecution().analyzed(), tables)) {
+        return key(spark, statement, query, null);
+    }
+
+    /**
+     * What the query's result depends on, or null when a table's metadata cannot be named; the Iceberg tables it
+     * reads put in tables (by name, when given).
+     */
+    static String key(SparkSession spark, String statement, Dataset<Row> query, Map<String, Object> tables) {
+        List<String> read = new ArrayList<>();
+        if (!tables(query.queryExecution().analyzed(), read, tables)) {
             return null;
         }
-        StringBuilder key = new StringBuilder(statement).append('\u0000');
-        key.append(spark.sessionState().catalogManager().currentCatalog().name()).append('.');
-        key.append(String.join(".", spark.sessionState().catalogManager().currentNamespace()));
-        key.append('\u0000').append(new TreeMap<>(JavaConverters.mapAsJavaMap(
-            spark.sessionState().conf().getAllConfs())));
-        for (String table : tables) {
+        StringBuilder key = new StringBuilder(context(spark, statement));
+        for (String table : read) {
             key.append('\u0000').append(table);
         }
         return key.toString();
     }
 
-    private static boolean tables(LogicalPlan plan, List<String> out) {
+    /** What a query's result depends on besides its tables: the statement, the current namespace, the settings. */
+    static String context(SparkSession spark, String statement) {
+        return statement + '\u0000' + spark.sessionState().catalogManager().currentCatalog().name() + '.'
+            + String.join(".", spark.sessionState().catalogManager().currentNamespace()) + '\u0000'
+            + new TreeMap<>(JavaConverters.mapAsJavaMap(spark.sessionState().conf().getAllConfs()));
+    }
+
+    /** The query's rows, all of them, or null when there are more than maxRows. */
+    static Entry collect(Dataset<Row> query, int maxRows) {
+        Iterator<Row> all = query.toLocalIterator();
+        List<Row> rows = new ArrayList<>();
+        while (rows.size() <= maxRows && all.hasNext()) {
+            rows.add(all.next());
+        }
+        return all.hasNext() || rows.size() > maxRows ? null : new Entry(query.schema(), List.copyOf(rows));
+    }
+
+    /** The metadata file an Iceberg table was read at (as loaded, or as last refreshed). */
+    static String metadataFile(Object table) throws ReflectiveOperationException {
+        return String.valueOf(call(call(call(table, "operations"), "current"), "metadataFileLocation"));
+    }
+
+    /** The current metadata file of an Iceberg table, read again from its catalog. */
+    static String currentMetadataFile(Object table) throws ReflectiveOperationException {
+        call(table, "refresh");
+        return metadataFile(table);
+    }
+
+    private static boolean tables(LogicalPlan plan, List<String> out, Map<String, Object> objects) {
         if (plan instanceof DataSourceV2Relation) {
             DataSourceV2Relation relation = (DataSourceV2Relation) plan;
             try {  // Iceberg's classes are the session's, not on the class path this is compiled against
@@ -225,29 +266,33 @@ public final class ResultCache {
                 out.add(relation.table().name() + "@" + call(sparkTable, "snapshotId") + "@"
                     + call(metadata, "metadataFileLocation") + "@"
                     + new TreeMap<>(relation.options().asCaseSensitiveMap()));
+                if (objects != null) {
+                    objects.putIfAbsent(relation.table().name(), table);
+                }
             } catch (ReflectiveOperationException | RuntimeException e) {
                 return false;
             }
         }
         for (Expression expression : JavaConverters.seqAsJavaList(plan.expressions())) {
-            if (!subqueryTables(expression, out)) {
+            if (!subqueryTables(expression, out, objects)) {
                 return false;
             }
         }
         for (LogicalPlan child : JavaConverters.seqAsJavaList(plan.children())) {
-            if (!tables(child, out)) {
+            if (!tables(child, out, objects)) {
                 return false;
             }
         }
         return true;
     }
 
-    private static boolean subqueryTables(Expression expression, List<String> out) {
-        if (expression instanceof SubqueryExpression && !tables(((SubqueryExpression) expression).plan(), out)) {
+    private static boolean subqueryTables(Expression expression, List<String> out, Map<String, Object> objects) {
+        if (expression instanceof SubqueryExpression
+                && !tables(((SubqueryExpression) expression).plan(), out, objects)) {
             return false;
         }
         for (Expression child : JavaConverters.seqAsJavaList(expression.children())) {
-            if (!subqueryTables(child, out)) {
+            if (!subqueryTables(child, out, objects)) {
                 return false;
             }
         }

@@ -12,6 +12,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -33,17 +34,19 @@ import scala.Option;
 
 /**
  * The part of a result's cache key that the tables it reads make (ResultCache.tables, private, called by
- * reflection): each table's name, the snapshot read, its current metadata file and the read's options. The rest of
+ * reflection): each table's name, the snapshot read, its current metadata file and the read's options; and the
+ * tables themselves, by name, whose metadata the Refresher looks up. The rest of
  * the key (the statement, the session's catalog, namespace and settings: ResultCache.key) is read from a running
  * SQLContext and not tested here. The tables are stand-ins answering as Iceberg's SparkTable does (table(),
  * snapshotId(), table().operations().current().metadataFileLocation()): Iceberg is not on this class path.
  */
 class ResultCacheKeyTest {
     private Method tables;
+    private final Map<String, Object> objects = new HashMap<>();  // the tables read, by name (what Refresher watches)
 
     @BeforeEach
     void catalyst() throws NoSuchMethodException {
-        tables = ResultCache.class.getDeclaredMethod("tables", LogicalPlan.class, List.class);
+        tables = ResultCache.class.getDeclaredMethod("tables", LogicalPlan.class, List.class, Map.class);
         tables.setAccessible(true);
     }
 
@@ -135,7 +138,7 @@ class ResultCacheKeyTest {
     private List<String> part(LogicalPlan plan) throws Throwable {
         List<String> out = new ArrayList<>();
         try {
-            return (Boolean) tables.invoke(null, plan, out) ? out : null;
+            return (Boolean) tables.invoke(null, plan, out, objects) ? out : null;
         } catch (InvocationTargetException e) {
             throw e.getCause();
         }
@@ -164,6 +167,8 @@ class ResultCacheKeyTest {
         LogicalPlan plan = new Filter(new Exists(read("lake.inner", null, "i1.json"), seq(),
             NamedExpression$.MODULE$.newExprId(), seq(), Option.empty()), read("lake.outer", null, "o1.json"));
         assertEquals(List.of("lake.inner@null@i1.json@{}", "lake.outer@null@o1.json@{}"), part(plan));
+        assertEquals(Set.of("lake.inner", "lake.outer"), objects.keySet());
+        assertEquals("i1.json", ResultCache.metadataFile(objects.get("lake.inner")));
     }
 
     @Test
