@@ -121,7 +121,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                 schema = kept.schema;
                 rows = kept.rows;
                 if (cache.refresher != null) {
-                    cache.refresher.asked(spark, statement, ResultCache.context(spark, statement),
+                    cache.refresher.asked(spark, statement, ResultCache.context(spark, statement), key,
                         System.currentTimeMillis());
                 }
             }

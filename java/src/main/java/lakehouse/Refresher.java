@@ -75,12 +75,12 @@ final class Refresher {
     }
 
     /**
-     * A client asked this query (its context: statement, namespace, settings) and was answered: watched from its
-     * second ask within the idle time.
+     * A client asked this query (its context: statement, namespace, settings) and was answered under key:
+     * watched from its second ask within the idle time.
      */
-    void asked(SparkSession spark, String statement, String context, long now) {
+    void asked(SparkSession spark, String statement, String context, String key, long now) {
         if (thread != null && watching(context, now)) {
-            thread.execute(() -> watch(spark, statement, context, now));
+            thread.execute(() -> watch(spark, statement, context, key, now));
         }
     }
 
@@ -129,7 +129,7 @@ final class Refresher {
         return dropped;
     }
 
-    private void watch(SparkSession client, String statement, String context, long asked) {
+    private void watch(SparkSession client, String statement, String context, String answered, long asked) {
         SparkSession session = client.cloneSession();
         SparkContext spark = session.sparkContext();
         String group = "lakehouse-refresh-" + refreshes.incrementAndGet();
@@ -146,12 +146,16 @@ final class Refresher {
             Watched query = new Watched(context, statement, session, asked);
             Dataset<Row> analysed = ResultCache.cacheable(session, statement);
             Map<String, Object> tables = new HashMap<>();
-            if (analysed == null || ResultCache.key(session, statement, analysed, tables) == null) {
+            String key = analysed == null ? null : ResultCache.key(session, statement, analysed, tables);
+            if (key == null) {
                 return;
             }
             query.tables = tables;
             query.read = files(tables);
             add(query);
+            if (!key.equals(answered)) {  // a commit landed since the client's answer: its new answer now
+                refresh(query);
+            }
         } catch (Throwable e) {
             ResultCache.LOG.warn("result cache: not watched ({}): {}", e, abbreviated(statement));
         } finally {
