@@ -18,12 +18,12 @@ import org.apache.spark.sql.classic.SparkSession;
 
 /**
  * New answers ready when a commit lands. A query asked again within the idle time (a dashboard's: every viewer,
- * every refresh) is watched: every few seconds the metadata of each table it reads is read again from the catalog
- * (one look-up per table, not the query's analysis), and when one has taken a commit the query's new answer is
- * computed on the new snapshots and kept in the result cache, so that the next client to ask is answered from the
- * cache instead of waiting for the computation. A client asking while it is computed waits for that computation,
- * as for another client's; an answer is always that of the snapshots current when it is computed, never an older
- * one. A query is no longer watched once nobody asked it for the idle time, once its result is too large to
+ * every refresh) is watched: every period (a second by default) the metadata of each table it reads is read again
+ * from the catalog (one look-up per table, not the query's analysis), and when one has taken a commit the query's
+ * new answer is computed on the new snapshots and kept in the result cache, so that the next client to ask is
+ * answered from the cache instead of waiting for the computation. A client asking while it is computed waits for
+ * that computation, as for another client's; an answer is always that of the snapshots current when it is
+ * computed, never an older one. A query is no longer watched once nobody asked it for the idle time, once its result is too large to
  * keep, or when computing it fails (past the query time limit among others). The work runs on one thread of its
  * own, in a Spark scheduler pool of its own, in a session cloned from the client's (its settings and namespace,
  * checked to give the same key), and within the query time limit like a client's statement.
