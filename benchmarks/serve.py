@@ -266,12 +266,14 @@ def _phase(asks: list[tuple], seconds: float, said: dict[str, list[int]]) -> dic
             "cache": {how: {"n": len(ms), "p50_ms": _p(ms, 0.5), "p95_ms": _p(ms, 0.95)} for how, ms in said.items()}}
 
 
-def _viewers(port: int, settings: Settings, log: Path, clients: int, seconds: float) -> tuple[dict, list[str]]:
-    """`clients` viewers whose dashboard pages refresh every VIEWER_REFRESH s while the table takes a commit every
-    COMMIT_EVERY s: the phase, with the first answers after each commit and the stale ones; the errors."""
+def _under_commits(port: int, settings: Settings, log: Path, clients: int, seconds: float,
+                   every: float | None = None) -> tuple[dict, list[str]]:
+    """`clients` dashboard clients (asking without pause, or viewers whose pages refresh every `every` s) while
+    the table takes a commit every COMMIT_EVERY s: the phase, with the first answers after each commit and the
+    stale ones; the errors."""
     with _commits(settings) as commits:
         before = _cache_said(log)
-        asks, failed = _dashboards(port, settings.namespace, clients, seconds, every=VIEWER_REFRESH)
+        asks, failed = _dashboards(port, settings.namespace, clients, seconds, every=every)
         said = _cache_said(log)
     return {**_phase(asks, seconds, _since(before, said)), "commits": len(commits),
             "after_commits": _after_commits(asks, commits)}, failed
@@ -322,14 +324,9 @@ def run(spark: SparkSession, settings: Settings, events: int, clients: int = 8, 
         errors += failed
         with tempfile.TemporaryDirectory(prefix="lakehouse-serve-stream-") as stream_home, \
                 _stream_beside(Path(stream_home)):
-            with _commits(settings) as commits:
-                before = _cache_said(log)
-                asks, failed = _dashboards(port, settings.namespace, clients, seconds)
-                said = _cache_said(log)
-            phases["with_stream"] = {**_phase(asks, seconds, _since(before, said)), "commits": len(commits),
-                                     "after_commits": _after_commits(asks, commits)}
-            phases["viewers"], failed = _viewers(port, settings, log, clients, seconds)
-            errors += failed
+            phases["with_stream"], failed = _under_commits(port, settings, log, clients, seconds)
+            phases["viewers"], failed2 = _under_commits(port, settings, log, clients, seconds, VIEWER_REFRESH)
+            errors += failed + failed2
         _compare(cursor, settings)  # after the commits: still the answers lakehouse sql gives
         duck: dict[str, list[float]] = {name: [] for name in QUERIES}
         for _ in range(5):
@@ -351,13 +348,9 @@ def run(spark: SparkSession, settings: Settings, events: int, clients: int = 8, 
     try:
         with tempfile.TemporaryDirectory(prefix="lakehouse-serve-stream-") as stream_home, \
                 _stream_beside(Path(stream_home)):
-            with _commits(settings) as commits:
-                before = _cache_said(log)
-                asks, failed = _dashboards(port, settings.namespace, clients, seconds)
-                said = _cache_said(log)
-            phases["with_stream_no_refresh"] = {**_phase(asks, seconds, _since(before, said)),
-                                                "commits": len(commits), "after_commits": _after_commits(asks, commits)}
-            phases["viewers_no_refresh"], failed2 = _viewers(port, settings, log, clients, seconds)
+            phases["with_stream_no_refresh"], failed = _under_commits(port, settings, log, clients, seconds)
+            phases["viewers_no_refresh"], failed2 = _under_commits(port, settings, log, clients, seconds,
+                                                                   VIEWER_REFRESH)
             errors += failed + failed2
     finally:
         server.terminate()
