@@ -504,6 +504,18 @@ class Settings:
             "pii_key": hidden if self.pii_key else "(the key file under the home)",
             "alert_webhook": hidden if self.alert_webhook else "",
             "jvm_archive": "yes" if self.jvm_archive else "no",
+            **self._describe_serve(),
+            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
+            "kafka_security_protocol": self.kafka_security_protocol,
+            "kafka_sasl": (f"{self.kafka_sasl_mechanism}, user {self.kafka_sasl_username}, password {hidden}"
+                           if self.kafka_sasl_mechanism else ""),
+            "kafka_ssl_ca_file": self.kafka_ssl_ca_file or ("(the system's)" if "SSL" in self.kafka_security_protocol
+                                                             else ""),
+        }
+
+    def _describe_serve(self) -> dict[str, str]:
+        """The SQL endpoint's settings in force, for people."""
+        return {
             "serve": f"{self.serve_host}:{self.serve_port}",
             "serve_catalog": CatalogUri.parse(self.serve_catalog_uri).display if self.serve_catalog_uri else "",
             "serve_query_timeout": f"{self.serve_query_timeout} s" if self.serve_query_timeout else "none",
@@ -515,12 +527,6 @@ class Settings:
             "serve_max_rows": f"{self.serve_max_rows:,}" if self.serve_max_rows else "no limit",
             "serve_executor_memory": self.serve_executor_memory,
             "serve_os_user": self.serve_os_user or "(the one that starts it)",
-            "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
-            "kafka_security_protocol": self.kafka_security_protocol,
-            "kafka_sasl": (f"{self.kafka_sasl_mechanism}, user {self.kafka_sasl_username}, password {hidden}"
-                           if self.kafka_sasl_mechanism else ""),
-            "kafka_ssl_ca_file": self.kafka_ssl_ca_file or ("(the system's)" if "SSL" in self.kafka_security_protocol
-                                                             else ""),
         }
 
     @property
