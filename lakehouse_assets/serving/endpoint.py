@@ -72,6 +72,9 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
         "spark.hadoop.hive.server2.thrift.port": str(endpoint.port),
         "spark.scheduler.mode": "FAIR",
         "spark.sql.thriftServer.incrementalCollect": "true",
+        # What Spark sets in the session when it formats its first result for a client (HiveResult): set from the
+        # start, the first query's settings are those of every later one, and so is its result cache key.
+        "spark.sql.binaryOutputStyle": "UTF-8",
         "spark.ui.enabled": "false",
     }
     if settings.catalog.kind == "sqlite":

@@ -547,6 +547,10 @@ def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings
         anyone = hive.connect(host="127.0.0.1", port=port, database=settings.namespace).cursor()
         anyone.execute("SELECT 1 + 1")
         assert anyone.fetchall() == [(2,)]
+        anyone.execute("SELECT 1 + 1")  # the endpoint's first query asked again: its settings and key are the same
+        assert anyone.fetchall() == [(2,)]
+        said = re.findall(r"result cache (\w+) \(\d+ ms\): SELECT 1 \+ 1$", (tmp_path / "serve.log").read_text(), re.M)
+        assert said == ["miss", "hit"]
 
         # Users added while the endpoint runs: from the next connection on, every client signs in.
         for name, password in [("ann", "correct horse"), ("cat", "battery staple")]:
