@@ -55,7 +55,8 @@ final class CachedStatement extends SparkExecuteStatementOperation {
     public void runInternal() {
         long started = System.nanoTime();
         Dataset<Row> query = cache == null ? null : ResultCache.cacheable(spark, statement);
-        String key = query == null ? null : ResultCache.key(spark, statement, query);
+        String context = query == null ? null : ResultCache.context(spark, statement);
+        String key = query == null ? null : ResultCache.key(context, query, null);
         if (key == null) {
             super.runInternal();
             return;
@@ -68,7 +69,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         }
         setHasResultSet(true);
         if (!shouldRunAsync()) {
-            answer(query, key, started);
+            answer(query, context, key, started);
             return;
         }
         setBackgroundHandle(getParentSession().getSessionManager().submitBackgroundOperation(() -> {
@@ -76,7 +77,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                 withLocalProperties(new AbstractFunction0<Object>() {
                     @Override
                     public Object apply() {
-                        answer(query, key, started);
+                        answer(query, context, key, started);
                         return null;
                     }
                 });
@@ -86,7 +87,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         }));
     }
 
-    private void answer(Dataset<Row> query, String key, long started) {
+    private void answer(Dataset<Row> query, String context, String key, long started) {
         try {
             synchronized (this) {
                 if (getStatus().getState().isTerminal()) {
@@ -121,8 +122,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                 schema = kept.schema;
                 rows = kept.rows;
                 if (cache.refresher != null) {
-                    cache.refresher.asked(spark, statement, ResultCache.context(spark, statement), key,
-                        System.currentTimeMillis());
+                    cache.refresher.asked(spark, statement, context, key, System.currentTimeMillis());
                 }
             }
             ResultCache.LOG.info("result cache {} ({} ms): {}", how, (System.nanoTime() - started) / 1_000_000,

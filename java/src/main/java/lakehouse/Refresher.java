@@ -23,10 +23,11 @@ import org.apache.spark.sql.classic.SparkSession;
  * new answer is computed on the new snapshots and kept in the result cache, so that the next client to ask is
  * answered from the cache instead of waiting for the computation. A client asking while it is computed waits for
  * that computation, as for another client's; an answer is always that of the snapshots current when it is
- * computed, never an older one. A query is no longer watched once nobody asked it for the idle time, once its result is too large to
- * keep, or when computing it fails (past the query time limit among others). The work runs on one thread of its
- * own, in a Spark scheduler pool of its own, in a session cloned from the client's (its settings and namespace,
- * checked to give the same key), and within the query time limit like a client's statement.
+ * computed, never an older one. A query is no longer watched once nobody asked it for the idle time, once its
+ * result is too large to keep, or when computing it fails (past the query time limit among others). The work runs
+ * on one thread of its own, in a Spark scheduler pool of its own, in a session cloned from the client's (its
+ * settings and namespace, checked to give the same key), and within the query time limit like a client's
+ * statement.
  */
 final class Refresher {
     static final String POOL = "lakehouse-refresh";
@@ -146,7 +147,7 @@ final class Refresher {
             Watched query = new Watched(context, statement, session, asked);
             Dataset<Row> analysed = ResultCache.cacheable(session, statement);
             Map<String, Object> tables = new HashMap<>();
-            String key = analysed == null ? null : ResultCache.key(session, statement, analysed, tables);
+            String key = analysed == null ? null : ResultCache.key(context, analysed, tables);
             if (key == null) {
                 return;
             }
@@ -220,7 +221,7 @@ final class Refresher {
             QueryTimeout.atWork(group);
             Dataset<Row> analysed = ResultCache.cacheable(query.session, query.statement);
             Map<String, Object> tables = new HashMap<>();
-            key = analysed == null ? null : ResultCache.key(query.session, query.statement, analysed, tables);
+            key = analysed == null ? null : ResultCache.key(query.context, analysed, tables);
             if (key == null) {
                 unwatch(query, "it is no longer a query whose result is kept");
                 return;

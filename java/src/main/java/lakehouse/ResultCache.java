@@ -207,21 +207,17 @@ public final class ResultCache {
         return true;
     }
 
-    /** What the query's result depends on, or null when a table's metadata cannot be named. */
-    static String key(SparkSession spark, String statement, Dataset<Row> query) {
-        return key(spark, statement, query, null);
-    }
-
     /**
-     * What the query's result depends on, or null when a table's metadata cannot be named; the Iceberg tables it
-     * reads put in tables (by name, when given).
+     * What the query's result depends on, or null when a table's metadata cannot be named: its context (the
+     * statement, the namespace, the settings: context()) and the tables it reads, which are also put in tables
+     * (by name, when given).
      */
-    static String key(SparkSession spark, String statement, Dataset<Row> query, Map<String, Object> tables) {
+    static String key(String context, Dataset<Row> query, Map<String, Object> tables) {
         List<String> read = new ArrayList<>();
         if (!tables(query.queryExecution().analyzed(), read, tables)) {
             return null;
         }
-        StringBuilder key = new StringBuilder(context(spark, statement));
+        StringBuilder key = new StringBuilder(context);
         for (String table : read) {
             key.append('\u0000').append(table);
         }
