@@ -48,6 +48,15 @@ def test_free_ports_are_distinct_and_unused():
     assert not any(process.listening(port) for port in ports)
 
 
+def test_free_ports_are_never_a_port_a_service_starts_on_by_default(monkeypatch):
+    from lakehouse_services.s3server import S3Ports
+
+    master_grpc = S3Ports().master_grpc  # `lakehouse s3 start` listens there, started by another test meanwhile
+    monkeypatch.setattr(process, "_below_ephemeral", lambda: range(master_grpc - 2, master_grpc + 3))
+    drawn = {port for _ in range(40) for port in process.free_ports(2)}
+    assert master_grpc not in drawn and drawn <= set(range(master_grpc - 2, master_grpc + 3))
+
+
 def test_a_process_is_started_recorded_found_and_stopped(tmp_path):
     proc, log, printed = _start(tmp_path)
     assert printed["pid"] == proc.pid and log.parent.is_dir()

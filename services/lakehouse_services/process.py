@@ -18,7 +18,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -27,6 +27,15 @@ from .errors import ServiceError
 HOST = "127.0.0.1"
 KILL_WAIT = 5.0  # seconds a process is given to vanish after SIGKILL
 T = TypeVar("T")
+
+
+def _defaults() -> set[int]:
+    """The ports services listen on when started without a choice: `lakehouse s3 start`'s and the SQL endpoint's
+    10000. `free_ports` never hands one out, so a server started on free ports never takes the port another
+    process is about to start its service on by default."""
+    from .s3server import S3Ports  # it imports this module
+
+    return {10000, *(port for port in asdict(S3Ports()).values() if port)}
 
 
 class NotReady(Exception):
@@ -47,13 +56,17 @@ def free_ports(n: int) -> list[int]:
     """`n` distinct ports on 127.0.0.1 that are free now, so parallel runs never share one: random ones below the
     ephemeral range where there is one, else ones the kernel gives."""
     socks: list[socket.socket] = []
-    candidates = _below_ephemeral()
+    reserved = _defaults()
+    candidates = [port for port in _below_ephemeral() if port not in reserved]
     try:
         while len(socks) < n:  # held open together, so the ports are distinct
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
                 sock.bind((HOST, random.choice(candidates) if candidates else 0))
             except OSError:  # in use: another
+                sock.close()
+                continue
+            if sock.getsockname()[1] in reserved:  # the kernel's choice, where there is no range below its own
                 sock.close()
                 continue
             socks.append(sock)
