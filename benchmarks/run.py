@@ -40,6 +40,7 @@ from . import (
     merge_modes,
     one_row_update,
     pruning,
+    run_cost,
     sensor_tick,
     serve,
     sql_reader,
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             ("backfill", backfill, lambda: backfill.run(spark, settings, days=10,
                                                         events_per_day=max(200, int(2_000 * scale)))),
             ("cdc_capture", cdc_capture, lambda: cdc_capture.run(spark, settings, changes=max(100_000, int(1_000_000 * scale)))),
+            # One small day in this session, PySpark's DataFrame debugging on and off.
+            ("run_cost", run_cost, lambda: run_cost.run(spark, settings, changes=max(200, int(2_000 * scale)),
+                                                        events=max(500, int(2_000 * scale)))),
             # Runs in fresh processes, with the JVM's class-data archive and without.
             ("cold_start", cold_start, lambda: cold_start.run(events=max(500, int(2_000 * scale)))),
             # Child processes of their own: local[2], then a two-worker standalone cluster.

@@ -82,6 +82,12 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
         # plans recur in every partition, micro-batch and run a process makes, and each compile costs more CPU
         # than a small run's data.
         "spark.sql.codegen.cache.maxEntries": "2000",
+        # PySpark's DataFrame debugging records the Python call site of every column function (a stack walk and
+        # five JVM round trips each): the pipeline builds thousands of column expressions per run (each CDC
+        # field's decoding, each declared column's cast), and with it on they took longer to build than the
+        # run's Spark jobs to execute. Error messages then name the failed expression without its Python line;
+        # LAKEHOUSE_SPARK_CONF=spark.python.sql.dataFrameDebugging.enabled=true turns it back on.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} "
                                          f"{jvm_archive.java_options(settings.jvm_archive)}".rstrip(),
     }
