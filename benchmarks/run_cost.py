@@ -60,42 +60,47 @@ def _timed_run(action: Callable[[], bool]) -> tuple[float, int]:
     return seconds, sent[0]
 
 
+PATHS = {"cdc_bronze": CDC_BRONZE, "cdc_silver": CDC_SILVER, "events": EVENTS}
+SETTINGS = {"on": True, "off": False}  # PySpark's DataFrame debugging
+
+
+def _measure(settings: Settings, landing, repeats: int) -> tuple[dict, dict]:
+    """Per setting and path, each repetition's seconds and JVM round trips."""
+    day = DAY.isoformat()
+    times: dict[str, dict[str, list[float]]] = {on: {p: [] for p in PATHS} for on in SETTINGS}
+    trips: dict[str, dict[str, list[int]]] = {on: {p: [] for p in PATHS} for on in SETTINGS}
+    # A first run of each path, not counted: the JVM's JIT and Spark's code generation warm up on it.
+    warm = lakehouse(settings, "bench_run_cost_warm", landing)
+    for assets in PATHS.values():
+        materialize_partition(assets, warm, day)
+    for repeat in range(repeats):
+        for on in (("on", "off") if repeat % 2 == 0 else ("off", "on")):
+            pyspark_errors._enable_debugging_cache = SETTINGS[on]
+            resource = lakehouse(settings, f"bench_run_cost_{on}_{repeat}", landing)
+            for path, assets in PATHS.items():
+                seconds, sent = _timed_run(lambda a=assets, r=resource: materialize_partition(a, r, day).success)
+                times[on][path].append(seconds)
+                trips[on][path].append(sent)
+    return times, trips
+
+
 def run(spark, settings: Settings, changes: int, events: int, repeats: int = 3) -> dict:
     landing = settings.home / "run_cost_landing"
     generate_cdc(landing, [DAY], changes_per_day=changes, malformed_rate=0.02, late_share=0.05, duplicate_rate=0.05)
     generate_day(landing, DAY, events_per_day=events, files_per_day=2)
-    day = DAY.isoformat()
-    paths = {"cdc_bronze": CDC_BRONZE, "cdc_silver": CDC_SILVER, "events": EVENTS}
-    times: dict[bool, dict[str, list[float]]] = {on: {p: [] for p in paths} for on in (True, False)}
-    trips: dict[bool, dict[str, list[int]]] = {on: {p: [] for p in paths} for on in (True, False)}
     was = pyspark_errors._enable_debugging_cache
     try:
-        # A first run of each path, not counted: the JVM's JIT and Spark's code generation warm up on it.
-        warm = lakehouse(settings, "bench_run_cost_warm", landing)
-        for assets in paths.values():
-            materialize_partition(assets, warm, day)
-        for repeat in range(repeats):
-            for on in ((True, False) if repeat % 2 == 0 else (False, True)):
-                pyspark_errors._enable_debugging_cache = on
-                resource = lakehouse(settings, f"bench_run_cost_{'on' if on else 'off'}_{repeat}", landing)
-                for path, assets in paths.items():
-                    seconds, sent = _timed_run(lambda a=assets, r=resource: materialize_partition(a, r, day).success)
-                    times[on][path].append(seconds)
-                    trips[on][path].append(sent)
+        times, trips = _measure(settings, landing, repeats)
     finally:
         pyspark_errors._enable_debugging_cache = was
-    counts = {on: spark.table(f"{settings.catalog_name}.bench_run_cost_{'on' if on else 'off'}_0.silver_orders").count()
-              for on in (True, False)}
-    if counts[True] != counts[False] or not counts[True]:
+    counts = {on: spark.table(f"{settings.catalog_name}.bench_run_cost_{on}_0.silver_orders").count() for on in SETTINGS}
+    if counts["on"] != counts["off"] or not counts["on"]:
         raise RuntimeError(f"the two settings disagree: silver_orders rows {counts}")
-    median = {("on" if on else "off"): {p: statistics.median(v) for p, v in parts.items()}
-              for on, parts in times.items()}
-    median_trips = {("on" if on else "off"): {p: int(statistics.median(v)) for p, v in parts.items()}
-                    for on, parts in trips.items()}
+    median = {on: {p: statistics.median(v) for p, v in parts.items()} for on, parts in times.items()}
+    median_trips = {on: {p: int(statistics.median(v)) for p, v in parts.items()} for on, parts in trips.items()}
     return {"params": {"changes": changes, "events": events, "repeats": repeats},
-            "seconds": median, "round_trips": median_trips,
-            "all": {("on" if on else "off"): parts for on, parts in times.items()},
-            "ratios": {p: median["off"][p] / median["on"][p] for p in paths}}
+            "seconds": median, "round_trips": median_trips, "all": times,
+            "ratios": {p: median["off"][p] / median["on"][p] for p in PATHS}}
 
 
 def markdown(results: dict) -> str:

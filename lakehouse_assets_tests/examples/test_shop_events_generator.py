@@ -85,7 +85,9 @@ def test_later_runs_keep_the_landed_files_and_add_the_events_since_in_a_new_file
 def test_today_runs_until_now_and_no_further(tmp_path):
     """The demo's last day is today: its events reach the last minutes, none is in the future."""
     before = dt.datetime.now(dt.timezone.utc)
-    generated = generate_day(tmp_path, before.date(), events_per_day=2_000, malformed_rate=0.0)
+    # At 50,000 a day some five sessions start a minute, and each runs minutes: that none is in the last five
+    # minutes is a chance too small to draw. At 2,000 a day (a session every five minutes) it was drawn.
+    generated = generate_day(tmp_path, before.date(), events_per_day=50_000, malformed_rate=0.0)
     after = dt.datetime.now(dt.timezone.utc)
     times = [dt.datetime.fromisoformat(json.loads(line)["event_ts"].replace("Z", "+00:00"))
              for f in generated.files for line in f.read_text().splitlines()]
