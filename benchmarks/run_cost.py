@@ -61,21 +61,21 @@ def _timed_run(action: Callable[[], bool]) -> tuple[float, int]:
 
 
 PATHS = {"cdc_bronze": CDC_BRONZE, "cdc_silver": CDC_SILVER, "events": EVENTS}
-SETTINGS = {"on": True, "off": False}  # PySpark's DataFrame debugging
+DEBUGGING = {"on": True, "off": False}  # PySpark's DataFrame debugging, as the results name it
 
 
 def _measure(settings: Settings, landing, repeats: int) -> tuple[dict, dict]:
     """Per setting and path, each repetition's seconds and JVM round trips."""
     day = DAY.isoformat()
-    times: dict[str, dict[str, list[float]]] = {on: {p: [] for p in PATHS} for on in SETTINGS}
-    trips: dict[str, dict[str, list[int]]] = {on: {p: [] for p in PATHS} for on in SETTINGS}
+    times: dict[str, dict[str, list[float]]] = {on: {p: [] for p in PATHS} for on in DEBUGGING}
+    trips: dict[str, dict[str, list[int]]] = {on: {p: [] for p in PATHS} for on in DEBUGGING}
     # A first run of each path, not counted: the JVM's JIT and Spark's code generation warm up on it.
     warm = lakehouse(settings, "bench_run_cost_warm", landing)
     for assets in PATHS.values():
         materialize_partition(assets, warm, day)
     for repeat in range(repeats):
         for on in (("on", "off") if repeat % 2 == 0 else ("off", "on")):
-            pyspark_errors._enable_debugging_cache = SETTINGS[on]
+            pyspark_errors._enable_debugging_cache = DEBUGGING[on]
             resource = lakehouse(settings, f"bench_run_cost_{on}_{repeat}", landing)
             for path, assets in PATHS.items():
                 seconds, sent = _timed_run(lambda a=assets, r=resource: materialize_partition(a, r, day).success)
@@ -93,7 +93,7 @@ def run(spark, settings: Settings, changes: int, events: int, repeats: int = 3) 
         times, trips = _measure(settings, landing, repeats)
     finally:
         pyspark_errors._enable_debugging_cache = was
-    counts = {on: spark.table(f"{settings.catalog_name}.bench_run_cost_{on}_0.silver_orders").count() for on in SETTINGS}
+    counts = {on: spark.table(f"{settings.catalog_name}.bench_run_cost_{on}_0.silver_orders").count() for on in DEBUGGING}
     if counts["on"] != counts["off"] or not counts["on"]:
         raise RuntimeError(f"the two settings disagree: silver_orders rows {counts}")
     median = {on: {p: statistics.median(v) for p, v in parts.items()} for on, parts in times.items()}
