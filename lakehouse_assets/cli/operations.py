@@ -310,10 +310,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("catalog", help="back the catalog up, or rebuild it from the warehouse's metadata files; "
                                        "start, stop or check a local Iceberg REST catalog server, or print a token")
     p.add_argument("action", choices=("backup", "rebuild", "start", "stop", "status", "token"))
-    p.add_argument("--principal", default="analyst", help="token: whose (pipeline, analyst)")
+    p.add_argument("--principal", default="analyst", help="token: whose (pipeline, analyst, ml)")
     p.add_argument("--hours", type=float, default=24.0, help="token: how long it is valid")
     p.add_argument("--port", type=int, default=0, help="start: the port to listen on (default: a free one)")
-    p.add_argument("--warehouse", default="", help="start: the s3:// location of its tables")
     p.add_argument("path", nargs="?", help="backup: the SQLite file to write")
     p.add_argument("--backup", metavar="PATH", help="rebuild: a backup whose pointers decide between metadata files")
     p.add_argument("--dry-run", action="store_true", help="rebuild: only say what would be registered")

@@ -124,32 +124,34 @@ def cmd_kafka(args: argparse.Namespace, settings: Settings) -> int:
 
 @_service
 def cmd_catalog_server(args: argparse.Namespace, settings: Settings) -> int:
-    """The local Iceberg REST catalog server (Nessie): its tables on the settings' S3, its state under the home;
-    `token` prints a bearer token for a principal of its rules (serving/read_rule.py's catalog_rules)."""
-    from lakehouse_services.nessie import NessieCatalog, S3Store, catalog_status, key_file, mint_token, stop_catalog
+    """The local Iceberg REST catalog server over the lakehouse's own catalog (its database, its warehouse), its
+    keys and log under the home; `token` prints a bearer token for a principal of its rules
+    (serving/read_rule.py's catalog_rules)."""
+    from lakehouse_services.rest_catalog import RestCatalogServer, catalog_status, key_file, mint_token, stop_catalog
 
-    from ..serving.read_rule import catalog_rules
+    from ..runtime.spark import s3_file_io_properties
+    from ..serving.read_rule import catalog_rules, declared_ml_tables
 
     root = settings.home / "catalog-server"
     if args.action == "token":
         rules = catalog_rules()
         if args.principal not in rules:
             raise LakehouseError(f"no principal {args.principal!r}: the catalog's principals are {', '.join(rules)}")
-        NessieCatalog.attach(root)
+        RestCatalogServer.attach(root)
         print(mint_token(key_file(root), args.principal, int(args.hours * 3600)))
         return 0
     if args.action != "start":
         return _stop_or_status(args.action, root, "catalog server", stop_catalog, catalog_status,
                                lambda state: f"running, pid {state.pid}, {state.uri}, warehouse {state.warehouse}")
-    if not settings.s3_endpoint or not settings.s3_access_key:
-        raise LakehouseError("the REST catalog keeps its tables on S3: set LAKEHOUSE_S3_ENDPOINT, "
-                             "LAKEHOUSE_S3_ACCESS_KEY and LAKEHOUSE_S3_SECRET_KEY (`lakehouse s3 start` prints them)")
-    warehouse = args.warehouse or (settings.warehouse if settings.warehouse.startswith("s3://") else "s3://lake/rest")
-    server = NessieCatalog(root, warehouse=warehouse, rules=catalog_rules(), port=args.port or None,
-                           s3=S3Store(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
-                                      settings.s3_region)).start(detach=True)
-    print(f"Iceberg REST catalog (Nessie) on {server.uri}, warehouse {warehouse}, state in {root}; a principal's "
-          f"token: lakehouse catalog token --principal {'|'.join(catalog_rules())}")
+    catalog = settings.catalog
+    rules = catalog_rules(declared_ml_tables(settings))
+    on_s3 = settings.warehouse.startswith(("s3://", "s3a://"))
+    server = RestCatalogServer(root, catalog_uri=catalog.jdbc_url, warehouse=settings.warehouse, rules=rules,
+                               catalog_name=settings.catalog_name, jdbc_user=catalog.user,
+                               jdbc_password=catalog.password, port=args.port or None,
+                               io=s3_file_io_properties(settings) if on_s3 else {}).start(detach=True)
+    print(f"Iceberg REST catalog on {server.uri}, serving {catalog.display} (warehouse {settings.warehouse}); "
+          f"a principal's token: lakehouse catalog token --principal {'|'.join(rules)}")
     return 0
 
 

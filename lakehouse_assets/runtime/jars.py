@@ -11,8 +11,8 @@ mirror in Maven's layout, or a folder on this machine holding the jars (in Maven
 file is checked against its sha256 before it is kept; a run only looks for the files and never resolves anything.
 
 Besides Spark's, the file names the jars of a JVM of its own, which Spark never loads: the local Kafka broker's
-(use `kafka-broker`, `lakehouse kafka start`) and the local REST catalog server's (use `catalog-server`, `lakehouse catalog
-start`).
+(use `kafka-broker`, `lakehouse kafka start`). The local REST catalog server (`lakehouse catalog start`) runs the
+project's own Java on Spark's Iceberg, JDBC and S3 jars (java_jar.catalog_server_classpath).
 """
 
 from __future__ import annotations
@@ -37,12 +37,10 @@ MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 REPOSITORY_ENV = "LAKEHOUSE_MAVEN_REPOSITORY"
 JARS_DIR_ENV = "LAKEHOUSE_JARS_DIR"
 RESOLVE_HINT = "make setup (python -m lakehouse_assets.runtime.jars resolve)"
-# What loads a jar: Spark, as its settings say (SPARK_USES), or a JVM Spark never loads: the local Kafka broker's, the
-# local REST catalog server's.
+# What loads a jar: Spark, as its settings say (SPARK_USES), or a JVM Spark never loads: the local Kafka broker's.
 SPARK_USES = ("iceberg", "kafka", "sqlite", "postgresql", "s3")
 KAFKA_BROKER = "kafka-broker"
-CATALOG_SERVER = "catalog-server"
-USES = (*SPARK_USES, KAFKA_BROKER, CATALOG_SERVER)
+USES = (*SPARK_USES, KAFKA_BROKER)
 # The Maven plugin that lists a group's jars with everything they need at run time (`pin --with-dependencies`).
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import MissingJarError
-from .jars import local_repository
+from .jars import jars_for, local_repository
 from .jvm_archive import _folder, _spark_home
 
 EXTENSION_CLASS = "lakehouse.ReadOnlySql"
@@ -29,6 +29,7 @@ PASSWORD_CLASS = "lakehouse.PasswordFile"
 LINES_FORMAT = "lakehouse.JsonLines"
 UNSCALED_CLASS = "lakehouse.UnscaledDigits"
 FATAL_ERROR_PLUGIN = "lakehouse.FatalErrorNotice"
+CATALOG_SERVER_CLASS = "lakehouse.catalog.RestCatalogServer"
 
 MODULE = Path(__file__).resolve().parents[2] / "java"
 
@@ -92,6 +93,13 @@ def build() -> Path:
         shutil.copyfile(Path(work) / "lakehouse-java.jar", partial)
         os.replace(partial, target)
     return target
+
+
+def catalog_server_classpath() -> list[str]:
+    """The class path of the local REST catalog server (CATALOG_SERVER_CLASS, `lakehouse catalog start`): the
+    project's jar on the Iceberg runtime, JDBC drivers and S3 client Spark loads, and pyspark's own jars (Hadoop's
+    configuration, logging)."""
+    return [str(build()), *map(str, jars_for({"iceberg", "sqlite", "postgresql", "s3"})), str(_spark_home() / "jars" / "*")]
 
 
 def test() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from ..settings import Settings
 
@@ -75,19 +76,30 @@ def endpoint_rule(settings: Settings) -> dict[str, str]:
     }
 
 
-# Nessie's operations that read (see services/lakehouse_services/nessie.py); every other one writes.
-CATALOG_READ_OPS = ("VIEW_REFERENCE", "READ_ENTRIES", "READ_CONTENT_KEY", "LIST_COMMIT_LOG", "READ_ENTITY_VALUE")
+def declared_ml_tables(settings: Settings) -> list[str]:
+    """The declaration's ML tables (features, training sets); none when no declaration loads."""
+    from ..errors import DeclarationError
+    from ..project import load_project
+
+    try:
+        return sorted(load_project(settings.project, settings.project_origin).gold.ml_tables)
+    except (DeclarationError, OSError):
+        return []
 
 
-def catalog_rules() -> dict[str, str]:
-    """The REST catalog server's rules per principal (CEL over `op` and `path`, a table's `namespace.name`): the
-    pipeline does everything; analysts and dashboards read every table but the raw ones, by their names alone:
-    unlike the SQL doors (raw_tables), the server does not know the declaration, so a declared table of another
-    layer whose name looks raw (a gold `bronze_medals`) is refused to analysts too."""
+def catalog_rules(ml_tables: Iterable[str] = ()) -> dict[str, Any]:
+    """The REST catalog server's rules per principal (lakehouse_services.rest_catalog.CatalogRule, Java regular
+    expressions over a table's `namespace.name`): the pipeline does everything; analysts and dashboards read every
+    table but the raw ones; ML users read the ML tables alone (`ml_tables`, else every table named `ml_...`). The
+    server does not know the declaration, so a declared table of another layer whose name looks raw (a gold
+    `bronze_medals`) is refused to analysts too."""
+    from lakehouse_services.rest_catalog import CatalogRule
+
     affixes = "|".join([*(f"{re.escape(p)}[^.]*" for p in RAW_PREFIXES), *(f"[^.]*{re.escape(s)}" for s in RAW_SUFFIXES)])
-    raw = f"(?i)(^|[.])({affixes})$"
-    reads = ", ".join(f"'{op}'" for op in CATALOG_READ_OPS)
-    return {"pipeline": "true", "analyst": f"op in [{reads}] && !path.matches('{raw}')"}
+    names = sorted(ml_tables)
+    ml = "|".join(re.escape(name) for name in names) if names else "ml_[^.]*"
+    return {"pipeline": CatalogRule(write=True), "analyst": CatalogRule(hidden=f"(?i)(^|[.])({affixes})$"),
+            "ml": CatalogRule(visible=f"(?i)(^|[.])({ml})$")}
 
 
 def read_only_settings(settings: Settings) -> Settings:

@@ -62,11 +62,10 @@ def test_the_jars_of_a_use_are_loaded_only_with_it(installed):
         *named["iceberg"], *named["postgresql"], *named["kafka"], "/x.jar"]
     assert jars.spark_jars({"sqlite"}, on_s3=True, extra_jars=()) == [*named["iceberg"], *named["sqlite"],
                                                                      *named["s3"], *named["kafka"]]
-    # The broker's and the catalog server's jars are for their own JVMs: no setting puts one into Spark's.
-    assert named[jars.KAFKA_BROKER] and named[jars.CATALOG_SERVER]
-    everything = jars.spark_jars({"sqlite", "postgresql", jars.KAFKA_BROKER, jars.CATALOG_SERVER}, on_s3=True,
-                                 extra_jars=())
-    assert not set(everything) & set(named[jars.KAFKA_BROKER] + named[jars.CATALOG_SERVER])
+    # The broker's jars are for its own JVM: no setting puts one into Spark's.
+    assert named[jars.KAFKA_BROKER]
+    everything = jars.spark_jars({"sqlite", "postgresql", jars.KAFKA_BROKER}, on_s3=True, extra_jars=())
+    assert not set(everything) & set(named[jars.KAFKA_BROKER])
 
 
 def test_the_jvm_loads_the_named_jars_and_none_from_another_python_package(spark, lake_settings):

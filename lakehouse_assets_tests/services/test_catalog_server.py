@@ -1,7 +1,8 @@
-"""The local Iceberg REST catalog server (Nessie, `lakehouse catalog start`) decides who may write: the pipeline's
-principal commits; an analyst's reads, and each write it tries reaches the server and is refused there (the table
-unchanged), whichever engine sends it (pyiceberg, Spark); raw tables are refused to analysts; a request without a
-valid token is refused."""
+"""The local Iceberg REST catalog server (`lakehouse catalog start`) serves the lakehouse's own SQL catalog and decides
+who may write: the pipeline's principal commits, branches, tags and commits several tables at once, all or nothing;
+an analyst's reads, and each write it tries reaches the server and is refused there (the table unchanged), whichever
+engine sends it (pyiceberg, Spark); raw tables are refused to analysts and everything but the ML tables to ML users;
+a request without a valid token is refused."""
 
 import base64
 import json
@@ -16,27 +17,18 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import NoSuchTableError, UnauthorizedError
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, UnauthorizedError
 from pyiceberg.types import StringType
 
 from lakehouse_assets.serving.read_rule import catalog_rules
-from lakehouse_services.nessie import NessieCatalog, S3Store, mint_token
+from lakehouse_services.rest_catalog import RestCatalogServer, mint_token
 
 pytestmark = pytest.mark.slow  # a catalog server in a JVM of its own
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
-# What Nessie answers when a principal's rules do not allow an operation (its Iceberg REST API: HTTP 403, or 500
-# for some commits, with this text).
-REFUSED = "is not allowed for role 'analyst'"
-
-
-@pytest.fixture(scope="module")
-def server(s3_server, tmp_path_factory):
-    root = tmp_path_factory.mktemp("catalog-server")
-    catalog = NessieCatalog(root, warehouse=f"s3://lake/rest-{uuid.uuid4().hex[:8]}", rules=catalog_rules(),
-                            s3=S3Store(s3_server.endpoint_url, s3_server.access_key, s3_server.secret_key))
-    with catalog:
-        yield catalog
+REFUSED = "principal 'analyst' may not"
+SCHEMA = pa.schema([("day", pa.string()), ("events", pa.int64())])
 
 
 def _s3(s3_server) -> dict[str, str]:
@@ -44,9 +36,26 @@ def _s3(s3_server) -> dict[str, str]:
             "s3.secret-access-key": s3_server.secret_key, "s3.region": "us-east-1", "s3.path-style-access": "true"}
 
 
+@pytest.fixture(scope="module")
+def sql_catalog(s3_server, tmp_path_factory):
+    """A lakehouse's SQL catalog (pyiceberg's, as the pipeline opens it) with its tables on S3."""
+    db = tmp_path_factory.mktemp("catalog") / "catalog.db"
+    warehouse = f"s3://lake/rest-{uuid.uuid4().hex[:8]}"
+    return SqlCatalog("lakehouse", uri=f"sqlite:///{db}", warehouse=warehouse, **_s3(s3_server)), db, warehouse
+
+
+@pytest.fixture(scope="module")
+def server(sql_catalog, s3_server, tmp_path_factory):
+    _, db, warehouse = sql_catalog
+    io = {"io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "client.region": "us-east-1", **_s3(s3_server)}
+    io.pop("s3.region")
+    with RestCatalogServer(tmp_path_factory.mktemp("catalog-server"), catalog_uri=f"jdbc:sqlite:{db}",
+                           warehouse=warehouse, rules=catalog_rules(["ml_user_features"]), io=io) as running:
+        yield running
+
+
 def _client(server, s3_server, principal: str) -> RestCatalog:
-    return RestCatalog(principal, uri=server.uri, token=server.token(principal), warehouse=server.warehouse_name,
-                       **_s3(s3_server))
+    return RestCatalog(principal, uri=server.uri, token=server.token(principal), **_s3(s3_server))
 
 
 def _state(table) -> tuple:
@@ -56,50 +65,128 @@ def _state(table) -> tuple:
 
 
 def _refused(write) -> str:
-    with pytest.raises(Exception) as refused:  # pyiceberg may call a refused commit one of unknown outcome
+    with pytest.raises(Exception) as refused:
         write()
     return str(refused.value)
+
+
+def _namespace(pipeline: RestCatalog) -> str:
+    ns = f"shop_{uuid.uuid4().hex[:6]}"
+    pipeline.create_namespace(ns)
+    return ns
 
 
 def test_the_pipeline_writes_and_an_analyst_reads_what_is_not_raw_and_every_write_it_tries_is_refused(
         server, s3_server):
     pipeline, analyst = _client(server, s3_server, "pipeline"), _client(server, s3_server, "analyst")
-    ns = f"shop_{uuid.uuid4().hex[:6]}"
-    pipeline.create_namespace(ns)
-    schema = pa.schema([("day", pa.string()), ("events", pa.int64())])
-    gold = pipeline.create_table(f"{ns}.gold_daily", schema=schema)
-    gold.append(pa.table({"day": ["2025-01-01", "2025-01-02"], "events": [3, 5]}, schema=schema))
+    ns = _namespace(pipeline)
+    gold = pipeline.create_table(f"{ns}.gold_daily", schema=SCHEMA)
+    gold.append(pa.table({"day": ["2025-01-01", "2025-01-02"], "events": [3, 5]}, schema=SCHEMA))
     for raw in ("bronze_events", "bronze_events_quarantine"):
-        pipeline.create_table(f"{ns}.{raw}", schema=schema).append(
-            pa.table({"day": ["2025-01-01"], "events": [1]}, schema=schema))
+        pipeline.create_table(f"{ns}.{raw}", schema=SCHEMA).append(
+            pa.table({"day": ["2025-01-01"], "events": [1]}, schema=SCHEMA))
     before = _state(gold)
 
     read = analyst.load_table(f"{ns}.gold_daily")
     assert read.scan().to_arrow().to_pylist() == [{"day": "2025-01-01", "events": 3}, {"day": "2025-01-02", "events": 5}]
-    assert {name for _, name in analyst.list_tables(ns)} >= {"gold_daily"}
+    assert {name for _, name in analyst.list_tables(ns)} == {"gold_daily"}  # the raw tables are not even listed
     for raw in ("bronze_events", "bronze_events_quarantine"):
-        message = _refused(lambda raw=raw: analyst.load_table(f"{ns}.{raw}"))
-        assert "'READ_ENTITY_VALUE' " + REFUSED in message, message
+        with pytest.raises(ForbiddenError, match=f"principal 'analyst' may not read {ns}.{raw}"):
+            analyst.load_table(f"{ns}.{raw}")
 
     writes = {
-        "append": lambda: read.append(pa.table({"day": ["2025-01-03"], "events": [7]}, schema=schema)),
+        "append": lambda: read.append(pa.table({"day": ["2025-01-03"], "events": [7]}, schema=SCHEMA)),
         "schema change": lambda: read.update_schema().add_column("note", StringType()).commit(),
         "drop": lambda: analyst.drop_table(f"{ns}.gold_daily"),
-        "create": lambda: analyst.create_table(f"{ns}.gold_mine", schema=schema),
+        "create": lambda: analyst.create_table(f"{ns}.gold_mine", schema=SCHEMA),
         "namespace drop": lambda: analyst.drop_namespace(ns),
     }
     said = {what: _refused(write) for what, write in writes.items()}
-    # The server's own refusal of each (the schema change's commit is refused as a whole: Nessie answers 400).
-    for what in ("append", "drop", "create"):
-        assert REFUSED in said[what], (what, said[what])
-    assert "400" in said["schema change"] or REFUSED in said["schema change"], said["schema change"]
+    for what, message in said.items():  # the server's own refusal of each, with what was refused
+        assert REFUSED in message and "the catalog allows it reads only" in message, (what, message)
+    assert f"may not commit to {ns}.gold_daily" in said["append"]
     assert _state(pipeline.load_table(f"{ns}.gold_daily")) == before
     with pytest.raises(NoSuchTableError):
         pipeline.load_table(f"{ns}.gold_mine")
 
 
+def test_the_server_serves_the_tables_the_pipelines_sql_catalog_holds_and_ml_users_read_only_ml_tables(
+        server, sql_catalog, s3_server):
+    direct, _, _ = sql_catalog
+    ns = f"direct_{uuid.uuid4().hex[:6]}"
+    direct.create_namespace(ns)
+    for name in ("ml_user_features", "gold_daily"):
+        direct.create_table(f"{ns}.{name}", schema=SCHEMA).append(
+            pa.table({"day": ["2025-02-01"], "events": [len(name)]}, schema=SCHEMA))
+    ml = _client(server, s3_server, "ml")
+    assert ml.load_table(f"{ns}.ml_user_features").scan().to_arrow().to_pylist() == [{"day": "2025-02-01", "events": 16}]
+    assert {name for _, name in ml.list_tables(ns)} == {"ml_user_features"}
+    with pytest.raises(ForbiddenError, match="principal 'ml' may not read"):
+        ml.load_table(f"{ns}.gold_daily")
+    # A commit through the server is the SQL catalog's: the pipeline's own pyiceberg sees it at once.
+    _client(server, s3_server, "pipeline").load_table(f"{ns}.gold_daily").append(
+        pa.table({"day": ["2025-02-02"], "events": [1]}, schema=SCHEMA))
+    assert len(direct.load_table(f"{ns}.gold_daily").scan().to_arrow()) == 2
+
+
+def _post(server, principal: str, path: str, body: dict) -> tuple[int, str]:
+    request = urllib.request.Request(f"{server.uri}{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {server.token(principal)}",
+                                              "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def _publish(ns: str, name: str, main: int | None, head: int, branch: str) -> dict:
+    """One table's part of a multi-table commit, as the pipeline's publish makes it: `main` moves to the staged
+    branch's head only if it still is the snapshot the write was decided on; the branch goes."""
+    return {"identifier": {"namespace": [ns], "name": name},
+            "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": main}],
+            "updates": [{"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": head},
+                        {"action": "remove-snapshot-ref", "ref-name": branch}]}
+
+
+def test_branches_tags_and_a_commit_of_several_tables_all_or_nothing(server, s3_server):
+    pipeline = _client(server, s3_server, "pipeline")
+    ns = _namespace(pipeline)
+    tables = {}
+    for name in ("silver_orders", "silver_orders_history"):
+        table = pipeline.create_table(f"{ns}.{name}", schema=SCHEMA)
+        table.append(pa.table({"day": ["2025-03-01"], "events": [1]}, schema=SCHEMA))
+        main = table.metadata.current_snapshot_id
+        table.manage_snapshots().create_branch(main, "audit").create_tag(main, "before").commit()
+        table.append(pa.table({"day": ["2025-03-02"], "events": [2]}, schema=SCHEMA), branch="audit")
+        table = pipeline.load_table(f"{ns}.{name}")
+        assert {"main", "audit", "before"} <= set(table.metadata.refs)  # Iceberg's own branches and tags
+        tables[name] = (main, table.metadata.refs["audit"].snapshot_id)
+
+    (orders, (o_main, o_head)), (history, (h_main, h_head)) = tables.items()
+    # One table's requirement no longer holds (its main is not where the write was decided): nothing moves.
+    stale = [_publish(ns, orders, o_main, o_head, "audit"), _publish(ns, history, o_head, h_head, "audit")]
+    status, said = _post(server, "pipeline", "/v1/transactions/commit", {"table-changes": stale})
+    assert status == 409 and "main" in said, said
+    status, said = _post(server, "analyst", "/v1/transactions/commit",
+                         {"table-changes": [_publish(ns, orders, o_main, o_head, "audit")]})
+    assert status == 403 and f"may not commit to {ns}.{orders}" in said, said
+    for name, (main, _) in tables.items():
+        table = pipeline.load_table(f"{ns}.{name}")
+        assert table.metadata.current_snapshot_id == main and "audit" in table.metadata.refs
+
+    both = [_publish(ns, orders, o_main, o_head, "audit"), _publish(ns, history, h_main, h_head, "audit")]
+    assert _post(server, "pipeline", "/v1/transactions/commit", {"table-changes": both})[0] == 204
+    for name, (main, head) in tables.items():
+        table = pipeline.load_table(f"{ns}.{name}")
+        assert table.metadata.current_snapshot_id == head and "audit" not in table.metadata.refs
+        assert table.metadata.refs["before"].snapshot_id == main
+        assert sorted(r["events"] for r in table.scan().to_arrow().to_pylist()) == [1, 2]
+        assert sorted(r["events"] for r in table.scan(snapshot_id=main).to_arrow().to_pylist()) == [1]
+
+
 def _status(server, token: str | None) -> int:
-    request = urllib.request.Request(f"{server.uri}/v1/config?warehouse={server.warehouse_name}",
+    request = urllib.request.Request(f"{server.uri}/v1/config",
                                      headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
@@ -111,17 +198,18 @@ def _status(server, token: str | None) -> int:
 def test_only_a_token_signed_by_the_servers_key_current_and_issued_by_it_is_taken(server, tmp_path):
     assert _status(server, server.token("analyst")) == 200
     assert _status(server, None) == 401
+    assert _status(server, server.token("root")) == 403  # a principal the rules do not name
     other_key = tmp_path / "other.pem"
     subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-out", str(other_key)], check=True, capture_output=True)
     assert _status(server, mint_token(other_key, "pipeline", 3600)) == 401
     assert _status(server, mint_token(server.private_key, "pipeline", -60)) == 401  # expired
-    header, claims, signature = server.token("pipeline").split(".")
+    header, claims, signature = server.token("analyst").split(".")
     forged = json.loads(base64.urlsafe_b64decode(claims + "=="))
-    forged["upn"] = forged["sub"] = "analyst"  # the claims changed after signing
+    forged["upn"] = forged["sub"] = "pipeline"  # the claims changed after signing
     changed = base64.urlsafe_b64encode(json.dumps(forged).encode()).rstrip(b"=").decode()
     assert _status(server, f"{header}.{changed}.{signature}") == 401
     with pytest.raises(UnauthorizedError):
-        RestCatalog("anyone", uri=server.uri, warehouse=server.warehouse_name).list_namespaces()
+        RestCatalog("anyone", uri=server.uri).list_namespaces()
 
 
 def test_spark_reads_through_the_catalog_as_an_analyst_and_its_insert_is_refused_there(server, s3_server, spark):
@@ -130,17 +218,20 @@ def test_spark_reads_through_the_catalog_as_an_analyst_and_its_insert_is_refused
         prefix = f"spark.sql.catalog.rest_{principal}"
         spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
         for key, value in {"type": "rest", "uri": server.uri, "token": server.token(principal),
-                           "warehouse": server.warehouse_name, **_s3(s3_server)}.items():
+                           "client.region": "us-east-1", **_s3(s3_server)}.items():
             spark.conf.set(f"{prefix}.{key}", value)
     spark.sql(f"CREATE NAMESPACE rest_pipeline.{ns}")
     spark.sql(f"CREATE TABLE rest_pipeline.{ns}.gold_sales (day STRING, amount BIGINT) USING iceberg")
     spark.sql(f"INSERT INTO rest_pipeline.{ns}.gold_sales VALUES ('2025-01-01', 10), ('2025-01-02', 20)")
+    spark.sql(f"ALTER TABLE rest_pipeline.{ns}.gold_sales CREATE TAG month_end")
     table = _client(server, s3_server, "pipeline").load_table(f"{ns}.gold_sales")
     before = _state(table)
 
-    assert spark.sql(f"SELECT sum(amount) FROM rest_analyst.{ns}.gold_sales").collect()[0][0] == 30
+    assert spark.sql(f"SELECT sum(amount) FROM rest_analyst.{ns}.gold_sales VERSION AS OF 'month_end'"
+                     ).collect()[0][0] == 30
     for statement in (f"INSERT INTO rest_analyst.{ns}.gold_sales VALUES ('2025-01-03', 1)",
                       f"DELETE FROM rest_analyst.{ns}.gold_sales WHERE amount = 10",
+                      f"ALTER TABLE rest_analyst.{ns}.gold_sales CREATE BRANCH mine",
                       f"DROP TABLE rest_analyst.{ns}.gold_sales"):
         with pytest.raises(Exception) as refused:
             spark.sql(statement).collect()
@@ -148,26 +239,30 @@ def test_spark_reads_through_the_catalog_as_an_analyst_and_its_insert_is_refused
     assert _state(table) == before
 
 
-def test_the_command_starts_the_server_gives_tokens_of_its_principals_and_stops_it(s3_server, tmp_path):
-    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"),
-           "LAKEHOUSE_S3_ENDPOINT": s3_server.endpoint_url, "LAKEHOUSE_S3_ACCESS_KEY": s3_server.access_key,
-           "LAKEHOUSE_S3_SECRET_KEY": s3_server.secret_key}
+def test_the_command_serves_the_lakehouses_catalog_gives_tokens_of_its_principals_and_stops(tmp_path):
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home")}
+    for key in [k for k in env if k.startswith("LAKEHOUSE_") and k != "LAKEHOUSE_HOME"]:
+        del env[key]
 
     def lakehouse(*args):
         return subprocess.run([LAKEHOUSE, "catalog", *args], env=env, capture_output=True, text=True, timeout=240)
 
-    started = lakehouse("start", "--warehouse", f"s3://lake/cli-{uuid.uuid4().hex[:6]}")
+    started = lakehouse("start")
     try:
         assert started.returncode == 0, started.stderr
         status = lakehouse("status")
-        assert status.stdout.startswith("running, pid ") and "/iceberg" in status.stdout
+        assert status.stdout.startswith("running, pid "), status.stdout
         uri = status.stdout.split(", ")[2]
-        token = lakehouse("token", "--principal", "analyst").stdout.strip()
-        request = urllib.request.Request(f"{uri}/v1/config?warehouse=lake", headers={"Authorization": f"Bearer {token}"})
-        with urllib.request.urlopen(request, timeout=30) as response:
-            assert response.status == 200
+        token = lakehouse("token", "--principal", "pipeline").stdout.strip()
+        lake = RestCatalog("lake", uri=uri, token=token)
+        lake.create_namespace("cli")
+        lake.create_table("cli.gold_daily", schema=SCHEMA)
+        # The table is the lakehouse's own: its SQL catalog under the home has it.
+        sql = SqlCatalog("lakehouse", uri=f"sqlite:///{tmp_path / 'home' / 'catalog.db'}",
+                         warehouse=str(tmp_path / "home" / "warehouse"))
+        assert sql.load_table("cli.gold_daily").schema().find_field("events")
         unknown = lakehouse("token", "--principal", "root")
-        assert unknown.returncode == 2 and "the catalog's principals are pipeline, analyst" in unknown.stderr
+        assert unknown.returncode == 2 and "the catalog's principals are pipeline, analyst, ml" in unknown.stderr
     finally:
         stopped = lakehouse("stop")
     assert stopped.stdout.strip() == "stopped" and lakehouse("status").stdout.strip() == "not running"
