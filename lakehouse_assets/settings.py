@@ -40,16 +40,19 @@ class CatalogUri:
     Spark).
 
     Accepts `sqlite:////abs/path/catalog.db` or
-    `postgresql://user:password@host:port/database` (`postgresql+psycopg2://` too).
+    `postgresql://user:password@host:port/database` (`postgresql+psycopg2://` too); or an Iceberg REST catalog,
+    `rest+http://PRINCIPAL:TOKEN@host:port[/path]` (`rest+https://` too): its bearer token in the password's place
+    (`lakehouse catalog token`), the principal only a name for messages.
     """
 
-    kind: str  # "sqlite" or "postgresql"
-    path: str = ""  # sqlite: absolute file path
+    kind: str  # "sqlite", "postgresql" or "rest"
+    path: str = ""  # sqlite: absolute file path; rest: the API's path under host:port
     host: str = ""
     port: int = 5432
     database: str = ""
     user: str = ""
     password: str = field(default="", repr=False)
+    scheme: str = ""  # rest: http or https
 
     @classmethod
     def parse(cls, uri: str) -> CatalogUri:
@@ -77,12 +80,30 @@ class CatalogUri:
                 user=unquote(parts.username or ""),
                 password=unquote(parts.password or ""),
             )
+        if scheme == "rest" and parts.scheme.split("+", 1)[-1] in ("http", "https"):
+            if not parts.hostname:
+                raise ValueError(f"catalog URI {_redacted(uri)!r}: expected rest+http://PRINCIPAL:TOKEN@host:port")
+            secure = parts.scheme.endswith("https")
+            return cls(kind="rest", scheme="https" if secure else "http", host=parts.hostname,
+                       port=parts.port or (443 if secure else 80), path=parts.path.rstrip("/"),
+                       user=unquote(parts.username or ""), password=unquote(parts.password or ""))
         raise ValueError(
-            f"unsupported catalog URI {_redacted(uri)!r}: use sqlite:////abs/path.db or postgresql://..."
+            f"unsupported catalog URI {_redacted(uri)!r}: use sqlite:////abs/path.db, postgresql://... or "
+            "rest+http://PRINCIPAL:TOKEN@host:port"
         )
 
     @property
+    def rest_url(self) -> str:
+        """A REST catalog's base address, as its clients take it (`uri`)."""
+        return f"{self.scheme}://{self.host}:{self.port}{self.path}"
+
+    def _database(self, what: str) -> None:
+        if self.kind == "rest":
+            raise ValueError(f"{self.display} is a REST catalog: it has no {what} (the server keeps the catalog)")
+
+    @property
     def sqlalchemy_url(self) -> str:
+        self._database("SQLAlchemy URL")
         if self.kind == "sqlite":
             return f"sqlite:///{self.path}"
         auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
@@ -90,6 +111,7 @@ class CatalogUri:
 
     @property
     def jdbc_url(self) -> str:
+        self._database("JDBC URL")
         if self.kind == "sqlite":
             return f"jdbc:sqlite:{self.path}"
         return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}"
@@ -99,6 +121,8 @@ class CatalogUri:
         """The URI without its password, for logs and errors."""
         if self.kind == "sqlite":
             return f"sqlite:///{self.path}"
+        if self.kind == "rest":
+            return f"rest+{self.rest_url}" + (f" as {self.user}" if self.user else "")
         return f"postgresql://{self.user}@{self.host}:{self.port}/{self.database}"
 
 

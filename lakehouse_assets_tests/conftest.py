@@ -17,8 +17,10 @@ import pytest
 
 from lakehouse_assets.runtime.catalog import catalog_for, open_catalog, s3_properties
 from lakehouse_assets.runtime.resource import LakehouseResource
-from lakehouse_assets.runtime.spark import get_spark
+from lakehouse_assets.runtime.spark import catalog_spark_conf, get_spark
+from lakehouse_assets.serving.read_rule import catalog_rules
 from lakehouse_assets.settings import CatalogUri, Settings
+from lakehouse_services.rest_catalog import RestCatalogServer
 from lakehouse_services.s3server import SeaweedS3
 
 # Tests choose their own settings; a developer's LAKEHOUSE_* variables must not leak in.
@@ -29,6 +31,7 @@ for _var in [v for v in os.environ if v.startswith("LAKEHOUSE_") and v not in _T
 PG_CATALOG = "pg"
 S3_CATALOG = "s3lake"  # same SQLite catalog database, its warehouse on the S3 server
 S3_WAREHOUSE = "s3://lake/warehouse"
+REST_CATALOG = "lakehouse_rest"  # the run's SQLite catalog again, through the REST catalog server
 
 
 # Markers follow from what a test uses, so `-m "not spark and not postgres and not s3"` runs without services.
@@ -173,6 +176,34 @@ def lakehouse(spark, lake_settings, namespace, tmp_path) -> LakehouseResource:
     """The resource as the assets see it, on the shared session, in this test's namespace."""
     return LakehouseResource(
         home=str(lake_settings.home),
+        spark_master=lake_settings.spark_master,
+        driver_memory=lake_settings.driver_memory,
+        namespace=namespace,
+        landing=str(tmp_path / "landing"),
+    )
+
+
+@pytest.fixture(scope="session")
+def rest_catalog_uri(lake_settings, tmp_path_factory):
+    """The lakehouse catalog URI of the pipeline's principal through a REST catalog server (`lakehouse catalog
+    start`) over the run's SQLite catalog, for the whole run."""
+    catalog_for(lake_settings)  # the catalog's tables exist
+    with RestCatalogServer(tmp_path_factory.mktemp("catalog-server"), catalog_uri=lake_settings.catalog.jdbc_url,
+                           warehouse=lake_settings.warehouse, catalog_name=lake_settings.catalog_name,
+                           rules=catalog_rules()) as server:
+        yield server.settings_uri("pipeline")
+
+
+@pytest.fixture
+def rest_lakehouse(spark, lake_settings, rest_catalog_uri, namespace, tmp_path) -> LakehouseResource:
+    """`lakehouse`, its catalog the REST catalog server's: every read and commit of the pipeline through it."""
+    settings = lake_settings.with_(catalog_uri=rest_catalog_uri, catalog_name=REST_CATALOG)
+    for key, value in catalog_spark_conf(REST_CATALOG, settings.catalog, settings.warehouse, settings).items():
+        spark.conf.set(key, value)  # a catalog Spark makes when a statement first names it
+    return LakehouseResource(
+        home=str(lake_settings.home),
+        catalog_uri=rest_catalog_uri,
+        catalog_name=REST_CATALOG,
         spark_master=lake_settings.spark_master,
         driver_memory=lake_settings.driver_memory,
         namespace=namespace,

@@ -49,7 +49,7 @@ class TakenIndex:
         location = metadata_pointer(catalog, settings.namespace, INGEST_LOG)
         if location is None:
             return {}
-        key = (str(catalog.engine.url), settings.namespace, source, None if days is None else frozenset(days))
+        key = (settings.catalog.display, settings.namespace, source, None if days is None else frozenset(days))
         cached = self._answers.get(key)
         if cached is not None and cached[0] == location:
             return cached[1]

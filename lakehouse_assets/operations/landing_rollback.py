@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, In, Reference
 from pyiceberg.expressions.literals import literal
@@ -94,7 +95,7 @@ class LandingRollback:
         }
 
 
-def rollback_table(catalog: SqlCatalog, namespace: str, project: Project, name: str, to: str,
+def rollback_table(catalog: Catalog, namespace: str, project: Project, name: str, to: str,
                    present: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """`lakehouse rollback`: a landing source's bronze goes back with its quarantine and the ingest log
     (rollback_landing); those two alone are refused, since they would no longer agree with bronze; any other
@@ -108,6 +109,10 @@ def rollback_table(catalog: SqlCatalog, namespace: str, project: Project, name: 
                                 f"--to ...`, so that bronze, its quarantine and {INGEST_LOG} keep agreeing on which "
                                 "files were taken")
         if name == source.bronze:
+            if not isinstance(catalog, SqlCatalog):
+                raise SnapshotError(f"{name}: a landing source's bronze goes back with its quarantine and "
+                                    f"{INGEST_LOG} in one commit of the catalog's database; through a REST catalog "
+                                    "this is not supported yet: run it with the SQL catalog's URI")
             return rollback_landing(catalog, namespace, source, to, present).as_dict()
     return rollback(_load(catalog, namespace, name), name, to)
 
@@ -202,7 +207,7 @@ class _Plan:
         return changes
 
 
-def _load(catalog: SqlCatalog, namespace: str, name: str) -> Table:
+def _load(catalog: Catalog, namespace: str, name: str) -> Table:
     identifier = (namespace, validate_identifier(name, "table name"))
     if not catalog.table_exists(identifier):
         raise LookupError(f"no table {name} in {catalog.name}.{namespace}: see `lakehouse tables`")

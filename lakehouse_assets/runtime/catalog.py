@@ -1,5 +1,5 @@
-"""Opening the Iceberg SQL catalog from Python (pyiceberg), with the same database and catalog name as Spark,
-so that both see the same tables."""
+"""Opening the lakehouse's Iceberg catalog from Python (pyiceberg), with the same database (or REST server) and
+catalog name as Spark, so that both see the same tables."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -20,12 +22,15 @@ from ..settings import CatalogUri, Settings
 from .conflicts import retry_commit
 
 
-def open_catalog(name: str, uri: CatalogUri, warehouse: str, **properties: str) -> SqlCatalog:
-    """Open (and on first use create) the SQL catalog tables shared with Spark.
+def open_catalog(name: str, uri: CatalogUri, warehouse: str, **properties: str) -> Catalog:
+    """Open (and on first use create) the SQL catalog tables shared with Spark; or the REST catalog at `uri`, with
+    its bearer token (the server keeps the catalog, the client reads and writes the tables' files itself).
 
     The catalog name is part of every row in `iceberg_tables`: Spark's catalog must
     carry the same name to see the same tables.
     """
+    if uri.kind == "rest":
+        return RestCatalog(name, uri=uri.rest_url, **({"token": uri.password} if uri.password else {}), **properties)
     if uri.kind == "sqlite":
         Path(uri.path).parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -51,15 +56,15 @@ def s3_properties(settings: Settings) -> dict[str, str]:
 
 
 @lru_cache(maxsize=8)
-def catalog_for(settings: Settings) -> SqlCatalog:
+def catalog_for(settings: Settings) -> Catalog:
     return open_catalog(settings.catalog_name, settings.catalog, settings.warehouse, **s3_properties(settings))
 
 
-def ensure_namespace(catalog: SqlCatalog, namespace: str) -> None:
+def ensure_namespace(catalog: Catalog, namespace: str) -> None:
     catalog.create_namespace_if_not_exists(namespace)
 
 
-def append_retrying(catalog: SqlCatalog, identifier: tuple[str, str], data: Any, properties: dict[str, str] | None = None,
+def append_retrying(catalog: Catalog, identifier: tuple[str, str], data: Any, properties: dict[str, str] | None = None,
                     attempts: int = 50, log: Callable[[str], None] = print) -> tuple[Table, int]:
     """Append `data` with pyiceberg while the platform's own writers commit to the same table; returns the
     table after the append and the number of retries it took.
@@ -99,17 +104,26 @@ _SWAP = text("UPDATE iceberg_tables SET metadata_location = :new, previous_metad
              "AND metadata_location = :old")
 
 
-def metadata_pointer(catalog: SqlCatalog, namespace: str, table: str) -> str | None:
-    """A table's current metadata location, read from the catalog's own row (no metadata file is read)."""
+def metadata_pointer(catalog: Catalog, namespace: str, table: str) -> str | None:
+    """A table's current metadata location, read from the catalog's own row (no metadata file is read); a REST
+    catalog says it with the table's metadata."""
+    if not isinstance(catalog, SqlCatalog):
+        try:
+            return catalog.load_table((namespace, table)).metadata_location
+        except NoSuchTableError:
+            return None
     with catalog.engine.connect() as connection:
         return connection.execute(_POINTER, {"catalog": catalog.name, "namespace": namespace, "name": table}).scalar()
 
 
-def swap_pointers(catalog: SqlCatalog, namespace: str, pointers: list[tuple[str, str, str]]) -> str | None:
+def swap_pointers(catalog: Catalog, namespace: str, pointers: list[tuple[str, str, str]]) -> str | None:
     """Move each (table, old metadata file, new metadata file) pointer in one transaction of the catalog's
     database, each only if it still is the old file (Iceberg's compare-and-swap): None when every pointer
     moved; else the first table that had moved meanwhile, and none moved. A refusal of the database itself
-    (busy, locked) raises, with nothing moved either."""
+    (busy, locked) raises, with nothing moved either. A REST catalog moves pointers by its own protocol only
+    (runtime/publish.py commits through it)."""
+    if not isinstance(catalog, SqlCatalog):
+        raise TypeError(f"{catalog.name}: a REST catalog's tables are committed through its server, not by pointer")
     try:
         with catalog.engine.begin() as connection:
             for name, old, new in pointers:

@@ -31,7 +31,7 @@ from ..errors import ConcurrentCommitError, PublishedError
 from ..tables.handle import forget_reads
 from ..times import EPOCH, UTC
 from .catalog import swap_pointers
-from .conflicts import CATALOG_BUSY, CONFLICT, commit_failure, failure_message
+from .conflicts import CATALOG_BUSY, CONFLICT, LOST_RACE, commit_failure, failure_message
 from .failpoints import failpoint
 from .freshness import NEWEST_EVENT, NEWEST_LANDED
 from .spark import jvm_class
@@ -185,21 +185,27 @@ def _main(jtable: Any) -> int | None:
     return ref.snapshotId() if ref is not None else None
 
 
-def _new_metadata(write: StagedWrite, jtable: Any) -> tuple[str, str, str]:
-    """Write the metadata with `main` at the write's head and its branches gone: (table, old file, new file)."""
-    ops = jtable.operations()
-    base = ops.current()
+def _published(write: StagedWrite, jtable: Any) -> tuple[Any, Any]:
+    """(the table's metadata now, the metadata with `main` at the write's head and its branches gone)."""
+    base = jtable.operations().current()
     head = base.ref(write.branch).snapshotId()
     builder = jvm_class(write.spark, "org.apache.iceberg.TableMetadata").buildFrom(base).setBranchSnapshot(head, "main")
     for branch in [write.branch, *write.spent]:
         if base.ref(branch) is not None:
             builder = builder.removeRef(branch)
+    write.head = int(head)
+    return base, builder.build()
+
+
+def _new_metadata(write: StagedWrite, jtable: Any) -> tuple[str, str, str]:
+    """Write the published metadata as the table's next metadata file: (table, old file, new file)."""
+    base, updated = _published(write, jtable)
     old = base.metadataFileLocation()
     found = _VERSION.search(old)
     version = int(found.group(1)) + 1 if found else 1
+    ops = jtable.operations()
     new = ops.metadataFileLocation(f"{version:05d}-{uuid.uuid4()}.metadata.json")
-    jvm_class(write.spark, "org.apache.iceberg.TableMetadataParser").write(builder.build(), ops.io().newOutputFile(new))
-    write.head = int(head)
+    jvm_class(write.spark, "org.apache.iceberg.TableMetadataParser").write(updated, ops.io().newOutputFile(new))
     return write.table.name, old, new
 
 
@@ -209,6 +215,26 @@ def _swap(writes: list[StagedWrite], pointers: list[tuple[str, str, str]]) -> No
     lost = swap_pointers(engine.catalog, engine.settings.namespace, pointers)
     if lost is not None:
         raise _LostSwap(lost)
+
+
+def _commit_through_server(writes: list[StagedWrite], tables: list[Any]) -> None:
+    """A REST catalog's multi-table commit: each table's `main` moves to its write's head and its branches go,
+    each only if `main` and the branch still are what this publish read (the protocol's requirements, checked by
+    the server); every table moves, or (_LostSwap) none does."""
+    spark = writes[0].spark
+    settings = writes[0].table.engine.settings
+    catalog = spark._jsparkSession.sessionState().catalogManager().catalog(settings.catalog_name).icebergCatalog()
+    identifier, commit = (jvm_class(spark, f"org.apache.iceberg.catalog.{c}") for c in ("TableIdentifier", "TableCommit"))
+    commits = []
+    for write, jtable in zip(writes, tables):
+        base, updated = _published(write, jtable)
+        commits.append(commit.create(identifier.parse(f"{settings.namespace}.{write.table.name}"), base, updated))
+    try:
+        catalog.commitTransaction(spark._jvm.java.util.ArrayList(commits))
+    except Exception as exc:
+        if commit_failure(exc) == LOST_RACE:  # the server's 409: a table moved, or a requirement no longer held
+            raise _LostSwap(", ".join(w.table.name for w in writes)) from exc
+        raise
 
 
 def _drop_files(write: StagedWrite, locations: list[str]) -> None:
@@ -240,16 +266,24 @@ def publish_together(writes: list[StagedWrite]) -> None:
         tables = [_load(w) for w in writes]
         if any(_main(t) != w.on for w, t in zip(writes, tables)):
             continue  # moved again while replaying: replay once more
-        pointers = [_new_metadata(w, t) for w, t in zip(writes, tables)]
-        failpoint("publish:before-swap")
-        try:
-            _swap(writes, pointers)
-        except Exception as exc:
-            if not isinstance(exc, _LostSwap) and commit_failure(exc) != CATALOG_BUSY:
-                raise  # the transaction rolled back: nothing moved, the new metadata files are orphans
-            _drop_files(writes[0], [new for _, _, new in pointers])
-            time.sleep(0.05 * (n + 1))
-            continue
+        if writes[0].table.engine.settings.catalog.kind == "rest":
+            failpoint("publish:before-swap")
+            try:
+                _commit_through_server(writes, tables)
+            except _LostSwap:
+                time.sleep(0.05 * (n + 1))
+                continue
+        else:
+            pointers = [_new_metadata(w, t) for w, t in zip(writes, tables)]
+            failpoint("publish:before-swap")
+            try:
+                _swap(writes, pointers)
+            except Exception as exc:
+                if not isinstance(exc, _LostSwap) and commit_failure(exc) != CATALOG_BUSY:
+                    raise  # the transaction rolled back: nothing moved, the new metadata files are orphans
+                _drop_files(writes[0], [new for _, _, new in pointers])
+                time.sleep(0.05 * (n + 1))
+                continue
         for write in writes:
             write.published = True
         failpoint("publish:after-swap")

@@ -6,7 +6,7 @@ from typing import Optional
 
 from dagster import ConfigurableResource
 from pydantic import PrivateAttr
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from ..settings import Settings
@@ -27,6 +27,7 @@ class LakehouseResource(ConfigurableResource):
 
     home: Optional[str] = None
     catalog_uri: Optional[str] = None
+    catalog_name: Optional[str] = None
     warehouse: Optional[str] = None
     landing: Optional[str] = None
     namespace: Optional[str] = None
@@ -47,7 +48,7 @@ class LakehouseResource(ConfigurableResource):
         return self._settings
 
     @property
-    def catalog(self) -> SqlCatalog:
+    def catalog(self) -> Catalog:
         """pyiceberg's view of the catalog; its namespace exists once this returns."""
         catalog = catalog_for(self.settings)
         ensure_namespace(catalog, self.settings.namespace)

@@ -29,6 +29,8 @@ def catalog_spark_conf(name: str, catalog: CatalogUri, warehouse: str,
     """Spark settings for an Iceberg JdbcCatalog on the same tables pyiceberg's SqlCatalog uses; tables on S3 go
     through Iceberg's own S3 client (S3FileIO) with the settings' endpoint and keys."""
     prefix = f"spark.sql.catalog.{name}"
+    if catalog.kind == "rest":
+        return _rest_catalog_conf(prefix, catalog, warehouse, settings)
     conf = {
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         f"{prefix}.type": "jdbc",
@@ -47,6 +49,26 @@ def catalog_spark_conf(name: str, catalog: CatalogUri, warehouse: str,
         conf[f"{prefix}.jdbc.password"] = catalog.password
     if settings is not None and warehouse.startswith(("s3://", "s3a://")):
         conf.update({f"{prefix}.{key}": value for key, value in s3_file_io_properties(settings).items()})
+    return conf
+
+
+def _rest_catalog_conf(prefix: str, catalog: CatalogUri, warehouse: str, settings: Settings | None) -> dict[str, str]:
+    """An Iceberg REST catalog: the server keeps the catalog and checks the bearer token; Spark reads and writes the
+    tables' files itself (with the settings' S3 endpoint and keys for those on S3)."""
+    conf = {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": "rest",
+        f"{prefix}.uri": catalog.rest_url,
+        f"{prefix}.warehouse": warehouse,
+        # Other engines commit to the same tables: never serve stale metadata.
+        f"{prefix}.cache-enabled": "false",
+    }
+    if catalog.password:
+        conf[f"{prefix}.token"] = catalog.password
+    if settings is not None and settings.uses_s3:
+        # No io-impl: the REST catalog's FileIO resolves each location's own (S3FileIO for s3://, these keys).
+        conf.update({f"{prefix}.{key}": value for key, value in s3_file_io_properties(settings).items()
+                     if key != "io-impl"})
     return conf
 
 

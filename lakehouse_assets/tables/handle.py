@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
@@ -43,7 +43,7 @@ class Engine(Protocol):
     def spark(self) -> SparkSession: ...
 
     @property
-    def catalog(self) -> SqlCatalog: ...
+    def catalog(self) -> Catalog: ...
 
     def table_id(self, table: str | TableSpec) -> str: ...
 

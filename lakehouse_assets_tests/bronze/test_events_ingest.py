@@ -102,6 +102,7 @@ def _crash_run(lakehouse, failpoint, select="bronze_events,bronze_events_quarant
     """Materialise `select` (bronze_events) for DAY in a separate process that SIGKILLs itself at `failpoint`."""
     s = lakehouse.settings
     env = {**os.environ, "LAKEHOUSE_HOME": str(s.home), "LAKEHOUSE_NAMESPACE": s.namespace,
+           "LAKEHOUSE_CATALOG_URI": s.catalog_uri, "LAKEHOUSE_CATALOG_NAME": s.catalog_name,
            "LAKEHOUSE_LANDING": s.landing, "LAKEHOUSE_SPARK_MASTER": "local[1]",
            "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_FAILPOINTS": failpoint,
            "LAKEHOUSE_PROJECT": str(SHOP_FILE)}

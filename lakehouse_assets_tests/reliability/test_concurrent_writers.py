@@ -1,5 +1,6 @@
 """Several processes write one table at once: Spark appends, a partition overwrite and two MERGEs through the
-platform's staged commits, and pyiceberg appends through its own, on the SQLite catalog and on PostgreSQL.
+platform's staged commits, and pyiceberg appends through its own, on the SQLite catalog, on PostgreSQL, and through
+the REST catalog server over a SQLite catalog (each staged write published by the protocol's multi-table commit).
 
 The table does not exist when they start (their first runs race to create it). Writes of different days never
 conflict: each is replayed on whatever main has become and publishes. The two MERGEs into one day do conflict:
@@ -19,7 +20,9 @@ from collections import Counter
 import pytest
 
 from lakehouse_assets.runtime.catalog import catalog_for
-from lakehouse_assets.settings import Settings
+from lakehouse_assets.serving.read_rule import catalog_rules
+from lakehouse_assets.settings import CatalogUri, Settings
+from lakehouse_services.rest_catalog import RestCatalogServer
 
 from ..shop import ROOT
 from .figures import SCALE, record
@@ -31,11 +34,26 @@ WRITERS = [("spark-append", "2025-01-01"), ("spark-overwrite", "2025-01-02"), ("
 CONFLICTING = {"w2", "w5"}  # the two MERGEs into one day
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.soak)])
-def test_writers_in_several_processes_all_commit_exactly_once_on_a_linear_history(kind, lake_settings, tmp_path,
-                                                                                   pg_catalog_uri):
-    catalog_uri = (f"sqlite:///{tmp_path / 'catalog.db'}" if kind == "sqlite" else
-                   pg_catalog_uri.sqlalchemy_url.replace("+psycopg2", ""))  # its password too, when it has one
+@pytest.fixture
+def catalog_uri(request, tmp_path, pg_catalog_uri):
+    """The catalog the writers share, of the test's kind; a REST catalog server runs while the test does."""
+    if request.param == "postgresql":
+        yield pg_catalog_uri.sqlalchemy_url.replace("+psycopg2", "")  # its password too, when it has one
+        return
+    database = f"sqlite:///{tmp_path / 'catalog.db'}"
+    if request.param == "sqlite":
+        yield database
+        return
+    warehouse = Settings(home=tmp_path, catalog_uri=database).warehouse
+    with RestCatalogServer(tmp_path / "catalog-server", catalog_uri=CatalogUri.parse(database).jdbc_url,
+                           warehouse=warehouse, rules=catalog_rules()) as server:
+        yield server.settings_uri("pipeline")
+
+
+@pytest.mark.parametrize("catalog_uri", ["sqlite", pytest.param("postgresql", marks=pytest.mark.soak), "rest"],
+                         indirect=True)
+def test_writers_in_several_processes_all_commit_exactly_once_on_a_linear_history(catalog_uri, tmp_path):
+    kind = CatalogUri.parse(catalog_uri).kind
     namespace = f"t_writers_{uuid.uuid4().hex[:6]}"
     settings = Settings(home=tmp_path, catalog_uri=catalog_uri, namespace=namespace)
     catalog = catalog_for(settings)

@@ -25,15 +25,18 @@ from .figures import age_table_files, record
 
 pytestmark = pytest.mark.slow  # runs killed in processes of their own
 
-# `make test` kills a run on each side of the catalog's swap once (bronze after it, silver's pair before it);
-# `make soak` at every point of each.
+# `make test` kills a run on each side of the catalog's swap once (bronze after it, silver's pair before it), and
+# bronze before the REST catalog server's commit of its three tables; `make soak` at every point of each.
 SOAK = pytest.mark.soak
-POINTS = [pytest.param("bronze_events:before-publish", marks=SOAK), pytest.param("publish:before-swap", marks=SOAK),
-          "publish:after-swap"]
+POINTS = [pytest.param("bronze_events:before-publish", "sql", marks=SOAK),
+          pytest.param("publish:before-swap", "sql", marks=SOAK), ("publish:after-swap", "sql"),
+          ("publish:before-swap", "rest"), pytest.param("publish:after-swap", "rest", marks=SOAK)]
 
 
-@pytest.mark.parametrize("failpoint", POINTS)
-def test_a_run_killed_at_any_step_leaves_each_table_whole_and_the_rerun_takes_each_record_once(lakehouse, failpoint):
+@pytest.mark.parametrize("failpoint, catalog", POINTS)
+def test_a_run_killed_at_any_step_leaves_each_table_whole_and_the_rerun_takes_each_record_once(request, failpoint,
+                                                                                              catalog):
+    lakehouse = request.getfixturevalue("rest_lakehouse" if catalog == "rest" else "lakehouse")
     good = [json.dumps(_event(n)) for n in range(25)]
     records = land(lakehouse, "a.jsonl", good[:10] + ["{cut", "[]"] + good[10:])
 

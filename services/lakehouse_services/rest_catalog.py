@@ -225,6 +225,10 @@ class RestCatalogServer:
         """A bearer token for `principal`, valid `seconds` from now, signed with the server's private key."""
         return mint_token(self.private_key, principal, seconds)
 
+    def settings_uri(self, principal: str, seconds: int = 24 * 3600) -> str:
+        """The lakehouse's catalog URI (LAKEHOUSE_CATALOG_URI) for an engine of `principal` through this server."""
+        return f"rest+http://{principal}:{self.token(principal, seconds)}@{HOST}:{self.port}"
+
     def command(self) -> list[str]:
         return [str(self._java or java_binary()), "-Xms32m", f"-Xmx{self.heap}", "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1", f"-Dlakehouse.catalog.root={self.root}",
