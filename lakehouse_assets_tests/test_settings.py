@@ -23,7 +23,17 @@ def test_postgres_uri_keeps_credentials_out_of_the_jdbc_url():
     assert "s@cret" not in uri.display and "s@cret" not in repr(uri)
 
 
-@pytest.mark.parametrize("bad", ["sqlite:///relative.db", "mysql://x/y", "postgresql://host-only"])
+def test_a_rest_catalog_uri_carries_its_token_where_no_message_shows_it_and_has_no_database_url():
+    uri = CatalogUri.parse("rest+https://analyst:eyJ.abc.sig@catalog.internal/api/catalog/")
+    assert (uri.kind, uri.rest_url, uri.user, uri.password) == (
+        "rest", "https://catalog.internal:443/api/catalog", "analyst", "eyJ.abc.sig")
+    assert "eyJ" not in uri.display and "eyJ" not in repr(uri)
+    with pytest.raises(ValueError, match="is a REST catalog: it has no JDBC URL"):
+        uri.jdbc_url
+
+
+@pytest.mark.parametrize("bad", ["sqlite:///relative.db", "mysql://x/y", "postgresql://host-only", "rest+ftp://x",
+                                 "rest+http://"])
 def test_bad_catalog_uris_are_refused_with_the_reason(bad):
     with pytest.raises(ValueError, match="catalog URI|unsupported"):
         CatalogUri.parse(bad)

@@ -222,6 +222,27 @@ def _identifiers(settings: Settings, subject: str, also: list[str]) -> dict[str,
     return {**values, **{f"{name} keyed hash": keyed_hash_of(value, key) for name, value in values.items()}}
 
 
+def _catalog_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from ..operations.catalog_migrate import CatalogMigrateError, migrate, target_catalog
+
+    if not args.to or args.path or args.backup or args.replace or args.all:
+        raise ValueError("usage: lakehouse catalog migrate --to URI [--dry-run] [--json]")
+    refusal = None
+    try:
+        results = migrate(settings, target_catalog(settings, args.to), dry_run=args.dry_run,
+                          log=progress(not args.json))
+    except CatalogMigrateError as exc:
+        refusal, results = exc, exc.results
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        print_table([r.as_dict() for r in results], ["table", "status", "snapshots", "refs", "reason"])
+    if refusal is not None:
+        print(f"lakehouse catalog migrate: {refusal}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     """The catalog's backup, or the catalog rebuilt from the warehouse's metadata files (no Spark)."""
     from ..operations.catalog_recovery import CatalogRebuildError, backup, rebuild
@@ -230,6 +251,8 @@ def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.action in ("start", "stop", "status", "token"):
         return cmd_catalog_server(args, settings)
+    if args.action == "migrate":
+        return _catalog_migrate(args, settings)
     if args.action == "backup":
         if not args.path or args.backup or args.dry_run or args.replace or args.all:
             raise ValueError("usage: lakehouse catalog backup PATH")
@@ -307,15 +330,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_forget)
 
-    p = sub.add_parser("catalog", help="back the catalog up, or rebuild it from the warehouse's metadata files; "
-                                       "start, stop or check a local Iceberg REST catalog server, or print a token")
-    p.add_argument("action", choices=("backup", "rebuild", "start", "stop", "status", "token"))
+    p = sub.add_parser("catalog", help="back the catalog up, rebuild it from the warehouse's metadata files, or "
+                                       "move its tables to another catalog; start, stop or check a local Iceberg "
+                                       "REST catalog server, or print a token")
+    p.add_argument("action", choices=("backup", "rebuild", "migrate", "start", "stop", "status", "token"))
+    p.add_argument("--to", default="", help="migrate: the catalog URI to register every table in (a REST catalog's "
+                                            "rest+http://PRINCIPAL:TOKEN@host:port, or sqlite:/postgresql:)")
     p.add_argument("--principal", default="analyst", help="token: whose (pipeline, analyst, ml)")
     p.add_argument("--hours", type=float, default=24.0, help="token: how long it is valid")
     p.add_argument("--port", type=int, default=0, help="start: the port to listen on (default: a free one)")
     p.add_argument("path", nargs="?", help="backup: the SQLite file to write")
     p.add_argument("--backup", metavar="PATH", help="rebuild: a backup whose pointers decide between metadata files")
-    p.add_argument("--dry-run", action="store_true", help="rebuild: only say what would be registered")
+    p.add_argument("--dry-run", action="store_true", help="rebuild, migrate: only say what would be registered")
     p.add_argument("--replace", action="store_true", help="rebuild: also move rows of tables the catalog has")
     p.add_argument("--all", action="store_true", help="rebuild: also register undeclared table folders")
     p.add_argument("--json", action="store_true")

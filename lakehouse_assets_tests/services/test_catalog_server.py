@@ -129,6 +129,26 @@ def test_the_server_serves_the_tables_the_pipelines_sql_catalog_holds_and_ml_use
     assert len(direct.load_table(f"{ns}.gold_daily").scan().to_arrow()) == 2
 
 
+def test_an_analysts_sql_reads_through_the_server_with_the_analysts_token(server, sql_catalog, s3_server, tmp_path):
+    """`lakehouse sql` (DuckDB) with the catalog URI of the analyst's principal: what the server lets it see, and no
+    raw table, which the server neither lists nor loads for it."""
+    from lakehouse_assets.serving.duckdb_sql import query
+    from lakehouse_assets.settings import Settings
+
+    direct, _, warehouse = sql_catalog
+    ns = f"bi_{uuid.uuid4().hex[:6]}"
+    direct.create_namespace(ns)
+    direct.create_table(f"{ns}.gold_daily", schema=SCHEMA).append(
+        pa.table({"day": ["2025-04-01", "2025-04-02"], "events": [4, 6]}, schema=SCHEMA))
+    direct.create_table(f"{ns}.bronze_events", schema=SCHEMA)
+    analyst = Settings.from_env(home=tmp_path, catalog_uri=server.settings_uri("analyst"), namespace=ns,
+                                warehouse=warehouse)
+    assert query(analyst, "SELECT sum(events) AS n FROM gold_daily").to_pylist() == [{"n": 10}]
+    for raw in (False, True):  # an engineer's --raw does not make the server hand a raw table to an analyst
+        with pytest.raises(ValueError, match="bronze_events"):
+            query(analyst, "SELECT count(*) FROM bronze_events", raw=raw)
+
+
 def _post(server, principal: str, path: str, body: dict) -> tuple[int, str]:
     request = urllib.request.Request(f"{server.uri}{path}", data=json.dumps(body).encode(), method="POST",
                                      headers={"Authorization": f"Bearer {server.token(principal)}",
@@ -266,3 +286,71 @@ def test_the_command_serves_the_lakehouses_catalog_gives_tokens_of_its_principal
     finally:
         stopped = lakehouse("stop")
     assert stopped.stdout.strip() == "stopped" and lakehouse("status").stdout.strip() == "not running"
+
+
+def _tables(catalog, namespace: str) -> dict:
+    """What moving a table must keep: its metadata file, snapshots, branches and tags, rows at each snapshot."""
+    held = {}
+    for identifier in catalog.list_tables(namespace):
+        table = catalog.load_table(identifier)
+        held[identifier[-1]] = (
+            table.metadata_location, [s.snapshot_id for s in table.metadata.snapshots],
+            {name: (ref.snapshot_id, ref.snapshot_ref_type) for name, ref in table.metadata.refs.items()},
+            [sorted(map(str, table.scan(snapshot_id=s.snapshot_id).to_arrow().to_pylist()))
+             for s in table.metadata.snapshots])
+    return held
+
+
+def test_a_lakehouse_moves_to_the_rest_catalog_and_back_with_its_snapshots_branches_and_tags(tmp_path):
+    home = tmp_path / "home"
+    (home / "warehouse").mkdir(parents=True)
+    source = SqlCatalog("lakehouse", uri=f"sqlite:///{home}/catalog.db", warehouse=f"file://{home}/warehouse")
+    source.create_namespace("lake", {"owner": "data-eng"})
+    daily = source.create_table("lake.gold_daily", schema=SCHEMA)
+    for day in ("2025-05-01", "2025-05-02"):
+        daily.append(pa.table({"day": [day], "events": [int(day[-1])]}, schema=SCHEMA))
+    first = daily.metadata.snapshots[0].snapshot_id
+    daily.manage_snapshots().create_tag(first, "train_v1").create_branch(first, "audit").commit()
+    source.create_table("lake.ml_user_features", schema=SCHEMA).append(
+        pa.table({"day": ["2025-05-01"], "events": [9]}, schema=SCHEMA))
+    before = _tables(source, "lake")
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")} | {"LAKEHOUSE_HOME": str(home)}
+
+    def migrate(to: str, catalog_uri: str = "", *extra: str):
+        run_env = env | ({"LAKEHOUSE_CATALOG_URI": catalog_uri} if catalog_uri else {})
+        return subprocess.run([LAKEHOUSE, "catalog", "migrate", "--to", to, *extra], env=run_env,
+                              capture_output=True, text=True, timeout=240)
+
+    rest_db = tmp_path / "rest.db"
+    with RestCatalogServer(tmp_path / "rest-server", catalog_uri=f"jdbc:sqlite:{rest_db}",
+                           warehouse=f"file://{tmp_path}/rest-warehouse", rules=catalog_rules()) as target:
+        dry = migrate(target.settings_uri("pipeline"), "", "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert not _client_tables(target)  # a dry run registers nothing
+        moved = migrate(target.settings_uri("pipeline"))
+        assert moved.returncode == 0, moved.stderr
+        through = RestCatalog("lake", uri=target.uri, token=target.token("pipeline"))
+        assert _tables(through, "lake") == before
+        assert through.load_namespace_properties("lake")["owner"] == "data-eng"
+        assert "already there" in migrate(target.settings_uri("pipeline")).stdout  # run again: nothing to do
+        analyst = migrate(target.settings_uri("analyst"))  # the server decides: an analyst registers nothing
+        assert analyst.returncode != 0 and "principal 'analyst' may not" in analyst.stderr + analyst.stdout
+
+        # A commit through the REST catalog after the move, then back to a SQL catalog of its own.
+        through.load_table("lake.gold_daily").append(pa.table({"day": ["2025-05-03"], "events": [3]}, schema=SCHEMA))
+        after = _tables(through, "lake")
+        back = migrate(f"sqlite:///{tmp_path / 'back.db'}", target.settings_uri("pipeline"))
+        assert back.returncode == 0, back.stderr
+    returned = SqlCatalog("lakehouse", uri=f"sqlite:///{tmp_path / 'back.db'}", warehouse=f"file://{home}/warehouse")
+    assert _tables(returned, "lake") == after and after["gold_daily"][1][:2] == before["gold_daily"][1]
+
+    # The source still points at its own older metadata: moving to it again is refused, naming the table.
+    refused = migrate(f"sqlite:///{home}/catalog.db", f"sqlite:///{tmp_path / 'back.db'}")
+    assert refused.returncode == 1 and "lake.gold_daily: the target has this table at another metadata file" in \
+        refused.stderr, refused.stderr
+
+
+def _client_tables(server) -> list:
+    catalog = RestCatalog("lake", uri=server.uri, token=server.token("pipeline"))
+    return [t for (ns,) in catalog.list_namespaces() for t in catalog.list_tables(ns)]
