@@ -39,6 +39,7 @@ class LakehouseResource(ConfigurableResource):
 
     _settings: Optional[Settings] = PrivateAttr(default=None)
     _handles: dict[str, TableHandle] = PrivateAttr(default_factory=dict)
+    _namespace_made: bool = PrivateAttr(default=False)
 
     @property
     def settings(self) -> Settings:
@@ -49,9 +50,12 @@ class LakehouseResource(ConfigurableResource):
 
     @property
     def catalog(self) -> Catalog:
-        """pyiceberg's view of the catalog; its namespace exists once this returns."""
+        """pyiceberg's view of the catalog; its namespace exists once this returns (made or found once per
+        resource, that is per run: a REST catalog answers each try with a round trip)."""
         catalog = catalog_for(self.settings)
-        ensure_namespace(catalog, self.settings.namespace)
+        if not self._namespace_made:
+            ensure_namespace(catalog, self.settings.namespace)
+            self._namespace_made = True
         return catalog
 
     @property
