@@ -29,7 +29,7 @@ def test_a_rest_catalog_uri_carries_its_token_where_no_message_shows_it_and_has_
         "rest", "https://catalog.internal:443/api/catalog", "analyst", "eyJ.abc.sig")
     assert "eyJ" not in uri.display and "eyJ" not in repr(uri)
     with pytest.raises(ValueError, match="is a REST catalog: it has no JDBC URL"):
-        uri.jdbc_url
+        uri.jdbc_url  # noqa: B018 - the property raises
 
 
 @pytest.mark.parametrize("bad", ["sqlite:///relative.db", "mysql://x/y", "postgresql://host-only", "rest+ftp://x",

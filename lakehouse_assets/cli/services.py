@@ -130,7 +130,7 @@ def cmd_catalog_server(args: argparse.Namespace, settings: Settings) -> int:
     from lakehouse_services.rest_catalog import RestCatalogServer, catalog_status, key_file, mint_token, stop_catalog
 
     from ..runtime.spark import s3_file_io_properties
-    from ..serving.read_rule import catalog_rules, declared_ml_tables
+    from ..serving.read_rule import catalog_rules, declared_ml_tables, reader_io
 
     root = settings.home / "catalog-server"
     if args.action == "token":
@@ -144,7 +144,7 @@ def cmd_catalog_server(args: argparse.Namespace, settings: Settings) -> int:
         return _stop_or_status(args.action, root, "catalog server", stop_catalog, catalog_status,
                                lambda state: f"running, pid {state.pid}, {state.uri}, warehouse {state.warehouse}")
     catalog = settings.catalog
-    rules = catalog_rules(declared_ml_tables(settings))
+    rules = catalog_rules(declared_ml_tables(settings), reader_io(settings))
     on_s3 = settings.warehouse.startswith(("s3://", "s3a://"))
     server = RestCatalogServer(root, catalog_uri=catalog.jdbc_url, warehouse=settings.warehouse, rules=rules,
                                catalog_name=settings.catalog_name, jdbc_user=catalog.user,

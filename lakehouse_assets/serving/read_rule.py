@@ -11,7 +11,7 @@ LAKEHOUSE_SQL_RAW=1). Both doors read the analysts' S3 credential (read_only_set
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..settings import Settings
@@ -87,19 +87,33 @@ def declared_ml_tables(settings: Settings) -> list[str]:
         return []
 
 
-def catalog_rules(ml_tables: Iterable[str] = ()) -> dict[str, Any]:
+def catalog_rules(ml_tables: Iterable[str] = (), readers_io: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The REST catalog server's rules per principal (lakehouse_services.rest_catalog.CatalogRule, Java regular
     expressions over a table's `namespace.name`): the pipeline does everything; analysts and dashboards read every
     table but the raw ones; ML users read the ML tables alone (`ml_tables`, else every table named `ml_...`). The
     server does not know the declaration, so a declared table of another layer whose name looks raw (a gold
-    `bronze_medals`) is refused to analysts too."""
+    `bronze_medals`) is refused to analysts too. `readers_io`: the storage settings handed to the readers with each
+    table (the read-only S3 identity: reader_io)."""
     from lakehouse_services.rest_catalog import CatalogRule
 
     affixes = "|".join([*(f"{re.escape(p)}[^.]*" for p in RAW_PREFIXES), *(f"[^.]*{re.escape(s)}" for s in RAW_SUFFIXES)])
     names = sorted(ml_tables)
     ml = "|".join(re.escape(name) for name in names) if names else "ml_[^.]*"
-    return {"pipeline": CatalogRule(write=True), "analyst": CatalogRule(hidden=f"(?i)(^|[.])({affixes})$"),
-            "ml": CatalogRule(visible=f"(?i)(^|[.])({ml})$")}
+    vend = dict(readers_io or {})
+    return {"pipeline": CatalogRule(write=True), "analyst": CatalogRule(hidden=f"(?i)(^|[.])({affixes})$", vend=vend),
+            "ml": CatalogRule(visible=f"(?i)(^|[.])({ml})$", vend=vend)}
+
+
+def reader_io(settings: Settings) -> dict[str, str]:
+    """The FileIO settings of the read-only S3 identity (LAKEHOUSE_SQL_S3_*), for a REST catalog to hand its
+    readers; none when no such identity is set or the lake is not on S3."""
+    if not settings.sql_s3_access_key or not settings.uses_s3:
+        return {}
+    io = {"s3.access-key-id": settings.sql_s3_access_key, "s3.secret-access-key": settings.sql_s3_secret_key,
+          "client.region": settings.s3_region, "s3.region": settings.s3_region}
+    if settings.s3_endpoint:
+        io.update({"s3.endpoint": settings.s3_endpoint, "s3.path-style-access": "true"})
+    return io
 
 
 def read_only_settings(settings: Settings) -> Settings:

@@ -354,3 +354,56 @@ def test_a_lakehouse_moves_to_the_rest_catalog_and_back_with_its_snapshots_branc
 def _client_tables(server) -> list:
     catalog = RestCatalog("lake", uri=server.uri, token=server.token("pipeline"))
     return [t for (ns,) in catalog.list_namespaces() for t in catalog.list_tables(ns)]
+
+
+def test_readers_are_handed_the_read_only_keys_with_each_table_and_need_none_of_their_own(tmp_path):
+    """A SeaweedFS with the platform's identity and a read-only one: the server hands analysts the read-only keys
+    with every table they load, so an analyst's engine given no key at all reads the table, and what it was
+    handed cannot write to the store."""
+    import boto3
+    from botocore.config import Config as BotoConfig
+    from botocore.exceptions import ClientError
+
+    from lakehouse_assets.serving.read_rule import reader_io
+    from lakehouse_assets.settings import Settings
+    from lakehouse_services.s3server import SeaweedS3
+
+    config = tmp_path / "s3.json"
+    config.write_text(json.dumps({"identities": [
+        {"name": "platform", "credentials": [{"accessKey": "admin", "secretKey": "adminsecret"}],
+         "actions": ["Admin", "Read", "List", "Write", "Tagging"]},
+        {"name": "analysts", "credentials": [{"accessKey": "analysts", "secretKey": "reader-secret"}],
+         "actions": ["Read:lake/warehouse/*", "List:lake"]},
+    ]}))
+
+    class WithIdentities(SeaweedS3):
+        def command(self) -> list[str]:
+            return [*super().command(), f"-s3.config={config}"]
+
+    with WithIdentities.with_free_ports(tmp_path / "s3", buckets=("lake",)) as store:
+        settings = Settings(home=tmp_path / "home", warehouse="s3://lake/warehouse", s3_endpoint=store.endpoint_url,
+                            s3_access_key="admin", s3_secret_key="adminsecret", sql_s3_access_key="analysts",
+                            sql_s3_secret_key="reader-secret", project=str(tmp_path / "none.yaml"))
+        platform_io = {"io-impl": "org.apache.iceberg.aws.s3.S3FileIO", "client.region": store.region,
+                       "s3.endpoint": store.endpoint_url, "s3.access-key-id": "admin",
+                       "s3.secret-access-key": "adminsecret", "s3.path-style-access": "true"}
+        with RestCatalogServer(tmp_path / "server", catalog_uri=f"jdbc:sqlite:{tmp_path / 'catalog.db'}",
+                               warehouse="s3://lake/warehouse", io=platform_io,
+                               rules=catalog_rules(readers_io=reader_io(settings))) as server:
+            pipeline = RestCatalog("p", uri=server.uri, token=server.token("pipeline"),
+                                   **{"s3.endpoint": store.endpoint_url, "s3.access-key-id": "admin",
+                                      "s3.secret-access-key": "adminsecret", "s3.region": store.region})
+            pipeline.create_namespace("lake")
+            pipeline.create_table("lake.gold_daily", schema=SCHEMA).append(
+                pa.table({"day": ["2025-06-01"], "events": [6]}, schema=SCHEMA))
+
+            analyst = RestCatalog("a", uri=server.uri, token=server.token("analyst"))  # no storage settings at all
+            table = analyst.load_table("lake.gold_daily")
+            assert table.scan().to_arrow().to_pylist() == [{"day": "2025-06-01", "events": 6}]
+            handed = table.io.properties
+            assert handed["s3.access-key-id"] == "analysts" and "adminsecret" not in map(str, handed.values())
+            s3 = boto3.client("s3", endpoint_url=store.endpoint_url, aws_access_key_id=handed["s3.access-key-id"],
+                              aws_secret_access_key=handed["s3.secret-access-key"], region_name=store.region,
+                              config=BotoConfig(signature_version="s3v4", s3={"addressing_style": "path"}))
+            with pytest.raises(ClientError, match="AccessDenied"):
+                s3.put_object(Bucket="lake", Key="warehouse/lake/gold_daily/data/mine.parquet", Body=b"x")

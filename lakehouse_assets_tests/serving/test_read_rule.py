@@ -4,8 +4,8 @@ which keeps no copy. (test_serve.py changes the rule and sees both doors follow.
 import re
 
 from lakehouse_assets.runtime.java_jar import MODULE
-from lakehouse_assets.serving import read_rule
 from lakehouse_assets.runtime.spark import spark_conf
+from lakehouse_assets.serving import read_rule
 from lakehouse_assets.serving.endpoint import Endpoint, endpoint_settings
 from lakehouse_assets.settings import Settings
 

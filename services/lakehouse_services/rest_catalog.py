@@ -43,7 +43,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import CatalogServerError, MissingBinaryError
@@ -112,11 +112,13 @@ def classpath() -> list[str]:
 @dataclass(frozen=True)
 class CatalogRule:
     """What one principal may do: everything (`write`), or read only the tables whose `namespace.name` matches
-    `visible` (every table when empty) and not `hidden` (Java regular expressions, searched)."""
+    `visible` (every table when empty) and not `hidden` (Java regular expressions, searched). `vend`: the FileIO
+    settings handed to it with every table it loads (e.g. read-only S3 keys), so that it holds none of its own."""
 
     write: bool = False
     visible: str = ""
     hidden: str = ""
+    vend: Mapping[str, str] = field(default_factory=dict)
 
 
 class RestCatalogServer:
@@ -200,6 +202,7 @@ class RestCatalogServer:
             for which in ("visible", "hidden"):
                 if getattr(rule, which):
                     props[f"rules.{principal}.{which}"] = getattr(rule, which)
+            props.update({f"rules.{principal}.vend.{key}": value for key, value in rule.vend.items()})
         return props
 
     def _write_files(self) -> None:
@@ -214,7 +217,7 @@ class RestCatalogServer:
             partial.replace(self.private_key)
         config = self.config_file
         config.touch(mode=0o600)
-        config.chmod(0o600)  # it holds the database's and the store's secrets
+        config.chmod(0o600)  # it holds the database's and the store's secrets, and the keys it hands out
         config.write_text("".join(f"{key}={_escaped(value)}\n" for key, value in self.properties().items()))
 
     @property

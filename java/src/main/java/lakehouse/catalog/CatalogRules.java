@@ -12,8 +12,12 @@ import java.util.regex.Pattern;
  * analysts): the others are left out of its listings and refused on load. A principal the rules do not name may do
  * nothing.
  *
+ * <p>Each principal may be handed the storage settings it reads and writes the tables' files with (its own S3 keys,
+ * read-only ones for readers), with every table it loads: it then holds no key of the warehouse's own.
+ *
  * <p>Written as properties: `rules.PRINCIPAL.write=true|false`, `rules.PRINCIPAL.visible=REGEX` and
- * `rules.PRINCIPAL.hidden=REGEX` (both optional).
+ * `rules.PRINCIPAL.hidden=REGEX` (both optional), `rules.PRINCIPAL.vend.KEY=VALUE` (FileIO settings, e.g.
+ * `s3.access-key-id`).
  */
 public final class CatalogRules {
 
@@ -24,7 +28,7 @@ public final class CatalogRules {
     }
   }
 
-  private record Rule(boolean write, Pattern visible, Pattern hidden) {}
+  private record Rule(boolean write, Pattern visible, Pattern hidden, Map<String, String> vend) {}
 
   private final Map<String, Rule> rules;
 
@@ -37,8 +41,15 @@ public final class CatalogRules {
     for (String key : props.stringPropertyNames()) {
       if (key.startsWith("rules.") && key.endsWith(".write")) {
         String principal = key.substring("rules.".length(), key.length() - ".write".length());
+        String vend = "rules." + principal + ".vend.";
+        Map<String, String> vended = new LinkedHashMap<>();
+        for (String name : props.stringPropertyNames()) {
+          if (name.startsWith(vend)) {
+            vended.put(name.substring(vend.length()), props.getProperty(name));
+          }
+        }
         rules.put(principal, new Rule(Boolean.parseBoolean(props.getProperty(key)),
-            pattern(props, principal, "visible"), pattern(props, principal, "hidden")));
+            pattern(props, principal, "visible"), pattern(props, principal, "hidden"), Map.copyOf(vended)));
       }
     }
     return new CatalogRules(rules);
@@ -77,6 +88,11 @@ public final class CatalogRules {
       throw new Forbidden("principal '" + principal + "' may not " + what + " " + target
           + ": the catalog allows it reads only");
     }
+  }
+
+  /** The storage settings handed to `principal` with each table it loads (none when empty). */
+  public Map<String, String> vended(String principal) {
+    return rule(principal).vend();
   }
 
   /** Any request at all (the catalog's configuration, the namespaces): a principal the rules name. */

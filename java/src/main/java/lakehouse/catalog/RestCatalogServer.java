@@ -52,6 +52,7 @@ import org.apache.iceberg.rest.responses.ErrorResponse;
 import org.apache.iceberg.rest.responses.ErrorResponseParser;
 import org.apache.iceberg.rest.responses.ListNamespacesResponse;
 import org.apache.iceberg.rest.responses.ListTablesResponse;
+import org.apache.iceberg.rest.responses.LoadTableResponse;
 import org.apache.iceberg.shaded.com.fasterxml.jackson.annotation.JsonAutoDetect;
 import org.apache.iceberg.shaded.com.fasterxml.jackson.annotation.PropertyAccessor;
 import org.apache.iceberg.shaded.com.fasterxml.jackson.databind.DeserializationFeature;
@@ -275,7 +276,7 @@ public final class RestCatalogServer {
     if (tail.equals("/register") && method.equals("POST")) {
       RegisterTableRequest register = read(body, RegisterTableRequest.class);
       rules.checkWrite(principal, "register", namespace + "." + register.name());
-      return CatalogHandlers.registerTable(catalog, namespace, register);
+      return vended(principal, CatalogHandlers.registerTable(catalog, namespace, register));
     }
     Matcher table = TABLE.matcher(tail);
     if (!table.matches()) {
@@ -288,6 +289,16 @@ public final class RestCatalogServer {
       return null;
     }
     return table(principal, method, id, query, body);
+  }
+
+  /** A table's answer with the storage settings the rules hand `principal` (its own keys, not the warehouse's). */
+  private LoadTableResponse vended(String principal, LoadTableResponse loaded) {
+    Map<String, String> vend = rules.vended(principal);
+    if (vend.isEmpty()) {
+      return loaded;
+    }
+    return LoadTableResponse.builder().withTableMetadata(loaded.tableMetadata()).addAllConfig(loaded.config())
+        .addAllConfig(vend).build();
   }
 
   private Object namespaces(String principal, String method, Map<String, String> query, InputStream body)
@@ -338,8 +349,8 @@ public final class RestCatalogServer {
     if (method.equals("POST")) {
       CreateTableRequest create = read(body, CreateTableRequest.class);
       rules.checkWrite(principal, "create", namespace + "." + create.name());
-      return create.stageCreate() ? CatalogHandlers.stageTableCreate(catalog, namespace, create)
-          : CatalogHandlers.createTable(catalog, namespace, create);
+      return vended(principal, create.stageCreate() ? CatalogHandlers.stageTableCreate(catalog, namespace, create)
+          : CatalogHandlers.createTable(catalog, namespace, create));
     }
     throw new Status(405, method + " is not allowed on tables");
   }
@@ -348,15 +359,15 @@ public final class RestCatalogServer {
                        InputStream body) throws IOException {
     switch (method) {
       case "GET":
-        return CatalogHandlers.loadTable(catalog, id, "refs".equals(query.get("snapshots"))
-            ? RESTCatalogProperties.SnapshotMode.REFS : RESTCatalogProperties.SnapshotMode.ALL);
+        return vended(principal, CatalogHandlers.loadTable(catalog, id, "refs".equals(query.get("snapshots"))
+            ? RESTCatalogProperties.SnapshotMode.REFS : RESTCatalogProperties.SnapshotMode.ALL));
       case "HEAD":
         CatalogHandlers.tableExists(catalog, id);
         return null;
       case "POST":
         UpdateTableRequest update = read(body, UpdateTableRequest.class);
         rules.checkWrite(principal, "commit to", path(id));
-        return CatalogHandlers.updateTable(catalog, id, update);
+        return vended(principal, CatalogHandlers.updateTable(catalog, id, update));
       case "DELETE":
         rules.checkWrite(principal, "drop", path(id));
         if ("true".equals(query.get("purgeRequested"))) {

@@ -1,6 +1,7 @@
 package lakehouse.catalog;
 
 import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -16,6 +17,8 @@ class CatalogRulesTest {
     props.setProperty("rules.pipeline.write", "true");
     props.setProperty("rules.analyst.write", "false");
     props.setProperty("rules.analyst.hidden", "(?i)(^|[.])(bronze_[^.]*|[^.]*_quarantine)$");
+    props.setProperty("rules.analyst.vend.s3.access-key-id", "analysts");
+    props.setProperty("rules.analyst.vend.s3.secret-access-key", "reader-secret");
     props.setProperty("rules.ml.write", "false");
     props.setProperty("rules.ml.visible", "(?i)(^|[.])(ml_user_features|ml_training_set)$");
     return CatalogRules.from(props);
@@ -43,6 +46,14 @@ class CatalogRulesTest {
     assertTrue(said.contains("principal 'analyst' may not commit to shop.gold_daily"), said);
     said = assertThrows(CatalogRules.Forbidden.class, () -> rules.checkRead("analyst", "shop.BRONZE_x")).getMessage();
     assertTrue(said.contains("may not read shop.BRONZE_x"), said);
+  }
+
+  @Test
+  void eachPrincipalIsHandedItsOwnStorageSettingsOnly() {
+    CatalogRules rules = rules();
+    assertEquals(java.util.Map.of("s3.access-key-id", "analysts", "s3.secret-access-key", "reader-secret"),
+        rules.vended("analyst"));
+    assertTrue(rules.vended("pipeline").isEmpty());
   }
 
   @Test
