@@ -218,9 +218,9 @@ def _swap(writes: list[StagedWrite], pointers: list[tuple[str, str, str]]) -> No
 
 
 def _commit_through_server(writes: list[StagedWrite], tables: list[Any]) -> None:
-    """A REST catalog's multi-table commit: each table's `main` moves to its write's head and its branches go,
-    each only if `main` and the branch still are what this publish read (the protocol's requirements, checked by
-    the server); every table moves, or (_LostSwap) none does."""
+    """A REST catalog's multi-table commit: each table's `main` moves to its write's head and its branches go, each
+    only if it is still the same table with `main` at the snapshot this publish read (the requirements Iceberg's
+    TableCommit derives, checked by the server); every table moves, or (_LostSwap) none does."""
     spark = writes[0].spark
     settings = writes[0].table.engine.settings
     catalog = spark._jsparkSession.sessionState().catalogManager().catalog(settings.catalog_name).icebergCatalog()
