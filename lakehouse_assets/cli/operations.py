@@ -222,6 +222,22 @@ def _identifiers(settings: Settings, subject: str, also: list[str]) -> dict[str,
     return {**values, **{f"{name} keyed hash": keyed_hash_of(value, key) for name, value in values.items()}}
 
 
+def _catalog_backup(args: argparse.Namespace, settings: Settings) -> int:
+    from ..operations.catalog_recovery import backup
+
+    if not args.path or args.backup or args.dry_run or args.replace or args.all:
+        raise ValueError("usage: lakehouse catalog backup PATH")
+    summary = backup(settings, args.path)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        tables, namespaces = summary["tables"], summary["namespaces"]
+        print(f"{summary['catalog']} ({summary['catalog_name']}): {tables} table{'s' * (tables != 1)} in "
+              f"{namespaces} namespace{'s' * (namespaces != 1)} -> {summary['path']} ({summary['bytes']} bytes, "
+              f"{summary['seconds']} s)")
+    return 0
+
+
 def _catalog_migrate(args: argparse.Namespace, settings: Settings) -> int:
     from ..operations.catalog_migrate import CatalogMigrateError, migrate, target_catalog
 
@@ -245,7 +261,7 @@ def _catalog_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     """The catalog's backup, or the catalog rebuilt from the warehouse's metadata files (no Spark)."""
-    from ..operations.catalog_recovery import CatalogRebuildError, backup, rebuild
+    from ..operations.catalog_recovery import CatalogRebuildError, rebuild
     from ..project import load_project
     from .services import cmd_catalog_server
 
@@ -254,17 +270,7 @@ def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "migrate":
         return _catalog_migrate(args, settings)
     if args.action == "backup":
-        if not args.path or args.backup or args.dry_run or args.replace or args.all:
-            raise ValueError("usage: lakehouse catalog backup PATH")
-        summary = backup(settings, args.path)
-        if args.json:
-            print(json.dumps(summary, indent=2))
-        else:
-            tables, namespaces = summary["tables"], summary["namespaces"]
-            print(f"{summary['catalog']} ({summary['catalog_name']}): {tables} table{'s' * (tables != 1)} in "
-                  f"{namespaces} namespace{'s' * (namespaces != 1)} -> {summary['path']} ({summary['bytes']} bytes, "
-                  f"{summary['seconds']} s)")
-        return 0
+        return _catalog_backup(args, settings)
     if args.path:
         raise ValueError("usage: lakehouse catalog rebuild [--backup PATH] [--dry-run] [--replace] [--all]")
     refusal = None
