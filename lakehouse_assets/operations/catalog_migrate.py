@@ -13,7 +13,7 @@ commit made meanwhile is not in the metadata file registered); `--dry-run` says 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -84,6 +84,5 @@ def _move(source: Catalog, target: Catalog, identifier: tuple[str, ...], dry_run
             target.register_table(identifier, location)
         return moved
     if there == location:
-        return MigratedTable(**{**moved.as_dict(), "status": ALREADY})
-    return MigratedTable(**{**moved.as_dict(), "status": CONFLICT,
-                            "reason": f"the target has this table at another metadata file ({there})"})
+        return replace(moved, status=ALREADY)
+    return replace(moved, status=CONFLICT, reason=f"the target has this table at another metadata file ({there})")

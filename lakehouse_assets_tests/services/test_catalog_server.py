@@ -170,7 +170,19 @@ def _publish(ns: str, name: str, main: int | None, head: int, branch: str) -> di
 
 
 def test_branches_tags_and_a_commit_of_several_tables_all_or_nothing(server, s3_server):
-    pipeline = _client(server, s3_server, "pipeline")
+    _all_or_nothing(server, _client(server, s3_server, "pipeline"))
+
+
+def test_over_a_postgresql_catalog_a_commit_of_several_tables_is_all_or_nothing_too(pg_catalog_uri, tmp_path):
+    """The same, the server fronting a PostgreSQL catalog (its driver, its transaction for the pointers)."""
+    (tmp_path / "warehouse").mkdir()
+    with RestCatalogServer(tmp_path / "server", catalog_uri=pg_catalog_uri.jdbc_url, catalog_name="rest_pg",
+                           jdbc_user=pg_catalog_uri.user, jdbc_password=pg_catalog_uri.password,
+                           warehouse=f"file://{tmp_path}/warehouse", rules=catalog_rules()) as server:
+        _all_or_nothing(server, RestCatalog("p", uri=server.uri, token=server.token("pipeline")))
+
+
+def _all_or_nothing(server, pipeline: RestCatalog) -> None:
     ns = _namespace(pipeline)
     tables = {}
     for name in ("silver_orders", "silver_orders_history"):

@@ -29,7 +29,6 @@ import org.apache.iceberg.catalog.SupportsNamespaces;
 import org.apache.iceberg.catalog.TableIdentifier;
 import org.apache.iceberg.exceptions.AlreadyExistsException;
 import org.apache.iceberg.exceptions.CommitFailedException;
-import org.apache.iceberg.exceptions.CommitStateUnknownException;
 import org.apache.iceberg.exceptions.NamespaceNotEmptyException;
 import org.apache.iceberg.exceptions.NoSuchNamespaceException;
 import org.apache.iceberg.exceptions.NoSuchTableException;
@@ -50,7 +49,6 @@ import org.apache.iceberg.rest.requests.UpdateTableRequest;
 import org.apache.iceberg.rest.responses.ConfigResponse;
 import org.apache.iceberg.rest.responses.ErrorResponse;
 import org.apache.iceberg.rest.responses.ErrorResponseParser;
-import org.apache.iceberg.rest.responses.ListNamespacesResponse;
 import org.apache.iceberg.rest.responses.ListTablesResponse;
 import org.apache.iceberg.rest.responses.LoadTableResponse;
 import org.apache.iceberg.shaded.com.fasterxml.jackson.annotation.JsonAutoDetect;
@@ -171,8 +169,7 @@ public final class RestCatalogServer {
       body = error(code, "ForbiddenException", e.getMessage());
     } catch (Status e) {
       code = e.code;
-      body = e.code == 204 ? null : error(code, e.code == 404 ? "NoSuchEndpointException" : "BadRequestException",
-          e.getMessage());
+      body = error(code, e.code == 404 ? "NoSuchEndpointException" : "BadRequestException", e.getMessage());
     } catch (Exception e) {
       code = status(e);
       body = error(code, e.getClass().getSimpleName(), String.valueOf(e.getMessage()));
@@ -208,10 +205,7 @@ public final class RestCatalogServer {
     if (e instanceof UnsupportedOperationException) {
       return 406;
     }
-    if (e instanceof CommitStateUnknownException) {
-      return 500;
-    }
-    return 500;
+    return 500;  // CommitStateUnknownException among them: the client must not take the commit for failed
   }
 
   private static String error(int code, String type, String message) {
@@ -307,8 +301,7 @@ public final class RestCatalogServer {
       String parent = query.get("parent");
       Namespace of = parent == null || parent.isEmpty() ? Namespace.empty()
           : RESTUtil.decodeNamespace(parent, SEPARATOR);
-      ListNamespacesResponse all = CatalogHandlers.listNamespaces(namespaces, of);
-      return ListNamespacesResponse.builder().addAll(all.namespaces()).build();
+      return CatalogHandlers.listNamespaces(namespaces, of);
     }
     if (method.equals("POST")) {
       CreateNamespaceRequest create = read(body, CreateNamespaceRequest.class);

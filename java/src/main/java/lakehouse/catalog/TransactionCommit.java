@@ -55,25 +55,26 @@ public final class TransactionCommit {
 
   public void commit(CommitTransactionRequest request) {
     request.validate();
-    for (int attempt = 1; ; attempt++) {
+    String moved = null;
+    for (int attempt = 0; attempt < ATTEMPTS; attempt++) {
       List<Staged> staged = new ArrayList<>();
+      boolean published = false;
       try {
         for (UpdateTableRequest change : request.tableChanges()) {
           staged.add(stage(change));
         }
-        String moved = swap(staged);
-        if (moved == null) {
-          return;
+        moved = swap(staged);
+        published = moved == null;
+      } finally {
+        if (!published) {
+          drop(staged);  // nothing points at them: this attempt failed or lost the race
         }
-        drop(staged);
-        if (attempt >= ATTEMPTS) {
-          throw new CommitFailedException("%s moved while committing; gave up after %d attempts", moved, attempt);
-        }
-      } catch (RuntimeException e) {
-        drop(staged);
-        throw e;
+      }
+      if (published) {
+        return;
       }
     }
+    throw new CommitFailedException("%s moved while committing; gave up after %d attempts", moved, ATTEMPTS);
   }
 
   private Staged stage(UpdateTableRequest change) {
