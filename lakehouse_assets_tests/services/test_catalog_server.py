@@ -217,6 +217,30 @@ def _all_or_nothing(server, pipeline: RestCatalog) -> None:
         assert sorted(r["events"] for r in table.scan(snapshot_id=main).to_arrow().to_pylist()) == [1]
 
 
+def test_a_snapshot_written_against_an_older_table_is_sent_back_to_be_written_again(server, s3_server, caplog):
+    """The first snapshot of a new branch (it has no parent) decided on a table that has taken a commit since: the
+    server answers 409 and its writer (pyiceberg here, Spark's Iceberg too) refreshes and writes it again, rather
+    than the server giving it the sequence number of a snapshot already there (or, further behind, a 400 that ends
+    the write)."""
+    pipeline = _client(server, s3_server, "pipeline")
+    name = f"{_namespace(pipeline)}.events"
+    pipeline.create_table(name, schema=SCHEMA).append(_day(1))
+    stale = pipeline.load_table(name)  # at sequence number 1: what it writes next takes number 2
+    pipeline.load_table(name).append(_day(2))
+    stale.append(_day(3), branch="audit")
+    assert "Commit failed due to a concurrent update, retrying" in caplog.text  # the server's 409
+
+    table = pipeline.load_table(name)
+    assert sorted(s.sequence_number for s in table.metadata.snapshots) == [1, 2, 3]
+    assert sorted(r["events"] for r in table.scan().to_arrow().to_pylist()) == [1, 2]
+    branch = table.metadata.refs["audit"].snapshot_id
+    assert [r["events"] for r in table.scan(snapshot_id=branch).to_arrow().to_pylist()] == [3]
+
+
+def _day(n: int) -> pa.Table:
+    return pa.table({"day": [f"2025-03-0{n}"], "events": [n]}, schema=SCHEMA)
+
+
 def _status(server, token: str | None) -> int:
     request = urllib.request.Request(f"{server.uri}/v1/config",
                                      headers={"Authorization": f"Bearer {token}"} if token else {})

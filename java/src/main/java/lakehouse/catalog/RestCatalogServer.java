@@ -360,7 +360,7 @@ public final class RestCatalogServer {
       case "POST":
         UpdateTableRequest update = read(body, UpdateTableRequest.class);
         rules.checkWrite(principal, "commit to", path(id));
-        return vended(principal, CatalogHandlers.updateTable(catalog, id, update));
+        return vended(principal, TransactionCommit.commitTable(catalog, id, update));
       case "DELETE":
         rules.checkWrite(principal, "drop", path(id));
         if ("true".equals(query.get("purgeRequested"))) {

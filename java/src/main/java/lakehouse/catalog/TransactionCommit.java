@@ -13,6 +13,7 @@ import java.util.regex.Pattern;
 
 import org.apache.iceberg.BaseTable;
 import org.apache.iceberg.MetadataUpdate;
+import org.apache.iceberg.RetryableValidationException;
 import org.apache.iceberg.TableMetadata;
 import org.apache.iceberg.TableMetadataParser;
 import org.apache.iceberg.TableOperations;
@@ -20,8 +21,10 @@ import org.apache.iceberg.UpdateRequirement;
 import org.apache.iceberg.catalog.Catalog;
 import org.apache.iceberg.catalog.TableIdentifier;
 import org.apache.iceberg.exceptions.CommitFailedException;
+import org.apache.iceberg.rest.CatalogHandlers;
 import org.apache.iceberg.rest.requests.CommitTransactionRequest;
 import org.apache.iceberg.rest.requests.UpdateTableRequest;
+import org.apache.iceberg.rest.responses.LoadTableResponse;
 
 /**
  * The REST protocol's multi-table commit (`POST /v1/transactions/commit`), all or nothing: every table's new
@@ -81,20 +84,81 @@ public final class TransactionCommit {
     TableIdentifier id = change.identifier();
     TableOperations ops = ((BaseTable) catalog.loadTable(id)).operations();
     TableMetadata base = ops.refresh();
-    for (UpdateRequirement requirement : change.requirements()) {
-      requirement.validate(base);  // CommitFailedException (409) when the table is not what the client decided on
-    }
-    TableMetadata.Builder builder = TableMetadata.buildFrom(base);
-    for (MetadataUpdate update : change.updates()) {
-      update.applyTo(builder);
-    }
-    TableMetadata updated = builder.build();
+    TableMetadata updated = decide(base, change);
     String old = base.metadataFileLocation();
     Matcher found = VERSION.matcher(old);
     int version = found.find() ? Integer.parseInt(found.group(1)) + 1 : 1;
     String next = ops.metadataFileLocation(String.format("%05d-%s.metadata.json", version, UUID.randomUUID()));
     TableMetadataParser.write(updated, ops.io().newOutputFile(next));
     return new Staged(id, ops, old, next);
+  }
+
+  /**
+   * One table's commit (`POST /v1/namespaces/{ns}/tables/{table}`), as Iceberg's handlers make it (requirements
+   * checked against the current metadata, updates applied, the pointer compare-and-swapped, decided again on the new
+   * metadata when another commit won the swap) but with every added snapshot checked to be fresh ({@link
+   * #checkFresh}). A create (its one requirement that the table does not exist) goes to Iceberg's handlers.
+   */
+  static LoadTableResponse commitTable(Catalog catalog, TableIdentifier id, UpdateTableRequest change) {
+    if (change.requirements().stream().anyMatch(UpdateRequirement.AssertTableDoesNotExist.class::isInstance)) {
+      return CatalogHandlers.updateTable(catalog, id, change);
+    }
+    TableOperations ops = ((BaseTable) catalog.loadTable(id)).operations();
+    for (int attempt = 1; ; attempt++) {
+      TableMetadata base = attempt == 1 ? ops.current() : ops.refresh();
+      TableMetadata updated = decide(base, change);
+      if (updated.changes().isEmpty()) {
+        return LoadTableResponse.builder().withTableMetadata(base).build();
+      }
+      try {
+        ops.commit(base, updated);
+        return LoadTableResponse.builder().withTableMetadata(ops.current()).build();
+      } catch (CommitFailedException e) {
+        if (attempt == ATTEMPTS) {
+          throw e;
+        }
+      }
+    }
+  }
+
+  /** A table's new metadata: the change's requirements checked against its current metadata, its updates applied. */
+  private static TableMetadata decide(TableMetadata base, UpdateTableRequest change) {
+    for (UpdateRequirement requirement : change.requirements()) {
+      requirement.validate(base);  // CommitFailedException (409) when the table is not what the client decided on
+    }
+    checkFresh(base, change.updates());
+    TableMetadata.Builder builder = TableMetadata.buildFrom(base);
+    try {
+      for (MetadataUpdate update : change.updates()) {
+        update.applyTo(builder);
+      }
+    } catch (RetryableValidationException e) {  // a value behind the table's (a first row id): the client's to redo
+      throw new CommitFailedException(e, "the table moved on, refresh and write again: %s", e.getMessage());
+    }
+    return builder.build();
+  }
+
+  /**
+   * Refuses with 409 (the client refreshes and writes again) a snapshot numbered at or below the table's last
+   * sequence number: it was written against an older state of the table. Iceberg's own handlers answer a stale
+   * sequence number so only for a snapshot with a parent; a first snapshot of a new branch (no parent) written
+   * against an older table is taken by the metadata builder, which then lowers the table's last sequence number and
+   * either fails to build (400, the writer gives up) or, at an equal number, gives two snapshots one sequence number,
+   * which decides wrongly which deletes apply to which files.
+   */
+  static void checkFresh(TableMetadata base, List<MetadataUpdate> updates) {
+    if (base.formatVersion() < 2) {
+      return;  // format 1 has no sequence numbers
+    }
+    for (MetadataUpdate update : updates) {
+      if (update instanceof MetadataUpdate.AddSnapshot added
+          && added.snapshot().sequenceNumber() <= base.lastSequenceNumber()) {
+        throw new CommitFailedException(
+            "snapshot %d was written against an older table (its sequence number %d, the table's last %d): "
+                + "refresh and write it again", added.snapshot().snapshotId(), added.snapshot().sequenceNumber(),
+            base.lastSequenceNumber());
+      }
+    }
   }
 
   /** Null when every pointer moved; else the first table that had moved meanwhile, and none moved. */
