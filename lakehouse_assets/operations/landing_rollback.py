@@ -7,7 +7,8 @@ rows of files the tables do not hold. Moving bronze's main back alone would leav
 the log and the quarantine listing files whose rows are gone: no run would take
 them again, and their lines would be lost. So a rollback of a source's bronze moves
 all three back to one point, in one transaction of the catalog's database
-(runtime/catalog.py: swap_pointers), or nothing moves:
+(runtime/catalog.py: swap_pointers) or, through a REST catalog, in one multi-table
+commit of the server (commit_through_server), or nothing moves:
 
 - bronze's main goes back to the target, a snapshot of its main's past (by id or time);
 - the quarantine's main goes back to the snapshot main had at the same instant: the
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, In, Reference
 from pyiceberg.expressions.literals import literal
@@ -48,7 +50,7 @@ from pyiceberg.table.update.snapshot import ManageSnapshots
 from ..errors import SnapshotError
 from ..project import CdcTable, EventSource, Project
 from ..project.model import INGEST_LOG
-from ..runtime.catalog import swap_pointers
+from ..runtime.catalog import commit_through_server, swap_pointers
 from ..runtime.commit import ASSET, RUN_ID
 from ..runtime.conflicts import CATALOG_BUSY, commit_failure
 from ..runtime.main_log import main_at, main_log
@@ -109,15 +111,11 @@ def rollback_table(catalog: Catalog, namespace: str, project: Project, name: str
                                 f"--to ...`, so that bronze, its quarantine and {INGEST_LOG} keep agreeing on which "
                                 "files were taken")
         if name == source.bronze:
-            if not isinstance(catalog, SqlCatalog):
-                raise SnapshotError(f"{name}: a landing source's bronze goes back with its quarantine and "
-                                    f"{INGEST_LOG} in one commit of the catalog's database; through a REST catalog "
-                                    "this is not supported yet: run it with the SQL catalog's URI")
             return rollback_landing(catalog, namespace, source, to, present).as_dict()
     return rollback(_load(catalog, namespace, name), name, to)
 
 
-def rollback_landing(catalog: SqlCatalog, namespace: str, source: EventSource | CdcTable, to: str,
+def rollback_landing(catalog: Catalog, namespace: str, source: EventSource | CdcTable, to: str,
                      present: Callable[[str], bool] | None = None) -> LandingRollback:
     """Move `source`'s bronze, its quarantine and its rows of the ingest log back to `to` together, or refuse
     (SnapshotError) and change nothing. `present(uri)` says whether a landed file is still in the zone: a rollback
@@ -135,17 +133,9 @@ def rollback_landing(catalog: SqlCatalog, namespace: str, source: EventSource | 
                 f"{len(missing)} of them are no longer in the landing zone (the landing retention or a person "
                 f"removed them), e.g. {missing[0]}: their lines would be lost from bronze. Nothing was changed; "
                 "go back less far, or put the files back first")
-        pointers = [_stage(catalog, table, tx) for table, tx in plan.transactions()]
-        try:
-            lost = swap_pointers(catalog, namespace, pointers) or ""
-        except Exception as exc:
-            _drop(catalog, pointers)
-            if commit_failure(exc) != CATALOG_BUSY:
-                raise
-            lost = "the catalog's database (busy)"
+        lost = _commit(catalog, namespace, plan.transactions())
         if not lost:
             return plan.report
-        _drop(catalog, pointers)  # nothing points at them; the log's rewritten data files go with orphan removal
         time.sleep(0.05 * (attempt + 1))
     raise SnapshotError(f"{source.bronze}: {lost} kept moving during the rollback ({ATTEMPTS} tries); nothing was "
                         "changed: run it again when no run writes the source")
@@ -316,6 +306,26 @@ def _check_runs(source: EventSource | CdcTable, bronze: set[str], quarantine: se
             raise SnapshotError(f"{source.bronze}: cannot roll back together with its quarantine and {INGEST_LOG}: "
                                 f"{why} (runs {', '.join(sorted(runs)[:3])}); nothing was changed: choose another "
                                 f"point (see `lakehouse snapshots {source.bronze}`)")
+
+
+def _commit(catalog: Catalog, namespace: str, changes: list[tuple[Table, Transaction]]) -> str:
+    """The three tables' changes in one commit: one transaction of the SQL catalog's database, or the REST
+    catalog's multi-table commit. Empty when they moved; else what had moved meanwhile, and nothing moved (the
+    log's rewritten data files then go with orphan removal)."""
+    if isinstance(catalog, RestCatalog):
+        return commit_through_server(catalog, changes) or ""
+    assert isinstance(catalog, SqlCatalog), catalog
+    pointers = [_stage(catalog, table, tx) for table, tx in changes]
+    try:
+        lost = swap_pointers(catalog, namespace, pointers) or ""
+    except Exception as exc:
+        _drop(catalog, pointers)
+        if commit_failure(exc) != CATALOG_BUSY:
+            raise
+        return "the catalog's database (busy)"
+    if lost:
+        _drop(catalog, pointers)  # nothing points at them
+    return lost
 
 
 def _stage(catalog: SqlCatalog, table: Table, tx: Transaction) -> tuple[str, str, str]:

@@ -13,7 +13,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
@@ -133,4 +133,27 @@ def swap_pointers(catalog: Catalog, namespace: str, pointers: list[tuple[str, st
                     raise _Moved(name)  # leaving the block rolls every update back
     except _Moved as lost:
         return lost.table
+    return None
+
+
+def commit_through_server(catalog: RestCatalog, changes: list[tuple[Table, Transaction]]) -> str | None:
+    """Several tables' pyiceberg transactions (staged, not committed) in one request of the REST protocol's
+    multi-table commit (`POST /v1/transactions/commit`): every table moves, each only if its requirements still
+    hold, or none does. None when they moved; else the tables named by the server's refusal (409: one of them
+    moved meanwhile), none moved. Any other refusal raises."""
+    from pyiceberg.table import CommitTableRequest, Namespace
+    from pyiceberg.table import TableIdentifier as RestIdentifier
+
+    requests = [CommitTableRequest(identifier=RestIdentifier(namespace=Namespace(list(table.name()[:-1])),
+                                                             name=table.name()[-1]),
+                                   requirements=tx._requirements, updates=tx._updates) for table, tx in changes]
+    body = '{"table-changes": [' + ", ".join(r.model_dump_json() for r in requests) + "]}"
+    response = catalog._session.post(catalog.url("transactions/commit"), data=body.encode(),
+                                     headers={"Content-Type": "application/json"})
+    if response.status_code == 409:
+        return ", ".join(table.name()[-1] for table, _ in changes)
+    if response.status_code >= 300:
+        raise CommitFailedException(f"{catalog.name}: the catalog server refused the commit of "
+                                    f"{', '.join(t.name()[-1] for t, _ in changes)} ({response.status_code}): "
+                                    f"{response.text[:500]}")
     return None

@@ -230,11 +230,12 @@ def _pointers(lakehouse):
 
 
 def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_and_the_files_are_taken_again(
-        lakehouse):
+        lakehouse, rest_catalog_uri):
     """A bad write rolled back by time: bronze, its quarantine and the events' rows of the shared ingest log go
     back to that instant together (another source's later take stays); silver's day, decided again, equals its
     state before the bad write; the next run of the landing day takes the file again, records in = kept +
-    quarantined, bronze holds its lines once, and silver decided again equals silver after the first take."""
+    quarantined, bronze holds its lines once, and silver decided again equals silver after the first take.
+    Through the REST catalog server (its multi-table commit), the same rollback again undoes that second take."""
     import datetime as dt
     import time
 
@@ -242,6 +243,7 @@ def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_
     from lakehouse_assets.bronze.reconcile import reconcile
     from lakehouse_assets.operations.landing_rollback import rollback_landing
     from lakehouse_assets.project import load_project
+    from lakehouse_assets.runtime.catalog import catalog_for
 
     from ..shop import asset
 
@@ -283,6 +285,13 @@ def test_a_rollback_of_bronze_takes_its_quarantine_and_its_ingest_log_rows_back_
     assert _content(lakehouse, "bronze_events_quarantine") == sorted(good[1] + [("b.jsonl", 6, "{cut")])
     assert _log(lakehouse) == sorted([("events", "a.jsonl"), ("events", "b.jsonl"), *cdc_log])
     assert _silver(lakehouse) == silver_bad
+
+    through_server = catalog_for(lakehouse.settings.with_(catalog_uri=rest_catalog_uri))
+    report = rollback_landing(through_server, lakehouse.settings.namespace, project.landing_source("events"),
+                              before_bad_write)
+    assert report.changed and [f.rsplit("/", 1)[1] for f in report.files] == ["b.jsonl"]
+    assert (_content(lakehouse, "bronze_events"), _content(lakehouse, "bronze_events_quarantine")) == good
+    assert _log(lakehouse) == sorted([("events", "a.jsonl"), *cdc_log])
 
 
 def test_the_landing_retention_removes_files_taken_long_ago_and_unchanged_and_bronze_keeps_their_lines(lakehouse):

@@ -108,6 +108,11 @@ def test_the_pipeline_writes_and_an_analyst_reads_what_is_not_raw_and_every_writ
     assert _state(pipeline.load_table(f"{ns}.gold_daily")) == before
     with pytest.raises(NoSuchTableError):
         pipeline.load_table(f"{ns}.gold_mine")
+    # The server's access log: who asked what, and the answer.
+    log = server.log_file.read_text()
+    assert f" analyst POST /v1/namespaces/{ns}/tables/gold_daily 403 " in log
+    assert f" analyst GET /v1/namespaces/{ns}/tables/bronze_events 403 " in log
+    assert f" pipeline POST /v1/namespaces/{ns}/tables/gold_daily 200 " in log
 
 
 def test_the_server_serves_the_tables_the_pipelines_sql_catalog_holds_and_ml_users_read_only_ml_tables(

@@ -9,6 +9,7 @@ import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Instant;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -151,10 +152,12 @@ public final class RestCatalogServer {
   }
 
   void handle(HttpExchange exchange) throws IOException {
+    long started = System.nanoTime();
+    String principal = "-";
     int code;
     String body;
     try {
-      String principal = tokens.principal(exchange.getRequestHeaders().getFirst("Authorization"),
+      principal = tokens.principal(exchange.getRequestHeaders().getFirst("Authorization"),
           System.currentTimeMillis() / 1000);
       rules.checkKnown(principal);
       Object response = route(principal, exchange.getRequestMethod(), exchange.getRequestURI().getRawPath(),
@@ -188,6 +191,10 @@ public final class RestCatalogServer {
       }
     }
     exchange.close();
+    // The access log: who asked for what, and the answer (the server's log file; its principal "-" when the token
+    // was refused).
+    System.out.println(Instant.now() + " " + principal + " " + exchange.getRequestMethod() + " "
+        + exchange.getRequestURI().getRawPath() + " " + code + " " + (System.nanoTime() - started) / 1_000_000 + "ms");
   }
 
   static int status(Exception e) {
