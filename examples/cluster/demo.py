@@ -4,19 +4,24 @@ Every piece is a real process on this machine, on 127.0.0.1:
 - a Spark standalone master and two workers (`lakehouse cluster`), each its own JVM;
 - SeaweedFS for S3: the landing zone (`s3://raw/landing`) and the warehouse (`s3://lake/warehouse`);
 - PostgreSQL: the Iceberg catalog (database `lakehouse`) and the Dagster instance (database
-  `dagster`, through dagster-postgres: `examples/cluster/dagster.yaml`).
+  `dagster`, through dagster-postgres: `examples/cluster/dagster.yaml`);
+- with `--catalog rest` (the default), the Iceberg REST catalog server (`lakehouse catalog start`) in front of
+  that catalog: the pipeline's driver commits through it as the `pipeline` principal and the SQL endpoint reads
+  through it as `analyst`, whose writes the server refuses (`--catalog postgresql`: both open the database).
 
 The demo days are generated into the S3 landing zone and the whole pipeline is materialised
 there by `dagster asset materialize`. Then the same days (same seed) run through the local
 profile (local Spark, SQLite catalog, local warehouse) and the row counts of every table are
 compared side by side. On the cluster, `lakehouse serve` (the SQL endpoint) then answers a
-dashboard's query with the cluster's executors, reading the catalog as a PostgreSQL role that
-may only read. Everything started is stopped at the end.
+dashboard's query with the cluster's executors, reading the catalog as the `analyst` principal
+(or, without the REST catalog, as a PostgreSQL role that may only read). Everything started is
+stopped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -24,10 +29,12 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from lakehouse_services.postgres import ThrowawayPostgres
 from lakehouse_services.process import free_port
+from lakehouse_services.rest_catalog import catalog_status
 from lakehouse_services.s3server import DEFAULT_SECRET_KEY, SeaweedS3
 from lakehouse_services.spark_cluster import SparkCluster, master_json
 
@@ -95,20 +102,24 @@ def tasks_by_worker(event_logs: list[Path], master: dict) -> dict[str, int]:
 DASHBOARD_QUERY = "SELECT event_type, count(*) AS events FROM silver_events GROUP BY event_type ORDER BY event_type"
 
 
-def endpoint_run(env: dict[str, str], pg: ThrowawayPostgres, event_logs: Path, master_ui: str) -> dict:
-    """`lakehouse serve` on the cluster profile, reading the catalog as a role that may only read: a dashboard
-    query's answer through PyHive, and the tasks the endpoint's application ran on each worker."""
+def endpoint_run(env: dict[str, str], pg: ThrowawayPostgres, event_logs: Path, master_ui: str,
+                 reader_uri: str | None) -> dict:
+    """`lakehouse serve` on the cluster profile, reading the catalog as a principal (`reader_uri`, through the REST
+    catalog) or a PostgreSQL role that may only read: a dashboard query's answer through PyHive, and the tasks the
+    endpoint's application ran on each worker."""
     import psycopg2
     from pyhive import hive
 
-    with psycopg2.connect(pg.dsn) as db, db.cursor() as cur:
-        cur.execute("CREATE ROLE lakehouse_reader LOGIN")  # the role docs/sql-endpoint.md gives the endpoint
-        cur.execute("GRANT SELECT ON iceberg_tables, iceberg_namespace_properties TO lakehouse_reader")
+    if reader_uri is None:
+        with psycopg2.connect(pg.dsn) as db, db.cursor() as cur:
+            cur.execute("CREATE ROLE lakehouse_reader LOGIN")  # the role docs/sql-endpoint.md gives the endpoint
+            cur.execute("GRANT SELECT ON iceberg_tables, iceberg_namespace_properties TO lakehouse_reader")
+        reader_uri = f"postgresql://lakehouse_reader@127.0.0.1:{pg.port}/lakehouse"
     port = free_port()
     before = set(event_logs.iterdir())
     log = event_logs.parent / "serve.log"
     serve_env = {**env, "LAKEHOUSE_SERVE_PORT": str(port),
-                 "LAKEHOUSE_SERVE_CATALOG_URI": f"postgresql://lakehouse_reader@127.0.0.1:{pg.port}/lakehouse"}
+                 "LAKEHOUSE_SERVE_CATALOG_URI": reader_uri}
     print(f"$ lakehouse serve (port {port})", flush=True)
     with open(log, "w") as out:
         server = subprocess.Popen([str(BIN / "lakehouse"), "serve"], env=serve_env, stdout=out,
@@ -131,13 +142,52 @@ def endpoint_run(env: dict[str, str], pg: ThrowawayPostgres, event_logs: Path, m
     return {"query": DASHBOARD_QUERY, "answer": answer, "tasks_by_worker": tasks}
 
 
-def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int,
-                workers: int) -> tuple[dict, dict, dict, dict]:
+@contextlib.contextmanager
+def rest_catalog(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """`lakehouse catalog start` over the profile's catalog (PostgreSQL, the warehouse on S3): the catalog URI of
+    each principal the demo uses through it, and the server's log (`log`); the server stopped at the end."""
+    run([str(BIN / "lakehouse"), "catalog", "start"], env)
+    try:
+        state = catalog_status(Path(env["LAKEHOUSE_HOME"]) / "catalog-server")
+        if state is None:
+            raise SystemExit("the catalog server stopped right after it started: see catalog-server/ under the home")
+        uris = {"log": state.log_file}
+        for principal in ("pipeline", "analyst"):
+            token = run([str(BIN / "lakehouse"), "catalog", "token", "--principal", principal], env).strip()
+            uris[principal] = f"rest+http://{principal}:{token}@127.0.0.1:{state.port}"
+        yield uris
+    finally:
+        run([str(BIN / "lakehouse"), "catalog", "stop"], env)
+
+
+def requests_by_principal(log: Path) -> dict[str, dict[str, int]]:
+    """From the catalog server's access log (`TIME PRINCIPAL METHOD PATH STATUS TOOKms`): per principal, the
+    tables loaded, the commits taken (one table's, or several tables' at once; a table's creation among them),
+    the scan reports its engine sent (`.../metrics`), and the requests refused."""
+    counts: dict[str, dict[str, int]] = {}
+    for line in log.read_text().splitlines():
+        parts = line.split()
+        if len(parts) != 6 or not parts[5].endswith("ms") or not parts[3].startswith("/v1/"):
+            continue  # the server's other lines
+        _, principal, method, path, status, _ = parts
+        table = "/tables/" in path
+        kind = ("refused" if status in ("401", "403") else
+                "scan reports" if path.endswith("/metrics") else
+                "loads" if method == "GET" and table else
+                "commits" if method == "POST" and (table or path.endswith("/transactions/commit")) else "other")
+        mine = counts.setdefault(principal, {"loads": 0, "commits": 0, "scan reports": 0, "refused": 0, "other": 0})
+        mine[kind] += 1
+    return counts
+
+
+def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int, workers: int,
+                catalog: str) -> tuple[dict, dict, dict, dict]:
     """The pipeline on the cluster profile: its row counts, its settings, the tasks each worker ran, and the
-    SQL endpoint's answer on the cluster."""
-    with SeaweedS3.with_free_ports(home / "s3", buckets=("raw", "lake")) as s3, \
-            ThrowawayPostgres(home / "pg", database="lakehouse") as pg, \
-            SparkCluster(home / "spark", workers=workers, cores=1, memory="2g") as cluster:
+    SQL endpoint's answer on the cluster (with the REST catalog, what each principal asked of the catalog)."""
+    with contextlib.ExitStack() as started:
+        s3 = started.enter_context(SeaweedS3.with_free_ports(home / "s3", buckets=("raw", "lake")))
+        pg = started.enter_context(ThrowawayPostgres(home / "pg", database="lakehouse"))
+        cluster = started.enter_context(SparkCluster(home / "spark", workers=workers, cores=1, memory="2g"))
         pg.create_database("dagster")
         env = base_env(home)
         shutil.copy(HERE / "dagster.yaml", Path(env["DAGSTER_HOME"]) / "dagster.yaml")
@@ -154,11 +204,18 @@ def cluster_run(home: Path, start: dt.date, days: int, events_per_day: int,
             "S3_ENDPOINT": s3.endpoint_url, "S3_ACCESS_KEY": s3.access_key, "S3_SECRET_KEY": DEFAULT_SECRET_KEY,
             "LAKEHOUSE_DAGSTER_PG_URL": f"postgresql+psycopg2://postgres@127.0.0.1:{pg.port}/dagster",
         })
-        print(f"Spark {cluster.master_url} ({workers} workers), S3 {s3.endpoint_url}, PostgreSQL port {pg.port}",
-              flush=True)
+        reader_uri = None
+        if catalog == "rest":  # a variable set wins over the profile's value: the pipeline's catalog, the server
+            uris = started.enter_context(rest_catalog(env))
+            env["LAKEHOUSE_CATALOG_URI"], reader_uri = uris["pipeline"], uris["analyst"]
+        print(f"Spark {cluster.master_url} ({workers} workers), S3 {s3.endpoint_url}, PostgreSQL port {pg.port}"
+              f"{', the REST catalog in front of it' if catalog == 'rest' else ''}", flush=True)
         rows, settings = pipeline(env, start, days, events_per_day)
         tasks = tasks_by_worker(list(event_logs.iterdir()), master_json(cluster.master_ui))
-        return rows, settings, tasks, endpoint_run(env, pg, event_logs, cluster.master_ui)
+        served = endpoint_run(env, pg, event_logs, cluster.master_ui, reader_uri)
+        if catalog == "rest":
+            served["catalog_requests"] = requests_by_principal(Path(uris["log"]))
+        return rows, settings, tasks, served
 
 
 def local_run(home: Path, start: dt.date, days: int, events_per_day: int) -> tuple[dict, dict]:
@@ -175,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=2)
     parser.add_argument("--events-per-day", type=int, default=2_000)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--catalog", choices=("rest", "postgresql"), default="rest",
+                        help="the cluster's catalog: the REST catalog server in front of PostgreSQL, or PostgreSQL")
     parser.add_argument("--home", default=str(Path(os.environ.get("LAKEHOUSE_HOME", ".lakehouse")) / "cluster-demo"))
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
     args = parser.parse_args(argv)
@@ -182,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(home, ignore_errors=True)  # a demo of its own: fresh servers, catalog and lake each time
     start = dt.date.fromisoformat(args.start)
     on_cluster, cluster_settings, tasks, served = cluster_run(home / "cluster", start, args.days,
-                                                              args.events_per_day, args.workers)
+                                                              args.events_per_day, args.workers, args.catalog)
     local, local_settings = local_run(home / "local", start, args.days, args.events_per_day)
     tables = sorted(set(on_cluster) | set(local))
     same = all(on_cluster.get(t) == local.get(t) for t in tables)
@@ -198,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the SQL endpoint on the cluster: {served['query']}\n  " + ", ".join(
             f"{k}: {v}" for k, v in served["answer"].items()) + "\n  its tasks: " + ", ".join(
             f"{w}: {n}" for w, n in sorted(served["tasks_by_worker"].items())))
+        for principal, asked in served.get("catalog_requests", {}).items():
+            print(f"the REST catalog, asked by {principal}: " + ", ".join(f"{k} {n}" for k, n in asked.items()))
         print("same rows in every table" if same else "THE PROFILES DIFFER")
     return 0 if same else 1
 

@@ -154,18 +154,19 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
 
 def get_spark(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) -> SparkSession:
     """The process's SparkSession, built with dagster-pyspark's builder on first use."""
-    conf = spark_conf(settings, extra_catalogs)
     active = SparkSession.getActiveSession()
-    if active is not None:
+    if active is not None:  # asked for at every use of a resource's session: only its catalog is compared
         key = f"spark.sql.catalog.{settings.catalog_name}.uri"
+        wanted = catalog_spark_conf(settings.catalog_name, settings.catalog, settings.warehouse)[key]
         current = active.conf.get(key, None)
-        if current != conf[key]:
+        if current != wanted:
             raise SparkConfigConflict(
                 f"this process already runs a SparkSession whose catalog "
-                f"{settings.catalog_name!r} points at {current!r}, not {conf[key]!r}; "
+                f"{settings.catalog_name!r} points at {current!r}, not {wanted!r}; "
                 "catalog settings apply only when the JVM starts: use one catalog per process"
             )
         return active
+    conf = spark_conf(settings, extra_catalogs)
     if on_loopback(settings.spark_master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     try:

@@ -180,7 +180,7 @@ public final class RestCatalogServer {
         e.printStackTrace();
       }
     }
-    if (body == null) {
+    if (body == null || exchange.getRequestMethod().equals("HEAD")) {  // an answer to HEAD has no body
       exchange.sendResponseHeaders(code, -1);
     } else {
       byte[] bytes = body.getBytes(StandardCharsets.UTF_8);
