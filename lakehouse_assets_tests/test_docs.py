@@ -396,7 +396,8 @@ def test_after_the_demo_each_lakehouse_command_of_the_readme_runs_as_printed(tmp
     recorded in the home), one day (today) of the shop's events from its generator, and gold_daily_activity with what
     it reads materialised by `dagster` on the instance of the repository's dagster.yaml (`make demo` materialises
     every asset of 3 days). Each command runs on the lake as the demo left it: the files of the home are put back
-    before each. Then `drop` and `reconcile` one after the other, as the README says they go without `make dev`."""
+    before each. Then `drop` and `reconcile` one after the other, as the README says they go without `make dev`;
+    then the lake moved to a REST catalog and back (`lakehouse catalog migrate`), every table at its metadata file."""
     import datetime as dt
     import shutil
 
@@ -440,3 +441,27 @@ def test_after_the_demo_each_lakehouse_command_of_the_readme_runs_as_printed(tmp
     assert run(drop).returncode == 0
     reconciled = run(f"{VENV}/bin/lakehouse reconcile")
     assert reconciled.returncode == 1 and f"events {today}" in reconciled.stderr, reconciled.stdout + reconciled.stderr
+
+    # The demo's lake moved to a REST catalog (a server over a catalog database of its own) and back to a SQL
+    # catalog (`lakehouse catalog migrate`): every table, at the metadata file it has in the lake's catalog.
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from lakehouse_assets.serving.read_rule import catalog_rules
+    from lakehouse_services.rest_catalog import RestCatalogServer
+
+    def pointers(catalog) -> dict:
+        return {t: catalog.load_table(t).metadata_location for ns in catalog.list_namespaces()
+                for t in catalog.list_tables(ns)}
+
+    as_the_demo_left_it()
+    lake = pointers(SqlCatalog("lakehouse", uri=f"sqlite:///{home / 'catalog.db'}"))
+    assert {("lake", "bronze_events"), ("lake", "silver_events"), ("lake", "gold_daily_activity")} <= lake.keys()
+    with RestCatalogServer(tmp_path / "rest-server", catalog_uri=f"jdbc:sqlite:{tmp_path / 'rest.db'}",
+                           warehouse=(home / "warehouse").as_uri(), rules=catalog_rules()) as server:
+        to_rest = run(f"{VENV}/bin/lakehouse catalog migrate --to '{server.settings_uri('pipeline')}'")
+        assert to_rest.returncode == 0, to_rest.stdout + to_rest.stderr
+        back = run(f"{VENV}/bin/lakehouse catalog migrate --to 'sqlite:///{tmp_path / 'back.db'}'",
+                   LAKEHOUSE_CATALOG_URI=server.settings_uri("pipeline"))
+        assert back.returncode == 0, back.stdout + back.stderr
+        through = pointers(SqlCatalog("lakehouse", uri=f"sqlite:///{tmp_path / 'rest.db'}"))
+    assert through == lake and pointers(SqlCatalog("lakehouse", uri=f"sqlite:///{tmp_path / 'back.db'}")) == lake

@@ -53,6 +53,11 @@ def target_catalog(settings: Settings, uri: str) -> Catalog:
     return open_catalog(settings.catalog_name, CatalogUri.parse(uri), settings.warehouse, **s3_properties(settings))
 
 
+# A SQL catalog's record that a namespace exists (pyiceberg's and Iceberg's JdbcCatalog's), not a property of it:
+# each catalog writes its own, and the server's JdbcCatalog refuses a namespace given it twice.
+SQL_MARKER = "exists"
+
+
 def migrate(settings: Settings, target: Catalog, dry_run: bool = False,
             log: Callable[[str], None] = print) -> list[MigratedTable]:
     """Register every table of the settings' catalog in `target` at its current metadata file."""
@@ -60,7 +65,8 @@ def migrate(settings: Settings, target: Catalog, dry_run: bool = False,
     results = []
     for (namespace,) in sorted(source.list_namespaces()):
         if not dry_run:
-            target.create_namespace_if_not_exists(namespace, source.load_namespace_properties(namespace))
+            properties = {k: v for k, v in source.load_namespace_properties(namespace).items() if k != SQL_MARKER}
+            target.create_namespace_if_not_exists(namespace, properties)
         for identifier in sorted(source.list_tables(namespace)):
             results.append(_move(source, target, tuple(identifier), dry_run))
             log(f"{results[-1].table}: {results[-1].status}")
