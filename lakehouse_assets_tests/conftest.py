@@ -194,12 +194,19 @@ def rest_catalog_uri(lake_settings, tmp_path_factory):
         yield server.settings_uri("pipeline")
 
 
-@pytest.fixture
-def rest_lakehouse(spark, lake_settings, rest_catalog_uri, namespace, tmp_path) -> LakehouseResource:
-    """`lakehouse`, its catalog the REST catalog server's: every read and commit of the pipeline through it."""
+def rest_settings(spark, lake_settings: Settings, rest_catalog_uri: str) -> Settings:
+    """The run's settings with the REST catalog server as their catalog (REST_CATALOG), that catalog added to the
+    run's Spark session."""
     settings = lake_settings.with_(catalog_uri=rest_catalog_uri, catalog_name=REST_CATALOG)
     for key, value in catalog_spark_conf(REST_CATALOG, settings.catalog, settings.warehouse, settings).items():
         spark.conf.set(key, value)  # a catalog Spark makes when a statement first names it
+    return settings
+
+
+@pytest.fixture
+def rest_lakehouse(spark, lake_settings, rest_catalog_uri, namespace, tmp_path) -> LakehouseResource:
+    """`lakehouse`, its catalog the REST catalog server's: every read and commit of the pipeline through it."""
+    rest_settings(spark, lake_settings, rest_catalog_uri)
     return LakehouseResource(
         home=str(lake_settings.home),
         catalog_uri=rest_catalog_uri,

@@ -139,8 +139,8 @@ def swap_pointers(catalog: Catalog, namespace: str, pointers: list[tuple[str, st
 def commit_through_server(catalog: RestCatalog, changes: list[tuple[Table, Transaction]]) -> str | None:
     """Several tables' pyiceberg transactions (staged, not committed) in one request of the REST protocol's
     multi-table commit (`POST /v1/transactions/commit`): every table moves, each only if its requirements still
-    hold, or none does. None when they moved; else the tables named by the server's refusal (409: one of them
-    moved meanwhile), none moved. Any other refusal raises."""
+    hold, or none does. None when they moved; else (the server's 409: one of them moved meanwhile) the commit's
+    tables, none moved. Any other refusal raises, with the server's answer."""
     from pyiceberg.table import CommitTableRequest, Namespace
     from pyiceberg.table import TableIdentifier as RestIdentifier
 

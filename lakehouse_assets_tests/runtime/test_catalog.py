@@ -1,4 +1,5 @@
-"""Spark and pyiceberg share one catalog: each sees the other's tables and commits."""
+"""Spark and pyiceberg share one catalog (SQLite, PostgreSQL, a warehouse on S3, the REST catalog server): each
+sees the other's tables and commits."""
 
 import datetime as dt
 
@@ -8,7 +9,7 @@ import pytest
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.spark import SparkConfigConflict, get_spark
 
-from ..conftest import PG_CATALOG, S3_CATALOG
+from ..conftest import PG_CATALOG, REST_CATALOG, S3_CATALOG, rest_settings
 
 UTC = dt.timezone.utc
 ARROW_SCHEMA = pa.schema([
@@ -18,13 +19,17 @@ ARROW_SCHEMA = pa.schema([
 ])
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "sqlite-s3-warehouse"])
+@pytest.fixture(params=["sqlite", "postgresql", "sqlite-s3-warehouse", "rest"])
 def shared(request, spark, lake_settings, pg_catalog, s3_catalog, namespace):
-    """(Spark catalog name, pyiceberg catalog) for the same catalog database."""
+    """(Spark catalog name, pyiceberg catalog) for the same catalog: its database, or the REST catalog server in
+    front of the run's SQLite catalog (both engines through the server)."""
     if request.param == "sqlite":
         name, catalog = lake_settings.catalog_name, catalog_for(lake_settings)
     elif request.param == "postgresql":
         name, catalog = PG_CATALOG, pg_catalog
+    elif request.param == "rest":
+        name, catalog = REST_CATALOG, catalog_for(rest_settings(spark, lake_settings,
+                                                                request.getfixturevalue("rest_catalog_uri")))
     else:
         name, catalog = S3_CATALOG, s3_catalog
     catalog.create_namespace(namespace)
