@@ -26,8 +26,8 @@ demo dev stream: export LAKEHOUSE_START_DATE ?= $(FIRST_DEMO_DAY)
 # The installation's class-data archive for Spark's JVM (every run, stream and command starts faster): built
 # once, kept until Java or Spark change (runtime/jvm_archive.py). The project's Java parts (the Maven module java/:
 # the landing files' line reader, the SQL endpoint's extension), built offline against pyspark's jars
-# (runtime/java_jar.py). The jars Spark loads and the local Kafka broker's (runtime/jars.tsv: Maven coordinates and
-# sha256) and Maven's plugins are resolved once into the installation's local repository; nothing resolves anything
+# (runtime/java_jar.py). The jars Spark loads, the local Kafka broker's and Kafka Connect's (runtime/jars.tsv: Maven
+# coordinates and sha256) and Maven's plugins are resolved once into the installation's local repository; nothing resolves anything
 # after that.
 setup: $(VENV)/.resolved
 	@$(BIN)/python -m lakehouse_assets.runtime.jvm_archive build

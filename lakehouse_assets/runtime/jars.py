@@ -10,8 +10,9 @@ They come from Maven Central unless `LAKEHOUSE_MAVEN_REPOSITORY` (or `--from`) n
 mirror in Maven's layout, or a folder on this machine holding the jars (in Maven's layout or side by side). Each
 file is checked against its sha256 before it is kept; a run only looks for the files and never resolves anything.
 
-Besides Spark's, the file names the jars of a JVM of its own, which Spark never loads: the local Kafka broker's
-(use `kafka-broker`, `lakehouse kafka start`). The local REST catalog server (`lakehouse catalog start`) runs the
+Besides Spark's, the file names the jars of JVMs of their own, which Spark never loads: the local Kafka broker's
+(use `kafka-broker`, `lakehouse kafka start`) and a local Kafka Connect worker's with Debezium's PostgreSQL connector
+(use `kafka-connect`, `lakehouse_services.kafka_connect`). The local REST catalog server (`lakehouse catalog start`) runs the
 project's own Java on Spark's Iceberg, JDBC and S3 jars (java_jar.catalog_server_classpath).
 """
 
@@ -37,10 +38,12 @@ MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 REPOSITORY_ENV = "LAKEHOUSE_MAVEN_REPOSITORY"
 JARS_DIR_ENV = "LAKEHOUSE_JARS_DIR"
 RESOLVE_HINT = "make setup (python -m lakehouse_assets.runtime.jars resolve)"
-# What loads a jar: Spark, as its settings say (SPARK_USES), or a JVM Spark never loads: the local Kafka broker's.
+# What loads a jar: Spark, as its settings say (SPARK_USES), or a JVM Spark never loads: the local Kafka broker's or
+# Kafka Connect's.
 SPARK_USES = ("iceberg", "kafka", "sqlite", "postgresql", "s3")
 KAFKA_BROKER = "kafka-broker"
-USES = (*SPARK_USES, KAFKA_BROKER)
+KAFKA_CONNECT = "kafka-connect"
+USES = (*SPARK_USES, KAFKA_BROKER, KAFKA_CONNECT)
 # The Maven plugin that lists a group's jars with everything they need at run time (`pin --with-dependencies`).
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 

@@ -42,6 +42,7 @@ from lakehouse_assets.settings import Settings
 from lakehouse_assets.sources import change_records as cdc
 from lakehouse_assets.sources.change_records import READ_HEAD, READ_JSON, bronze_cdc_schema, parse_cdc, survey_cdc
 from lakehouse_services.kafka import LocalKafka
+from lakehouse_services.kafka_connect import LocalKafkaConnect, connect_jars
 from lakehouse_services.postgres import ThrowawayPostgres
 
 # The capture as a user runs it, in processes of its own for minutes: with the whole deployments (make e2e).
@@ -86,8 +87,10 @@ MODES = {
     "default": {"suffix": "", "decimal": "precise", "time": "adaptive", "kafka": ""},
     "string": {"suffix": "_s", "decimal": "string", "time": "adaptive_time_microseconds", "kafka": ""},
 }
-# Debezium writing the tables' change topics to a Kafka broker (as in Kafka Connect), bronze reading them there.
-ON_KAFKA = {"kafka": {"suffix": "_k", "decimal": "precise", "time": "adaptive", "kafka": "    kafka: true\n"}}
+# Debezium writing the tables' change topics to a Kafka broker (as in Kafka Connect), bronze reading them there:
+# written by `lakehouse capture`, or by Debezium's connector in a Kafka Connect worker, as a team deploys it.
+ON_KAFKA = {"kafka": {"suffix": "_k", "decimal": "precise", "time": "adaptive", "kafka": "    kafka: true\n"},
+            "connect": {"suffix": "_c", "decimal": "precise", "time": "adaptive", "kafka": "    kafka: true\n"}}
 
 
 def _mode(mode: str) -> dict:
@@ -372,6 +375,94 @@ def test_silver_equals_the_source_through_kafka_topics(spark, lake_settings, sou
     files = {r.source_file.rsplit("/", 1)[0] for r in lakehouse.spark.table(lakehouse.table_id("bronze_cdc_accounts"))
              .select("source_file").distinct().collect()}
     assert files == {f"kafka://app_k.public.accounts/{p}" for p in range(3)}  # keys spread over the partitions
+
+
+def debezium_in_connect(dsn: str, prefix: str) -> dict[str, str]:
+    """Debezium's PostgreSQL connector as a team configures it for Kafka Connect: the database, the tables, the
+    topic prefix, pgoutput, and the topics created by the worker with 3 partitions; every encoding Debezium's
+    default."""
+    parts = dict(item.split("=", 1) for item in dsn.split())
+    return {"connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "database.hostname": parts["host"], "database.port": parts["port"], "database.user": parts["user"],
+            "database.password": parts.get("password", ""), "database.dbname": parts["dbname"],
+            "topic.prefix": prefix, "plugin.name": "pgoutput", "slot.name": f"debezium_{prefix}",
+            "publication.name": f"debezium_{prefix}", "publication.autocreate.mode": "filtered",
+            "table.include.list": "public.accounts,public.docs",
+            "topic.creation.default.partitions": "3", "topic.creation.default.replication.factor": "1"}
+
+
+def _end_offsets(kafka, topics: list[str]) -> dict[tuple[str, int], int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(kafka.client_config(**{"group.id": "end-offsets", "enable.auto.commit": False}))
+    try:
+        offsets = {}
+        for topic in topics:
+            found = consumer.list_topics(topic, timeout=10).topics[topic]
+            for partition in found.partitions if found.error is None else ():
+                offsets[(topic, partition)] = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                                             timeout=10)[1]
+        return offsets
+    finally:
+        consumer.close()
+
+
+def sent_everything(kafka, topics: list[str], quiet: float = 8.0, timeout: float = 300.0) -> dict:
+    """The topics' end offsets once they have not moved for `quiet` seconds: the connector sent what it had."""
+    started = time.monotonic()
+    last, since = _end_offsets(kafka, topics), time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() - started < timeout, f"the topics still grow after {timeout} s: {last}"
+        time.sleep(1)
+        now = _end_offsets(kafka, topics)
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
+@pytest.mark.parametrize("schemas", [True, pytest.param(False, marks=pytest.mark.soak)], ids=["schemas", "bare"])
+def test_silver_equals_the_source_through_debezium_running_in_kafka_connect(spark, lake_settings, source, monkeypatch,
+                                                                             tmp_path, request, schemas):
+    """Debezium's PostgreSQL connector in a Kafka Connect worker (Connect's JSON converter for key and value, with
+    their schemas or bare; the topics created by the worker), no capture of ours: the snapshot, 300 concurrent
+    transactions, the worker SIGKILLed while they stream and started again on its offsets file (the snapshot is not
+    taken again; changes after its last flush may come twice), 300 more with an ADD COLUMN half way and primary-key
+    updates. Bronze takes every record of the topics as Connect wrote them, and silver and its history are the
+    database's rows."""
+    kafka = LocalKafka(tmp_path / "kafka").start()  # a broker of its own: the topics' names are the same in each case
+    request.addfinalizer(kafka.stop)
+    monkeypatch.setenv("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
+    root, pg = source()
+    (root / "connect").mkdir()
+    (root / "connect" / "lakehouse.yaml").write_text(DECLARATION.format(
+        mode="connect", start=TODAY - dt.timedelta(days=1), **_mode("connect")))
+    topics = ["app_c.public.accounts", "app_c.public.docs"]
+    connectors = {"app-c": debezium_in_connect(pg.dsn, "app_c")}
+    with LocalKafkaConnect(tmp_path / "connect", kafka.bootstrap_servers, connectors, schemas=schemas) as worker:
+        class_path = Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0")
+        assert class_path[class_path.index(b"-cp") + 1].decode().split(":") == [str(p) for p in connect_jars()]
+        assert sum(sent_everything(kafka, topics).values()) == 220, "the snapshot: every row once"
+        load = threading.Thread(target=workload, args=(pg.dsn, 300), kwargs={"seed": 6})
+        load.start()
+        while sum(_end_offsets(kafka, topics).values()) < 300 and load.is_alive():  # streaming has begun
+            time.sleep(0.2)
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.stop()  # (a process killed from outside: only waited for)
+        load.join()
+    with LocalKafkaConnect(tmp_path / "connect", kafka.bootstrap_servers, connectors, schemas=schemas) as again:
+        assert again.status("app-c")["tasks"][0]["state"] == "RUNNING"
+        assert workload(pg.dsn, 300, seed=7, add_column_after=150)["n"] == 300
+        sent = sent_everything(kafka, topics)
+    assert {partition for _, partition in sent} == {0, 1, 2}
+    assert not (root / "connect" / "landing").exists()
+    lakehouse = silver_is_the_source(spark, lake_settings, root, pg, "connect")
+    bronze = lakehouse.spark.table(lakehouse.table_id("bronze_cdc_accounts"))
+    assert bronze.count() == sum(n for (topic, _), n in sent.items() if topic == topics[0]), \
+        "every record of the topic in bronze, the ones sent again included"
+    key = json.loads(bronze.where("op = 'r'").select("source_key").first()[0])
+    assert set(key["payload"] if schemas else key) == {"id"} and ("schema" in key) == schemas, key  # Connect's key
+    files = {r.source_file.rsplit("/", 1)[0] for r in bronze.select("source_file").distinct().collect()}
+    assert files == {f"kafka://{topics[0]}/{p}" for p in range(3)}
 
 
 def _rewritten(line: str, n: int) -> str:

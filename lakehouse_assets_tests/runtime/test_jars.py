@@ -42,7 +42,7 @@ def test_a_jar_whose_bytes_are_not_the_named_ones_is_refused_and_not_kept(tmp_pa
     first = jars.coordinates()[0]
     mirror = tmp_path / "mirror"  # Maven's layout, one jar changed by a byte
     for jar in jars.coordinates():
-        (mirror / jar.relative).parent.mkdir(parents=True)
+        (mirror / jar.relative).parent.mkdir(parents=True, exist_ok=True)  # (a jar two uses name)
         shutil.copyfile(jar.path(installed), mirror / jar.relative)
     changed = bytearray((mirror / first.relative).read_bytes())
     changed[len(changed) // 2] ^= 1
@@ -62,10 +62,11 @@ def test_the_jars_of_a_use_are_loaded_only_with_it(installed):
         *named["iceberg"], *named["postgresql"], *named["kafka"], "/x.jar"]
     assert jars.spark_jars({"sqlite"}, on_s3=True, extra_jars=()) == [*named["iceberg"], *named["sqlite"],
                                                                      *named["s3"], *named["kafka"]]
-    # The broker's jars are for its own JVM: no setting puts one into Spark's.
-    assert named[jars.KAFKA_BROKER]
-    everything = jars.spark_jars({"sqlite", "postgresql", jars.KAFKA_BROKER}, on_s3=True, extra_jars=())
-    assert not set(everything) & set(named[jars.KAFKA_BROKER])
+    # The broker's and Kafka Connect's jars are for JVMs of their own: no setting puts one into Spark's.
+    assert named[jars.KAFKA_BROKER] and named[jars.KAFKA_CONNECT]
+    everything = jars.spark_jars({"sqlite", "postgresql", jars.KAFKA_BROKER, jars.KAFKA_CONNECT}, on_s3=True,
+                                 extra_jars=())
+    assert not set(everything) & set(named[jars.KAFKA_BROKER] + named[jars.KAFKA_CONNECT])
 
 
 def test_the_jvm_loads_the_named_jars_and_none_from_another_python_package(spark, lake_settings):
