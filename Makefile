@@ -27,8 +27,8 @@ demo dev stream: export LAKEHOUSE_START_DATE ?= $(FIRST_DEMO_DAY)
 # once, kept until Java or Spark change (runtime/jvm_archive.py). The project's Java parts (the Maven module java/:
 # the landing files' line reader, the SQL endpoint's extension), built offline against pyspark's jars
 # (runtime/java_jar.py). The jars Spark loads, the local Kafka broker's and Kafka Connect's (runtime/jars.tsv: Maven
-# coordinates and sha256) and Maven's plugins are resolved once into the installation's local repository; nothing resolves anything
-# after that.
+# coordinates and sha256) and Maven's plugins are resolved once into the installation's local repository; nothing
+# resolves anything after that.
 setup: $(VENV)/.resolved
 	@$(BIN)/python -m lakehouse_assets.runtime.jvm_archive build
 	@$(BIN)/python -m lakehouse_assets.runtime.java_jar build
