@@ -6,14 +6,18 @@ together in one catalog transaction. Each model is a
 blocking Dagster asset check of the asset, so a failure stops everything
 downstream, and its result lists the failed checks with their columns.
 
-pandera.pyspark never raises: errors are collected in `df.pandera.errors`.
+pandera.pyspark never raises: errors are collected in `df.pandera.errors`. It runs
+each rule as a Spark job of its own; the rules it would run so on each column
+are counted first in one job (`in_one_pass`), and pandera runs the rest.
 """
 
 from dataclasses import dataclass, field
 from typing import Any
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, Failure, MetadataValue
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ..runtime.commit import CommitResult, StagedWrite, publish_all
 
@@ -36,6 +40,55 @@ def pandera_failures(errors: dict) -> list[dict[str, str]]:
 
 def validate(model: Any, df: DataFrame) -> list[dict[str, str]]:
     return pandera_failures(model.validate(check_obj=df).pandera.errors)
+
+
+_NUMERIC = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.DecimalType)
+_TIMES = (T.DateType, T.TimestampType)
+
+
+def _condition(check: Any, column: str, dtype: T.DataType) -> Column | None:
+    """What each row must meet for one of pandera.pyspark's built-in column checks, as pandera's own backend writes it
+    (it runs `filter(~condition).limit(1).count()`), on the column types pandera takes the check on; None for any
+    other check or type (pandera runs those itself)."""
+    name, stats, value = check.name, check.statistics, F.col(column)
+    if name == "greater_than_or_equal_to" and isinstance(dtype, _NUMERIC + _TIMES):
+        return value >= stats["min_value"]
+    if name == "less_than_or_equal_to" and isinstance(dtype, _NUMERIC + _TIMES):
+        return value <= stats["max_value"]
+    if name == "isin" and isinstance(dtype, _NUMERIC + _TIMES + (T.StringType, T.BinaryType)):
+        return value.isin(list(stats["allowed_values"]))
+    if name == "str_matches" and isinstance(dtype, T.StringType) and isinstance(stats["pattern"], str):
+        pattern = stats["pattern"]
+        return value.rlike(pattern if pattern.startswith("^") else f"^{pattern}")
+    return None
+
+
+def in_one_pass(model: Any, df: DataFrame) -> Any:
+    """The rules of `model` that pandera.pyspark runs as a Spark job each (a non-nullable column's nulls, each
+    built-in column check), counted over `df` in one job: if none fails, the model left for pandera to run (its
+    columns' names and types, and the checks `_condition` does not know, such as the model's own); if any fails,
+    `model` whole, so that pandera reports every failure as it always does. Each row counts against a rule exactly
+    when pandera's filter would keep it: a null where a check's condition asks for a value fails no check."""
+    failing: list[Column] = []
+    left: dict[str, dict[str, Any]] = {}
+    for name, column in model.columns.items():
+        if name not in df.columns:
+            continue  # pandera reports the missing column
+        field = df.schema[name]
+        kept = []
+        for check in column.checks:
+            condition = _condition(check, name, field.dataType)
+            if condition is None:
+                kept.append(check)
+            else:
+                failing.append(~condition)
+        if not column.nullable and field.nullable:
+            failing.append(F.col(name).isNull())
+        left[name] = {"checks": kept, "nullable": column.nullable or field.nullable}
+    if not failing:
+        return model
+    counts = df.select(*(F.sum(F.when(rule, 1).otherwise(0)) for rule in failing)).first()
+    return model.update_columns(left) if counts is not None and not any(counts) else model
 
 
 def check_spec(asset: str, name: str = "pandera_schema") -> AssetCheckSpec:
@@ -65,9 +118,9 @@ def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[Ass
         head = audit.staged.result().snapshot_id
         assert head is not None  # a staged branch always has a head snapshot
         for asset, name, model, df in audit.checks:
-            rows = df.cache()  # each check of the model is a separate pass: read the branch only once
+            rows = df.cache()  # each check pandera runs is a pass of its own: read the branch only once
             try:
-                failures = validate(model, rows)
+                failures = validate(in_one_pass(model, rows), rows)
             finally:
                 rows.unpersist()
             results.append(AssetCheckResult(
