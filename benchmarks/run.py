@@ -28,6 +28,7 @@ from . import (
     backfill,
     beside,
     cdc_capture,
+    cdc_freshness,
     cluster,
     cold_start,
     compaction,
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
             ("backfill", backfill, lambda: backfill.run(spark, settings, days=10,
                                                         events_per_day=max(200, int(2_000 * scale)))),
             ("cdc_capture", cdc_capture, lambda: cdc_capture.run(spark, settings, changes=max(100_000, int(1_000_000 * scale)))),
+            # Processes of its own: a PostgreSQL under a steady write load, the capture and the Dagster daemon.
+            ("cdc_freshness", cdc_freshness,
+             lambda: cdc_freshness.run(rate=int(cdc_freshness.RATE * max(1.0, scale)))),
             # One small day in this session, PySpark's DataFrame debugging on and off.
             ("run_cost", run_cost, lambda: run_cost.run(spark, settings, changes=max(200, int(2_000 * scale)),
                                                         events=max(500, int(2_000 * scale)))),
