@@ -143,10 +143,14 @@ def _gold_and_ml_assets(project: Project, specs: dict[str, TableSpec],
 
 def _layer_sensors(project: Project, sources: list[LandingSource], partitions: DailyPartitionsDefinition,
                    specs: dict[str, TableSpec], assets: list[AssetsDefinition]) -> list[SensorDefinition]:
-    """A landing sensor per source, a late-events sensor per event source, and one automation sensor for
-    everything after bronze (capture and bronze run by their own schedules and sensors)."""
-    sensors = [topic_sensor(source, partitions) if source.topic is not None else landing_sensor(source, partitions)
-               for source in sources]
+    """A landing sensor per source (a CDC table's runs take its silver and history too, after bronze, when they
+    read that bronze alone), a late-events sensor per event source, and one automation sensor for everything after
+    bronze (capture and bronze run by their own schedules and sensors)."""
+    # A CDC table's silver reads its bronze alone unless it references other tables (applied before it, by the
+    # automation): the others' runs take silver and history with bronze.
+    follow = {t.landing: (t.silver, t.history) for t in project.cdc.values() if not t.references}
+    sensors = [topic_sensor(source, partitions) if source.topic is not None
+               else landing_sensor(source, partitions, follow=follow.get(source.name, ())) for source in sources]
     sensors += [late_events_sensor(events, partitions) for events in project.events.values()]
     layers = {name: spec.layer for name, spec in specs.items()}
     automated = [a for a in assets if any(layers.get(k.to_user_string()) in ("silver", "gold", "ml") for k in a.keys)]

@@ -72,14 +72,19 @@ def _identity(f: LandedFile) -> str:
 
 
 def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
-                   minimum_interval_seconds: int = 30) -> SensorDefinition:
+                   minimum_interval_seconds: int = 30, follow: tuple[str, ...] = ()) -> SensorDefinition:
     """A file that cannot be placed (no day folder, a day before the start or in the future) is reported once,
-    as a run-less observation of the bronze asset and a warning, and never stops the other files."""
-    keys = [AssetKey(source.bronze.name), AssetKey(source.quarantine.name)]
+    as a run-less observation of the bronze asset and a warning, and never stops the other files.
+
+    `follow`: tables whose day is bronze's landing day and that read bronze alone (a CDC table's silver and
+    history), taken in the same run as bronze's, after it: their day is fresh with one run, not two, and
+    never waits for the automation to find bronze idle (under a steady load it seldom is)."""
+    keys = [AssetKey(source.bronze.name), AssetKey(source.quarantine.name), *map(AssetKey, follow)]
+    then = f" and {', '.join(follow)}" if follow else ""
 
     @sensor(
         name=f"{source.bronze.name}_landing_sensor",
-        description=f"Requests {source.bronze.name} runs for landing days with new files under {source.name}/",
+        description=f"Requests {source.bronze.name}{then} runs for landing days with new files under {source.name}/",
         asset_selection=keys,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING,

@@ -9,6 +9,7 @@ import uuid
 import pytest
 from dagster import AssetKey, DagsterInstance, Definitions, build_sensor_context, materialize
 
+from examples.shop.cdc_generator import generate_cdc
 from examples.shop.events_generator import generate_day
 from lakehouse_assets.automation.partitions import daily_partitions
 from lakehouse_assets.bronze.assets import event_landing_source
@@ -17,7 +18,8 @@ from lakehouse_assets.landing.zones import landing_zone
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.runtime.status import heartbeat_file
 
-from ..shop import SHOP, asset
+from ..shop import ALL_ASSETS, DEFS, SHOP, asset
+from ..silver.test_cdc_silver import assert_current_state_is_the_source
 
 DAYS = [dt.date(2025, 1, 1), dt.date(2025, 1, 2)]
 EVENTS = event_landing_source(SHOP.events["events"], SHOP.landing)
@@ -159,3 +161,31 @@ def test_the_sensor_stands_aside_while_the_stream_runs_and_resumes_when_it_stops
     os.utime(beat, (old, old))
     tick = evaluate(lakehouse, DagsterInstance.ephemeral())
     assert [r.partition_key for r in tick.run_requests] == [DAYS[0].isoformat()]
+
+
+def test_a_cdc_tables_new_files_go_through_bronze_and_silver_in_one_run(spark, lake_settings, tmp_path):
+    """A CDC table whose silver reads its bronze alone: the landing sensor's run takes the new files through bronze,
+    then silver and history, so the day is fresh after one run that never waits for the automation to find bronze
+    idle. A table that references another's silver (applied first, by the automation) runs bronze alone."""
+    landing = tmp_path / "landing"
+    generated = generate_cdc(landing, DAYS[:1], changes_per_day=80, late_share=0.0, duplicate_rate=0.0,
+                             malformed_rate=0.0)
+    lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
+                                  namespace=f"t_cdc_sensor_{uuid.uuid4().hex[:6]}", landing=str(landing))
+    instance = DagsterInstance.ephemeral()
+    sensors = {s.name: s for s in DEFS.sensors}
+    requests = {}
+    for table in ("customers", "orders"):
+        sensor = sensors[f"bronze_cdc_{table}_landing_sensor"]
+        context = build_sensor_context(instance=instance, resources={"lakehouse": lakehouse}, definitions=Definitions(
+            assets=ALL_ASSETS, sensors=[sensor], resources={"lakehouse": lakehouse}))
+        [requests[table]] = sensor.evaluate_tick(context).run_requests
+    assert {k.to_user_string() for k in requests["orders"].asset_selection} == {"bronze_cdc_orders",
+                                                                               "bronze_cdc_orders_quarantine"}
+    run = requests["customers"]
+    assert {k.to_user_string() for k in run.asset_selection} == {
+        "bronze_cdc_customers", "bronze_cdc_customers_quarantine", "silver_customers", "silver_customers_history"}
+    result = materialize(ALL_ASSETS, selection=run.asset_selection, partition_key=run.partition_key,
+                         resources={"lakehouse": lakehouse}, instance=instance, tags=run.tags)
+    assert result.success
+    assert_current_state_is_the_source(lakehouse, generated, "customers", drifted=False)
