@@ -12,8 +12,8 @@ file is checked against its sha256 before it is kept; a run only looks for the f
 
 Besides Spark's, the file names the jars of JVMs of their own, which Spark never loads: the local Kafka broker's
 (use `kafka-broker`, `lakehouse kafka start`) and a local Kafka Connect worker's with Debezium's PostgreSQL connector
-(use `kafka-connect`, `lakehouse_services.kafka_connect`). The local REST catalog server (`lakehouse catalog start`) runs the
-project's own Java on Spark's Iceberg, JDBC and S3 jars (java_jar.catalog_server_classpath).
+(use `kafka-connect`, `lakehouse_services.kafka_connect`). The local REST catalog server (`lakehouse catalog
+start`) runs the project's own Java on Spark's Iceberg, JDBC and S3 jars (java_jar.catalog_server_classpath).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """A local Kafka Connect worker (standalone mode) that runs connectors, as a team runs Debezium in Kafka Connect.
 
-Its jars are those the platform's `jars.tsv` names under the use `kafka-connect` (Kafka Connect 4.4's runtime and
+Its jars are those the platform's `jars.tsv` names under the use `kafka-connect` (Kafka Connect 4.3's runtime and
 JSON converter, Debezium's PostgreSQL connector, and every jar they need at run time), resolved by `make setup`
 into the installation's local Maven repository: starting it downloads nothing. The connectors are on the worker's
 class path, which Connect scans for plugins as it scans a `plugin.path`. It runs on the machine's Java (17 or
 later), serves Connect's REST API on 127.0.0.1 only, and keeps everything under one folder:
 
-    <root>/worker.properties       written at each start: the worker's settings below, the broker, any overrides
+    <root>/worker.properties       written at each start: the worker's settings below and the broker
     <root>/connectors/<name>.properties   each connector's configuration, as given
     <root>/offsets.dat             the source connectors' offsets (standalone mode keeps them in a file): a restart
                                    on the same folder goes on from where the connectors' last flush left them
@@ -42,10 +42,10 @@ STARTUP_TIMEOUT = 120.0  # the JVM, the plugin scan of ~70 jars, then each conne
 STOP_TIMEOUT = 30.0
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
-# The worker's settings unless `properties` say otherwise: Connect's JSON converter for keys and values, offsets
-# flushed every second (Connect's 60 s would send a minute of records again after a crash: the records are still
-# each delivered at least once), topics a connector creates made by the worker (`topic.creation.*` of the
-# connector's configuration), internal topics of one replica.
+# The worker's settings besides the broker, its REST listener and its offsets file: Connect's JSON converter for
+# keys and values, offsets flushed every second (Connect's 60 s would send a minute of records again after a crash;
+# either way each record is delivered at least once), and topics a connector writes created by the worker as the
+# connector's `topic.creation.*` settings say.
 DEFAULT_PROPERTIES: Mapping[str, str] = {
     "key.converter": "org.apache.kafka.connect.json.JsonConverter",
     "value.converter": "org.apache.kafka.connect.json.JsonConverter",
@@ -53,8 +53,6 @@ DEFAULT_PROPERTIES: Mapping[str, str] = {
     "topic.creation.enable": "true",
     "plugin.discovery": "only_scan",  # the connectors are on the class path: no plugin manifests to trust
 }
-MANAGED = ("bootstrap.servers", "listeners", "offset.storage.file.filename", "key.converter.schemas.enable",
-           "value.converter.schemas.enable", "plugin.path")
 
 
 def connect_jars() -> list[Path]:
@@ -72,12 +70,8 @@ def connect_jars() -> list[Path]:
 
 class LocalKafkaConnect:
     """A Kafka Connect worker in standalone mode on `bootstrap_servers`, its files under `root`, running
-    `connectors` ({name: configuration}, each with its `connector.class`).
-
-    `client` is what the worker's producers, consumers and admin client add to reach the broker (its
-    `security.protocol`, `sasl.*`, `ssl.*`), each given under the prefixes Connect reads; `properties` override the
-    worker's other defaults (`DEFAULT_PROPERTIES`). `port` is the REST API's (0: a free one).
-    """
+    `connectors` ({name: configuration}, each with its `connector.class`). `port` is the REST API's (0: a free
+    one)."""
 
     def __init__(
         self,
@@ -88,8 +82,6 @@ class LocalKafkaConnect:
         schemas: bool = True,
         port: int = 0,
         heap: str = DEFAULT_HEAP,
-        client: Mapping[str, str] | None = None,
-        properties: Mapping[str, str] | None = None,
         jars: Sequence[Path | str] | None = None,
         java: Path | str | None = None,
         startup_timeout: float = STARTUP_TIMEOUT,
@@ -106,11 +98,6 @@ class LocalKafkaConnect:
         self.schemas = schemas
         self.port = port or free_port()
         self.heap = heap
-        self.client = dict(client or {})
-        self.properties = dict(properties or {})
-        refused = sorted(set(self.properties) & set(MANAGED))
-        if refused:
-            raise KafkaError(f"{', '.join(refused)}: set by LocalKafkaConnect, not by properties")
         self._jars = [Path(jar) for jar in jars] if jars is not None else None
         self._java = Path(java) if java else None
         self.startup_timeout = startup_timeout
@@ -131,10 +118,7 @@ class LocalKafkaConnect:
 
     def worker_properties(self) -> dict[str, str]:
         flag = "true" if self.schemas else "false"
-        prefixed = {f"{prefix}{key}": value for key, value in self.client.items()
-                    for prefix in ("", "producer.", "consumer.", "admin.")}
-        return {**DEFAULT_PROPERTIES, **self.properties, **prefixed,
-                "bootstrap.servers": self.bootstrap_servers, "listeners": self.url,
+        return {**DEFAULT_PROPERTIES, "bootstrap.servers": self.bootstrap_servers, "listeners": self.url,
                 "offset.storage.file.filename": str(self.offsets_file),
                 "key.converter.schemas.enable": flag, "value.converter.schemas.enable": flag}
 
