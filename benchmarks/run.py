@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             ("cdc_capture", cdc_capture, lambda: cdc_capture.run(spark, settings, changes=max(100_000, int(1_000_000 * scale)))),
             # Processes of its own: a PostgreSQL under a steady write load, the capture and the Dagster daemon.
             ("cdc_freshness", cdc_freshness,
-             lambda: cdc_freshness.run(rate=int(cdc_freshness.RATE * max(1.0, scale)))),
+             lambda: cdc_freshness.run(rates=tuple(int(r * max(1.0, scale)) for r in cdc_freshness.RATES))),
             # One small day in this session, PySpark's DataFrame debugging on and off.
             ("run_cost", run_cost, lambda: run_cost.run(spark, settings, changes=max(200, int(2_000 * scale)),
                                                         events=max(500, int(2_000 * scale)))),
