@@ -5,7 +5,8 @@ A throwaway PostgreSQL (wal_level=logical) holds a table of ROWS rows. `lakehous
 connector, a process of its own) runs throughout, publishing a landing file at least every ROLL_S seconds, and
 `dagster-daemon run` (this repository's dagster.yaml: one run at a time) evaluates the landing sensor, which
 requests the runs of bronze and silver. The initial snapshot goes through first (its time reported). Then, at each
-of RATES in turn, four sessions commit single-row updates for SECONDS seconds, each raising its row's version `v`;
+of RATES in turn, four sessions commit updates for SECONDS seconds (single-row up to STATEMENTS_PER_S a second, then
+several rows a statement), each raising its row's version `v`;
 the time each commit returned is kept, and every change of a step is in silver before the next step begins. A
 watcher reads silver with pyiceberg after each of its commits: a change is in silver once the row's `v` there is at
 least the change's, at the time that commit was published (the table's metadata written). Freshness = that time -
@@ -37,7 +38,8 @@ from lakehouse_assets.settings import Settings
 from lakehouse_services.postgres import ThrowawayPostgres
 
 ROOT = Path(__file__).resolve().parents[1]
-RATES, SECONDS, ROWS = (1_000, 2_500, 5_000), 90, 10_000  # changes/s of each step, its length, the table's rows
+RATES, SECONDS, ROWS = (1_000, 5_000, 20_000), 90, 10_000  # changes/s of each step, its length, the table's rows
+STATEMENTS_PER_S = 1_000  # above this many changes a second, a statement updates several rows
 ROLL_S = 5.0  # the capture publishes a landing file at least this often
 SESSIONS = 4
 DRAIN_S = 900  # how long after the load the changes may take to reach silver before the run is given up
@@ -115,10 +117,12 @@ class _Watcher(threading.Thread):
 
 
 def _load(dsn: str, rate: int, seconds: float, watcher: _Watcher) -> dict:
-    """`rate` single-row updates a second from SESSIONS sessions, each committed alone; each reported to the
-    watcher with the version it made and when its commit returned."""
+    """`rate` row changes a second from SESSIONS sessions, each statement committed alone: single-row updates up to
+    STATEMENTS_PER_S a second, above that each statement updates as many distinct rows as keeps the statements at
+    that rate. Each change is reported to the watcher with the version it made and when its commit returned."""
+    per_statement = max(1, -(-rate // STATEMENTS_PER_S))
+    statements = int(rate * seconds) // per_statement
     started = time.monotonic() + 0.5
-    total = int(rate * seconds)
     late = [0.0] * SESSIONS
 
     def session(k: int) -> None:
@@ -126,16 +130,18 @@ def _load(dsn: str, rate: int, seconds: float, watcher: _Watcher) -> dict:
         conn = psycopg2.connect(dsn)
         conn.autocommit = True
         cur = conn.cursor()
-        for n in range(k, total, SESSIONS):
-            due = started + n / rate
+        for n in range(k, statements, SESSIONS):
+            due = started + n * per_statement / rate
             wait = due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
             else:
                 late[k] = max(late[k], -wait)
-            key = rng.randrange(1, ROWS + 1)
-            cur.execute("UPDATE items SET v = v + 1, qty = qty + 1 WHERE id = %s RETURNING v", (key,))
-            watcher.committed(key, cur.fetchone()[0], time.time())
+            keys = rng.sample(range(1, ROWS + 1), per_statement)
+            cur.execute("UPDATE items SET v = v + 1, qty = qty + 1 WHERE id = ANY(%s) RETURNING id, v", (keys,))
+            made, at = cur.fetchall(), time.time()
+            for key, version in made:
+                watcher.committed(key, version, at)
         conn.close()
 
     threads = [threading.Thread(target=session, args=(k,)) for k in range(SESSIONS)]
@@ -143,7 +149,8 @@ def _load(dsn: str, rate: int, seconds: float, watcher: _Watcher) -> dict:
         t.start()
     for t in threads:
         t.join()
-    return {"changes": total, "seconds": round(time.monotonic() - started, 1), "late_s": round(max(late), 2)}
+    return {"changes": statements * per_statement, "rows_per_statement": per_statement,
+            "seconds": round(time.monotonic() - started, 1), "late_s": round(max(late), 2)}
 
 
 def _source_rows(dsn: str) -> dict[int, int]:
@@ -260,6 +267,7 @@ def _step(rate: int, load: dict, found: list[tuple[float, float]], commits: int)
     lags = [lag for _, lag in sorted(found)]
     tenth = max(1, len(lags) // 10)
     return {"rate": rate, "done_per_s": round(load["changes"] / load["seconds"]), "late_s": load["late_s"],
+            "rows_per_statement": load["rows_per_statement"],
             "changes": len(lags), "silver_commits": commits, "p50_s": round(_pct(lags, 0.5), 1),
             "p95_s": round(_pct(lags, 0.95), 1), "max_s": round(max(lags), 1),
             "first_tenth_s": round(statistics.median(lags[:tenth]), 1),
@@ -282,9 +290,9 @@ def markdown(r: dict) -> str:
     at_target = next((s for s in r["steps"] if s["rate"] == TARGET_RATE), None)
     ok = at_target is not None and at_target["p95_s"] < TARGET_P95_S
     runs = [f"| {k} | {v['n']} | {v['queued_median_s']} | {v['ran_median_s']} |" for k, v in r["runs"].items()]
-    steps = [f"| {s['rate']:,} | {s['done_per_s']:,} | {s['changes']:,} | {s['p50_s']} | {s['p95_s']} | {s['max_s']} | "
-             f"{s['first_tenth_s']} -> {s['last_tenth_s']} | {'yes' if s['backlog_grew'] else 'no'} | "
-             f"{s['silver_commits']} |" for s in r["steps"]]
+    steps = [f"| {s['rate']:,} | {s['rows_per_statement']} | {s['done_per_s']:,} | {s['changes']:,} | {s['p50_s']} | "
+             f"{s['p95_s']} | {s['max_s']} | {s['first_tenth_s']} -> {s['last_tenth_s']} | "
+             f"{'yes' if s['backlog_grew'] else 'no'} | {s['silver_commits']} |" for s in r["steps"]]
     return "\n".join([
         "### CDC freshness: a row committed in PostgreSQL until it is in silver, with the daemon",
         "",
@@ -292,14 +300,15 @@ def markdown(r: dict) -> str:
         f"of its own, a landing file at least every {p['roll_s']:g} s) and `dagster-daemon run` (the repository's "
         "dagster.yaml: one run at a time) running throughout, on the same two cores; nobody launches a run. The "
         f"snapshot reached silver {r['snapshot_to_silver_s']} s after both started. Then, at each rate in turn, "
-        f"{p['sessions']} sessions committed single-row updates for {p['seconds']:g} s, each step's changes all in "
-        "silver before the next began. Freshness = when silver's commit holding the change was published - when the "
-        "change's commit returned (silver read with pyiceberg after each of its commits); every change reached "
-        "silver, and silver equals the source at the end.",
+        f"{p['sessions']} sessions committed updates for {p['seconds']:g} s (each statement alone; single-row up to "
+        f"{STATEMENTS_PER_S:,} a second, above that several distinct rows a statement: the rows a statement column), "
+        "each step's changes all in silver before the next began. Freshness = when silver's commit holding the "
+        "change was published - when the change's commit returned (silver read with pyiceberg after each of its "
+        "commits); every change reached silver, and silver equals the source at the end.",
         "",
-        "| changes/s asked | done/s | changes | p50 (s) | p95 (s) | max (s) | the step's first -> last tenth "
+        "| changes/s asked | rows a statement | done/s | changes | p50 (s) | p95 (s) | max (s) | the step's first -> last tenth "
         "(median, s) | backlog grew | silver commits |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *steps,
         "",
         "The daemon's runs (each a process of its own; medians):",
