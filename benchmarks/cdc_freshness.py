@@ -17,6 +17,7 @@ The run counts only if every change reached silver and silver equals the source'
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import os
@@ -36,6 +37,8 @@ import psycopg2
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.settings import Settings
 from lakehouse_services.postgres import ThrowawayPostgres
+
+from .stream_capacity import _pct
 
 ROOT = Path(__file__).resolve().parents[1]
 RATES, SECONDS, ROWS = (1_000, 5_000, 20_000), 90, 10_000  # changes/s of each step, its length, the table's rows
@@ -63,11 +66,6 @@ cdc:
 """
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 class _Watcher(threading.Thread):
     """Reads silver after each of its commits; the changes it finds there, with their freshness."""
 
@@ -84,7 +82,7 @@ class _Watcher(threading.Thread):
 
     def committed(self, key: int, version: int, at: float) -> None:
         with self.lock:
-            self.pending.setdefault(key, []).append((version, at))
+            bisect.insort(self.pending.setdefault(key, []), (version, at))  # sessions may report out of order
 
     def waiting(self) -> int:
         with self.lock:
@@ -116,7 +114,7 @@ class _Watcher(threading.Thread):
                     del self.pending[key]
 
 
-def _load(dsn: str, rate: int, seconds: float, watcher: _Watcher) -> dict:
+def _load(dsn: str, rate: int, seconds: float, rows: int, watcher: _Watcher) -> dict:
     """`rate` row changes a second from SESSIONS sessions, each statement committed alone: single-row updates up to
     STATEMENTS_PER_S a second, above that each statement updates as many distinct rows as keeps the statements at
     that rate. Each change is reported to the watcher with the version it made and when its commit returned."""
@@ -137,7 +135,7 @@ def _load(dsn: str, rate: int, seconds: float, watcher: _Watcher) -> dict:
                 time.sleep(wait)
             else:
                 late[k] = max(late[k], -wait)
-            keys = rng.sample(range(1, ROWS + 1), per_statement)
+            keys = rng.sample(range(1, rows + 1), per_statement)
             cur.execute("UPDATE items SET v = v + 1, qty = qty + 1 WHERE id = ANY(%s) RETURNING id, v", (keys,))
             made, at = cur.fetchall(), time.time()
             for key, version in made:
@@ -237,7 +235,7 @@ def run(rates: tuple[int, ...] = RATES, seconds: float = SECONDS, rows: int = RO
             steps, left = [], 0
             for rate in rates:  # each step drained before the next: its changes are its own
                 commits, found = watcher.commits, len(watcher.latencies)
-                load = _load(pg.dsn, rate, seconds, watcher)
+                load = _load(pg.dsn, rate, seconds, rows, watcher)
                 drained = time.monotonic()
                 while watcher.waiting() and time.monotonic() - drained < DRAIN_S:
                     time.sleep(1)
