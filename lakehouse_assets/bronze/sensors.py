@@ -15,6 +15,10 @@ Retries: a request is remembered for RETRY_SECONDS; after that, a file the log s
 failed, or it was still being written) is requested again. Repeating a request is safe: bronze checks each
 file against the log, and commits the log together with the rows.
 
+A run yet to start takes every file of its day that is new when it starts: while one of the source's runs
+for a day waits in the queue (or is being launched), the day's new files are left to it rather than requested
+again, so the queue never holds more than one run per source and day, however often files land.
+
 Queueing: a landing run goes ahead of the runs already queued (`dagster/priority`): the automation may have
 queued days of downstream runs, and new records should not wait behind them for bronze.
 
@@ -32,10 +36,12 @@ from typing import Any
 from dagster import (
     AssetKey,
     AssetObservation,
+    DagsterRunStatus,
     DailyPartitionsDefinition,
     DefaultSensorStatus,
     MetadataValue,
     RunRequest,
+    RunsFilter,
     SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
@@ -72,7 +78,7 @@ def _identity(f: LandedFile) -> str:
 
 
 def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
-                   minimum_interval_seconds: int = 30, follow: tuple[str, ...] = ()) -> SensorDefinition:
+                   minimum_interval_seconds: int = 10, follow: tuple[str, ...] = ()) -> SensorDefinition:
     """A file that cannot be placed (no day folder, a day before the start or in the future) is reported once,
     as a run-less observation of the bronze asset and a warning, and never stops the other files.
 
@@ -115,10 +121,13 @@ def landing_sensor(source: LandingSource, partitions: DailyPartitionsDefinition,
             state["requested"] = requested
             return SensorResult(skip_reason=None if events else skip, asset_events=events, cursor=json.dumps(state))
 
-        requests = _run_requests(source.name, keys, new)
+        coming = _days_of_runs_to_come(context, source.name)
+        requests = _run_requests(source.name, keys, [f for f in new if str(f.day) not in coming])
         requested.update({_identity(f): now for f in new})
         state["requested"] = requested
-        context.log.info(f"{len(new)} new or changed files under {source.name}/ on {len(requests)} landing days")
+        left = f"; those of {', '.join(sorted(coming))} left to the run queued for the day" if coming else ""
+        context.log.info(f"{len(new)} new or changed files under {source.name}/ on {len(requests)} landing days"
+                         f"{left}")
         return SensorResult(run_requests=requests, asset_events=events, cursor=json.dumps(state))
 
     return _sensor
@@ -192,6 +201,15 @@ def _advance_watermark(state: dict[str, Any], files: list[LandedFile], unsettled
     watermark = state.get("watermark", 0.0)
     newest = max((f.changed for f in files), default=watermark)
     state["watermark"] = min([max(watermark, newest), *(f.changed for f in unsettled)])
+
+
+def _days_of_runs_to_come(context: SensorEvaluationContext, source_name: str) -> set[str]:
+    """The landing days of the source's runs not started yet (queued, or launched with its step still to come):
+    each will list its day's files after this tick did, so it takes the files this tick found new."""
+    runs = context.instance.get_runs(RunsFilter(
+        statuses=[DagsterRunStatus.NOT_STARTED, DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING],
+        tags={"lakehouse/source": source_name}))
+    return {run.tags["dagster/partition"] for run in runs if "dagster/partition" in run.tags}
 
 
 def _run_requests(source_name: str, keys: list[AssetKey], new: list[LandedFile]) -> list[RunRequest]:

@@ -18,7 +18,11 @@ silver:
    removes the row, a newer change replaces it, an older one (a late or
    replayed change) is ignored. Deletes live on in history, so a stale update
    that arrives after a delete cannot bring the row back.
-Re-applying the same days changes nothing. A primary-key change arrives as a
+Re-applying the same days changes nothing, so a run reads of bronze only what
+was appended since the last run of its days (the snapshot that run read is in
+its commits' summary): a day's later runs cost what landed since, not the day
+so far. The whole window is read again when bronze did more than append since
+(a forget, a rollback). A primary-key change arrives as a
 delete of the old key and a create of the new one at one position, and is
 applied as such; an unchanged TOASTed value the create cannot send
 (`__debezium_unavailable_value`) is the old key's.
@@ -34,6 +38,7 @@ benchmarks/RESULTS.md). Columns declared PII are kept only as keyed hashes.
 A column added upstream (seen in bronze's images) is added to both tables.
 """
 
+import json
 import uuid
 from typing import TYPE_CHECKING
 
@@ -66,7 +71,7 @@ from ..runtime.commit import Window, retry_metadata, stage, with_commit_retries
 from ..runtime.pii import keyed_hash, pii_key, with_pii_pads
 from ..runtime.resource import LakehouseResource
 from ..runtime.results import reported
-from ..runtime.staged import StagedWrite
+from ..runtime.staged import ASSET, PARTITIONS, READ_SNAPSHOTS, StagedWrite
 from ..sources.change_records import OPS, POSITION
 from ..sources.debezium_encodings import UNAVAILABLE
 from ..tables.handle import TableHandle
@@ -162,9 +167,35 @@ def history_model(info: CdcTable) -> "pa.DataFrameSchema":
     )
 
 
-def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, window: Window) -> DataFrame:
-    """The changes that landed in the window as versions: key, image columns, op, position, valid_from."""
-    rows = bronze.read_current(reader=info.silver)
+def _applied_through(tables: tuple[TableHandle, ...], bronze: str, window: Window) -> int | None:
+    """The bronze snapshot through which the window's changes are in silver: the one the newest of this asset's
+    commits for the same window read, the same in both tables (history's and the current state's); None when
+    there is no such commit or the two tables name different ones."""
+    found = set()
+    for handle in tables:
+        table = handle.iceberg()
+        snapshot, read = table.current_snapshot(), None
+        while snapshot is not None and read is None:
+            summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+            if summary.get(ASSET) == handle.name and summary.get(PARTITIONS) == window.label:
+                read = json.loads(summary.get(READ_SNAPSHOTS, "{}")).get(bronze, [None])[0]
+                break
+            parent = snapshot.parent_snapshot_id
+            snapshot = table.snapshot_by_id(parent) if parent is not None else None
+        found.add(read)
+    return found.pop() if len(found) == 1 else None
+
+
+def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, window: Window,
+            applied_through: int | None = None) -> tuple[DataFrame, str]:
+    """The changes that landed in the window as versions: key, image columns, op, position, valid_from; and
+    what of bronze was read. With `applied_through` (the bronze snapshot through which the window is in silver),
+    only what bronze's commits since then appended, when appends are all they made; else the whole window.
+    Either gives the same silver: a change applied before is found in history and skipped."""
+    rows = bronze.read_appended(applied_through, reader=info.silver) if applied_through is not None else None
+    read = f"appended since bronze snapshot {applied_through}" if rows is not None else "the whole window"
+    if rows is None:
+        rows = bronze.read_current(reader=info.silver)
     after = rows.schema["after"].dataType
     assert isinstance(after, T.StructType)
     image_columns = [f.name for f in after.fields]
@@ -182,7 +213,7 @@ def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, w
         "op",
         "change_position",
         F.col("source_ts").alias("valid_from"),
-    )
+    ), read
 
 
 HELD, HELD_TO = "_held", "_held_to"  # a version history holds already, and its valid_to_position there
@@ -346,13 +377,15 @@ def _write_history(staged_history: StagedWrite, recomputed: DataFrame, since) ->
 
 
 def _apply_window(lakehouse: LakehouseResource, info: CdcTable, bronze: TableSpec, run_id: str,
-                  window: Window) -> tuple[list, list[AssetCheckResult], int]:
+                  window: Window) -> tuple[list, list[AssetCheckResult], int, str]:
     """One attempt at a window's changes: history and the current state staged on branches, audited and
     published together. Returns the two commits (history's, then current's; none when a check failed), the
-    check results and the number of changes applied."""
+    check results, the number of changes read and what of bronze was read."""
     current, history = current_spec(info), history_spec(info)
     history_table, current_table = lakehouse.table(history).create(), lakehouse.table(current).create()
-    batch = changes(lakehouse, info, lakehouse.table(bronze), window).cache()
+    through = _applied_through((history_table, current_table), bronze.name, window)
+    batch, read = changes(lakehouse, info, lakehouse.table(bronze), window, through)
+    batch = batch.cache()
     try:
         _add_drifted_columns(batch, history_table, current_table)
         # History as the branch the run writes starts from: a run that commits in between is caught when this one
@@ -390,7 +423,7 @@ def _apply_window(lakehouse: LakehouseResource, info: CdcTable, bronze: TableSpe
         applied = batch.count() if commits else 0
     finally:
         batch.unpersist()
-    return commits, checks, applied
+    return commits, checks, applied, read
 
 
 def _reference_checks(info: CdcTable) -> dict[str, AssetCheckSpec]:
@@ -446,13 +479,14 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
     def _asset(context: AssetExecutionContext, lakehouse: LakehouseResource):
         start, end = context.partition_time_window
         window = Window.of_days("landing_date", start, end, as_date=True)
-        (commits, checks, applied), retries = with_commit_retries(
+        (commits, checks, applied, read), retries = with_commit_retries(
             lambda: _apply_window(lakehouse, info, bronze, context.run_id, window), current.name, context.log.info)
         if not commits:
             yield from reported(context, checks)
             raise_if_failed(checks)
         checks += _reference_results(lakehouse, info, referenced)
-        counts = {"changes_in_window": MetadataValue.int(applied), **retry_metadata(retries)}
+        counts = {"changes_read": MetadataValue.int(applied), "bronze_read": MetadataValue.text(read),
+                  **retry_metadata(retries)}
         history_commit, current_commit = commits
         yield from reported(context, [
             MaterializeResult(asset_key=history.name, metadata={**history_commit.metadata(), **counts},

@@ -19,7 +19,7 @@ from typing import Protocol
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.snapshots import Operation, Snapshot
 from pyiceberg.transforms import DayTransform
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -178,6 +178,29 @@ class TableHandle:
         """The rows at the current snapshot, fixed now, however often the plan is computed (no rows when the
         table has no snapshot yet)."""
         return self.read(snapshot_id=self.require(reader).snapshot_id(), reader=reader)
+
+    def read_appended(self, since: int, reader: str = "") -> DataFrame | None:
+        """The rows the commits after snapshot `since` appended, up to the current snapshot (noted as read, as
+        `read_current` notes it); None when appends are not all that happened since: `since` is not in the
+        current snapshot's history (rolled back past, or expired), or a commit in between did more than add rows
+        (a delete or an overwrite, `lakehouse forget` among them). A compaction changes no row and is passed
+        over, as Iceberg's incremental scan passes over it."""
+        self.require(reader)
+        table = self.iceberg()
+        current = snapshot = table.current_snapshot()
+        while snapshot is not None and snapshot.snapshot_id != since:
+            if snapshot.summary is None or snapshot.summary.operation not in (Operation.APPEND, Operation.REPLACE):
+                return None
+            parent = snapshot.parent_snapshot_id
+            snapshot = table.snapshot_by_id(parent) if parent is not None else None
+        if current is None or snapshot is None:
+            return None
+        if reader:
+            _noted().update({self.name: [current.snapshot_id, round(time.time() * 1000)]})
+        if since == current.snapshot_id:
+            return self.read(snapshot_id=since).where(F.lit(False))
+        return (self.spark.read.option("start-snapshot-id", str(since))
+                .option("end-snapshot-id", str(current.snapshot_id)).table(self.id))
 
     def schema(self):
         return self.spark.table(self.id).schema

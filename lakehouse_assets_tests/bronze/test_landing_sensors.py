@@ -7,7 +7,8 @@ import time
 import uuid
 
 import pytest
-from dagster import AssetKey, DagsterInstance, Definitions, build_sensor_context, materialize
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, Definitions, build_sensor_context, materialize
+from dagster._core.storage.dagster_run import DagsterRun
 
 from examples.shop.cdc_generator import generate_cdc
 from examples.shop.events_generator import generate_day
@@ -104,6 +105,37 @@ def test_new_files_trigger_runs_that_take_them_exactly_once(zone_lakehouse, tmp_
     zone.put(late, "events", DAYS[1], "late-2.jsonl")
     fresh = evaluate(lakehouse, instance)
     assert [r.partition_key for r in fresh.run_requests] == ["2025-01-02"]
+
+
+@pytest.mark.parametrize("status", [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING])
+def test_files_landing_while_the_days_run_is_yet_to_start_are_left_to_it(lakehouse, tmp_path, status):
+    """A run yet to start takes every file that is new when it starts: while the source's run for a day waits
+    (created, queued, or launched with its step to come), the day's new files are not requested again (the queue
+    holds one run per source and day, however often files land) and that run takes them; once it has started,
+    new files are requested again."""
+    zone = landing_zone(lakehouse.settings)
+    instance = DagsterInstance.ephemeral()
+    generated = generate_day(tmp_path / "gen", DAYS[0], events_per_day=60, files_per_day=3, malformed_rate=0.0)
+    first, second, third = generated.files
+    zone.put(first, "events", DAYS[0], first.name)
+    tick = evaluate(lakehouse, instance)
+    [request] = tick.run_requests
+    queued = instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=uuid.uuid4().hex,
+                                         status=status,
+                                         tags={**request.tags, "dagster/partition": request.partition_key}))
+
+    zone.put(second, "events", DAYS[0], second.name)
+    left = evaluate(lakehouse, instance, tick.cursor)
+    assert not left.run_requests, "the day's run yet to start takes the new file"
+    execute(lakehouse, instance, request)
+    assert {f.rsplit("/", 1)[1] for f, _ in bronze_rows(lakehouse)} == {first.name, second.name}
+
+    instance.delete_run(queued.run_id)  # it ran: what lands now is requested again
+    zone.put(third, "events", DAYS[0], third.name)
+    after = evaluate(lakehouse, instance, left.cursor)
+    assert [r.partition_key for r in after.run_requests] == [DAYS[0].isoformat()]
+    execute(lakehouse, instance, after.run_requests[0])
+    assert {f.rsplit("/", 1)[1] for f, _ in bronze_rows(lakehouse)} == {first.name, second.name, third.name}
 
 
 def test_a_sensor_with_nothing_landed_skips(lakehouse):
