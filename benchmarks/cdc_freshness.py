@@ -12,7 +12,11 @@ watcher reads silver with pyiceberg after each of its commits: a change is in si
 least the change's, at the time that commit was published (the table's metadata written). Freshness = that time -
 the change's commit time.
 
-The run counts only if every change reached silver and silver equals the source's rows at the end.
+Then the same on a PostgreSQL and capture of their own, applied by plain Spark instead (PEER: a PySpark process
+importing nothing of ours, Structured Streaming's file source with a MERGE per micro-batch into an Iceberg table),
+its table watched the same way.
+
+A run counts only if every change was applied and the table equals the source's rows at the end.
 """
 
 from __future__ import annotations
@@ -22,19 +26,24 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg2
+from pyiceberg.table import StaticTable, Table
 
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.runtime.jars import jars_for
 from lakehouse_assets.settings import Settings
 from lakehouse_services.postgres import ThrowawayPostgres
 
@@ -67,12 +76,12 @@ cdc:
 
 
 class _Watcher(threading.Thread):
-    """Reads silver after each of its commits; the changes it finds there, with their freshness."""
+    """Reads the applied table (silver, or the peer's) after each of its commits; the changes it finds there, with
+    their freshness. `load`: the table as it is now, None before it exists."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, load: Callable[[], Table | None]) -> None:
         super().__init__(daemon=True)
-        self.catalog = catalog_for(settings)
-        self.table_id = (settings.namespace, "silver_items")
+        self.load = load
         self.pending: dict[int, list[tuple[int, float]]] = {}  # id -> [(v, committed at)] in v's order
         self.lock = threading.Lock()
         self.latencies: list[tuple[float, float]] = []  # (committed at, seconds until in silver)
@@ -91,8 +100,8 @@ class _Watcher(threading.Thread):
     def run(self) -> None:
         seen = None
         while not self.stopped.is_set():
-            if self.catalog.table_exists(self.table_id):
-                table = self.catalog.load_table(self.table_id)
+            table = self.load()
+            if table is not None:
                 snapshot = table.current_snapshot()
                 if snapshot is not None and snapshot.snapshot_id != seen:
                     seen, published = snapshot.snapshot_id, table.metadata.last_updated_ms / 1000
@@ -171,6 +180,18 @@ def _stop(process: subprocess.Popen) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
+def _end_leftovers(root: Path) -> None:
+    """Ends what the processes started under `root` left running (the daemon's runs are processes of their own,
+    which outlive it): nothing writes into `root` while it is removed."""
+    marker = f"DAGSTER_HOME={root / 'dagster'}".encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            pass  # gone meanwhile, or not ours to read
+
+
 def _runs(env: dict) -> dict[str, dict[str, list[float]]]:
     """The daemon's successful runs by what they materialised (else their job): the seconds each ran, from its start
     to its end, and the seconds each waited in the queue before it started."""
@@ -190,8 +211,84 @@ def _runs(env: dict) -> dict[str, dict[str, list[float]]]:
     return runs
 
 
+# The peer: plain PySpark applying the same changes, as a Spark user would write it, importing nothing of ours.
+# Structured Streaming's file source takes the capture's new landing files each trigger; each micro-batch's latest
+# change per key (by the change's log position) is MERGEd into an Iceberg table (Iceberg's defaults, a Hadoop
+# catalog in a folder). argv: landing folder, warehouse, checkpoint, jars (comma-separated), master, driver memory,
+# trigger seconds. stdout: one JSON line per batch that took changes.
+PEER = textwrap.dedent('''\
+    import json
+    import sys
+    import time
+
+    from pyspark.sql import SparkSession, Window
+    from pyspark.sql import functions as F
+
+    folder, warehouse, checkpoint, jars, master, memory, trigger = sys.argv[1:]
+    spark = (SparkSession.builder.master(master).appName("cdc-merge-per-batch")
+             .config("spark.driver.memory", memory)
+             .config("spark.jars", jars)
+             .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+             .config("spark.sql.catalog.peer", "org.apache.iceberg.spark.SparkCatalog")
+             .config("spark.sql.catalog.peer.type", "hadoop")
+             .config("spark.sql.catalog.peer.warehouse", warehouse)
+             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    spark.sql("CREATE TABLE IF NOT EXISTS peer.db.items (id bigint, v bigint, qty int, note string, lsn bigint) "
+              "USING iceberg")
+    schema = ("payload struct<op: string, before: struct<id: bigint>, "
+              "after: struct<id: bigint, v: bigint, qty: int, note: string>, source: struct<lsn: bigint>>")
+
+    def merge(batch, batch_id):
+        started = time.time()
+        changes = batch.select(F.coalesce("payload.after.id", "payload.before.id").alias("id"), "payload.op",
+                               "payload.after.v", "payload.after.qty", "payload.after.note",
+                               F.col("payload.source.lsn").alias("lsn"))
+        latest = (changes.withColumn("n", F.row_number().over(Window.partitionBy("id").orderBy(F.desc("lsn"))))
+                  .where("n = 1").drop("n"))
+        latest.createOrReplaceTempView("latest")
+        latest.sparkSession.sql(
+            "MERGE INTO peer.db.items t USING latest s ON t.id = s.id "
+            "WHEN MATCHED AND s.op = 'd' THEN DELETE "
+            "WHEN MATCHED AND s.lsn > t.lsn THEN UPDATE SET v = s.v, qty = s.qty, note = s.note, lsn = s.lsn "
+            "WHEN NOT MATCHED AND s.op != 'd' THEN INSERT (id, v, qty, note, lsn) "
+            "VALUES (s.id, s.v, s.qty, s.note, s.lsn)")
+        print(json.dumps({"batch": batch_id, "seconds": round(time.time() - started, 2)}), flush=True)
+
+    (spark.readStream.schema(schema).json(folder).writeStream.foreachBatch(merge)
+     .option("checkpointLocation", checkpoint).trigger(processingTime=f"{trigger} seconds").start()
+     .awaitTermination())
+    ''')
+PEER_TRIGGER_S = 1
+STREAM_PASS = re.compile(r"^cdc/items: \d+ files, .* applied in ([\d.]+) s$", re.M)  # a pass that took files
+
+
+def _hadoop_table(folder: Path) -> Table | None:
+    """The peer's table as its Hadoop catalog last committed it (the version its hint names), or None."""
+    hint = folder / "metadata" / "version-hint.text"
+    try:
+        version = int(hint.read_text().strip())
+        return StaticTable.from_metadata(str(folder / "metadata" / f"v{version}.metadata.json"))
+    except (OSError, ValueError):
+        return None
+
+
 def run(rates: tuple[int, ...] = RATES, seconds: float = SECONDS, rows: int = ROWS) -> dict:
-    with tempfile.TemporaryDirectory(prefix="lakehouse-fresh-") as tmp:
+    """Ours with the daemon alone, ours with `lakehouse stream` beside it, then the peer, each on a PostgreSQL of its
+    own and at every rate."""
+    ours = _measure("ours", rates, seconds, rows)
+    stream = _measure("stream", rates, seconds, rows)
+    peer = _measure("peer", rates, seconds, rows)
+    keep = ("snapshot_to_silver_s", "steps", "batches")
+    return {**ours, "stream": {k: stream[k] for k in keep}, "peer": {k: peer[k] for k in keep}}
+
+
+def _measure(path: str, rates: tuple[int, ...], seconds: float, rows: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="lakehouse-fresh-", ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         today = dt.datetime.now(dt.timezone.utc).date()
         (root / "lakehouse.yaml").write_text(DECLARATION.format(start=today - dt.timedelta(days=1)))
@@ -209,8 +306,12 @@ def run(rates: tuple[int, ...] = RATES, seconds: float = SECONDS, rows: int = RO
                "LAKEHOUSE_PII_KEY": "bench-key-for-pseudonyms-in-benchmarks"}
         settings = Settings.from_env(home=root / "home", project=str(root / "lakehouse.yaml"), namespace=NAMESPACE)
         pg = ThrowawayPostgres(root / "pg").start()
-        processes: list[subprocess.Popen] = []
-        watcher = _Watcher(settings)
+        processes: list[tuple[subprocess.Popen, str]] = []
+        if path != "peer":
+            catalog, silver = catalog_for(settings), (settings.namespace, "silver_items")
+            watcher = _Watcher(lambda: catalog.load_table(silver) if catalog.table_exists(silver) else None)
+        else:
+            watcher = _Watcher(lambda: _hadoop_table(root / "peer" / "db" / "items"))
         try:
             with psycopg2.connect(pg.dsn) as conn, conn.cursor() as cur:
                 cur.execute("CREATE TABLE items (id bigint PRIMARY KEY, v bigint NOT NULL, qty int, note text)")
@@ -218,18 +319,32 @@ def run(rates: tuple[int, ...] = RATES, seconds: float = SECONDS, rows: int = RO
                             (rows,))
             bin_dir = Path(sys.executable).parent
             started = time.time()
-            processes.append(_start([str(bin_dir / "lakehouse"), "capture", "--source", "fresh", "--dsn", pg.dsn,
-                                     "--roll-seconds", str(ROLL_S), "--json"], env, root, "capture.log"))
-            processes.append(_start([str(bin_dir / "dagster-daemon"), "run", "-w",
-                                     str(dagster_home / "workspace.yaml")], env, root, "daemon.log"))
+            processes.append((_start([str(bin_dir / "lakehouse"), "capture", "--source", "fresh", "--dsn", pg.dsn,
+                                      "--roll-seconds", str(ROLL_S), "--json"], env, root, "capture.log"),
+                              "capture.log"))
+            if path != "peer":
+                processes.append((_start([str(bin_dir / "dagster-daemon"), "run", "-w",
+                                          str(dagster_home / "workspace.yaml")], env, root, "daemon.log"),
+                                  "daemon.log"))
+            if path == "stream":
+                processes.append((_start([str(bin_dir / "lakehouse"), "stream", "--source", "fresh",
+                                          "--poll-seconds", "1"], env, root, "stream.log"), "stream.log"))
+            elif path == "peer":
+                (root / "landing" / "cdc" / "items").mkdir(parents=True, exist_ok=True)
+                processes.append((_start([sys.executable, "-c", PEER, str(root / "landing" / "cdc" / "items"),
+                                          str(root / "peer"), str(root / "checkpoint"),
+                                          ",".join(map(str, jars_for({"iceberg"}))), settings.spark_master,
+                                          settings.driver_memory, str(PEER_TRIGGER_S)],
+                                         {k: v for k, v in env.items() if k != "PYTHONPATH"}, root, "peer.log"),
+                                  "peer.log"))
             watcher.start()
-            while len(watcher.rows) < rows:  # the snapshot through bronze and silver
-                for p, log in zip(processes, ("capture.log", "daemon.log")):
+            while len(watcher.rows) < rows:  # the snapshot applied
+                for p, log in processes:
                     if p.poll() is not None:
                         raise RuntimeError(f"{log} ended: {(root / log).read_text()[-3000:]}")
                 if time.time() - started > DRAIN_S:
-                    raise RuntimeError(f"the snapshot was not in silver after {DRAIN_S} s: "
-                                       f"{(root / 'daemon.log').read_text()[-3000:]}")
+                    raise RuntimeError(f"the snapshot was not applied after {DRAIN_S} s: "
+                                       f"{(root / processes[-1][1]).read_text()[-3000:]}")
                 time.sleep(1)
             snapshot_s = time.time() - started
             steps, left = [], 0
@@ -243,22 +358,30 @@ def run(rates: tuple[int, ...] = RATES, seconds: float = SECONDS, rows: int = RO
                 steps.append(_step(rate, load, watcher.latencies[found:], watcher.commits - commits))
                 if left:
                     break
-            runs = _runs(env)
+            runs = _runs(env) if path != "peer" else {}
+            batches = ([json.loads(line)["seconds"] for line in (root / "peer.log").read_text().splitlines()
+                        if line.startswith('{"batch"')] if path == "peer" else
+                       [float(s) for s in STREAM_PASS.findall((root / "stream.log").read_text())]
+                       if path == "stream" else [])
             equal = watcher.rows == _source_rows(pg.dsn)
         finally:
             watcher.stopped.set()
-            for p in reversed(processes):
+            for p, _ in reversed(processes):
                 _stop(p)
+            _end_leftovers(root)
             pg.stop()
     if left or not equal:
-        raise RuntimeError(f"{left} changes never reached silver; silver equal to the source: {equal}")
+        raise RuntimeError(f"{path}: {left} changes never applied; the table equal to the source: {equal}")
     runs_s = {k: {"n": len(v["ran"]), "ran_median_s": round(statistics.median(v["ran"]), 1),
                   "queued_median_s": round(statistics.median(v["queued"]), 1)} for k, v in sorted(runs.items())}
     run_s = max((v["ran_median_s"] for v in runs_s.values()), default=0.0)
+    if batches:
+        run_s = statistics.median(batches)
     for step in steps:  # the backlog grew when the step's last changes waited longer than its first by a run more
         step["backlog_grew"] = step["last_tenth_s"] > step["first_tenth_s"] + run_s
     return {"params": {"rates": list(rates), "seconds": seconds, "rows": rows, "roll_s": ROLL_S, "sessions": SESSIONS},
-            "snapshot_to_silver_s": round(snapshot_s, 1), "steps": steps, "runs": runs_s}
+            "snapshot_to_silver_s": round(snapshot_s, 1), "steps": steps, "runs": runs_s,
+            "batches": {"n": len(batches), "median_s": round(statistics.median(batches), 1) if batches else None}}
 
 
 def _step(rate: int, load: dict, found: list[tuple[float, float]], commits: int) -> dict:
@@ -300,7 +423,8 @@ def markdown(r: dict) -> str:
         f"snapshot reached silver {r['snapshot_to_silver_s']} s after both started. Then, at each rate in turn, "
         f"{p['sessions']} sessions committed updates for {p['seconds']:g} s (each statement alone; single-row up to "
         f"{STATEMENTS_PER_S:,} a second, above that several distinct rows a statement: the rows a statement column), "
-        "each step's changes all in silver before the next began. Freshness = when silver's commit holding the "
+        "each step's changes all in silver before the next began (then the same for plain Spark, below). "
+        "Freshness = when silver's commit holding the "
         "change was published - when the change's commit returned (silver read with pyiceberg after each of its "
         "commits); every change reached silver, and silver equals the source at the end.",
         "",
@@ -316,19 +440,64 @@ def markdown(r: dict) -> str:
         *runs,
         "",
         f"A change waits for the next landing file (at most {p['roll_s']:g} s), the landing sensor's next tick (at "
-        "most every 30 s), the queue (one run at a time) and a run that takes the new files through bronze, then "
-        "silver and history: the table's silver reads its bronze alone, so the landing sensor's run carries it, and "
-        "it does not wait for the automation, which holds silver back while a run of the bronze day it reads is in "
-        "progress (under a steady load, nearly always). The backlog grew at a rate when the step's last changes "
-        "waited longer than its first by more than a run.",
+        "most every 10 s), the run queued for its day (one run at a time: the run in progress ends first) and that "
+        "run, which takes the new files through bronze, then silver and history (silver reads of bronze what was "
+        "appended since its last run): the table's silver reads its bronze alone, so the landing sensor's run "
+        "carries it, and it does not wait for the automation. The backlog grew at a rate when the step's last "
+        "changes waited longer than its first by more than a run (the peer: a batch).",
+        "",
+        *_peer_lines(r),
         "",
         f"Held (the backlog steady, at the rate the sessions committed): {held(r):,} changes/s"
         + ("; where done/s is below the rate asked, the four sessions committed no faster on these cores beside the "
            "pipeline" if any(s["done_per_s"] < 0.95 * s["rate"] for s in r["steps"]) else "")
         + f". Target: p95 under {TARGET_P95_S:g} s at "
-        f"{TARGET_RATE:,} changes/s: **{'reached' if ok else 'not reached'}** "
-        f"({at_target['p95_s'] if at_target else 'not measured'} s).",
+        f"{TARGET_RATE:,} changes/s: the daemon alone **{'reached' if ok else 'not reached'}** "
+        f"({at_target['p95_s'] if at_target else 'not measured'} s)"
+        + (f"; with `lakehouse stream` **{'reached' if streamed['p95_s'] < TARGET_P95_S else 'not reached'}** "
+           f"({streamed['p95_s']} s)" if (streamed := next((s for s in r.get("stream", {}).get("steps", [])
+                                                             if s["rate"] == TARGET_RATE), None)) else "")
+        + ".",
     ])
+
+
+def _peer_lines(r: dict) -> list[str]:
+    stream, peer = r.get("stream"), r.get("peer")
+    if not stream or not peer:
+        return []
+    by_rate = {path: {s["rate"]: s for s in steps} for path, steps in
+               (("ours", r["steps"]), ("stream", stream["steps"]), ("peer", peer["steps"]))}
+
+    def cells(path: str, rate: int) -> str:
+        s = by_rate[path].get(rate)
+        return f"{s['done_per_s']:,} | {s['p50_s']} | {s['p95_s']} |" if s else "| | |"
+
+    def ratio(path: str, rate: int) -> str:
+        a, b = by_rate[path].get(rate), by_rate["peer"].get(rate)
+        return f"{a['p95_s'] / b['p95_s']:.2f}x" if a and b and b["p95_s"] else ""
+
+    rows = [f"| {rate:,} | {cells('ours', rate)} {cells('stream', rate)} {cells('peer', rate)} "
+            f"{ratio('ours', rate)} | {ratio('stream', rate)} |" for rate in sorted(by_rate["ours"])]
+    return [
+        "The same steps on a PostgreSQL and capture of their own, twice more: with `lakehouse stream --source` "
+        "running beside the daemon (one long-lived process taking each table's new files through bronze, silver and "
+        "history every second, the same code as the assets; the landing sensor quiet meanwhile), and applied by "
+        "plain Spark instead of ours (a PySpark process of its own importing nothing of ours: Structured "
+        f"Streaming's file source takes the new landing files every {PEER_TRIGGER_S} s and each micro-batch's "
+        "latest change per key is MERGEd into an Iceberg table with Iceberg's defaults, in a Hadoop catalog: no "
+        "quarantine, no history, no checks, no audit branch).",
+        "",
+        "| changes/s asked | daemon: done/s | p50 (s) | p95 (s) | stream: done/s | p50 (s) | p95 (s) | plain Spark: "
+        "done/s | p50 (s) | p95 (s) | daemon / plain Spark, p95 | stream / plain Spark, p95 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"Snapshot applied after: daemon {r['snapshot_to_silver_s']} s, stream {stream['snapshot_to_silver_s']} s, "
+        f"plain Spark {peer['snapshot_to_silver_s']} s. The stream's passes that took files: {stream['batches']['n']}, "
+        f"median {stream['batches']['median_s']} s; plain Spark's batches: {peer['batches']['n']}, median "
+        f"{peer['batches']['median_s']} s. Held: daemon {held(r):,}, stream {held(stream):,}, plain Spark "
+        f"{held(peer):,} changes/s.",
+    ]
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from ..landing.reader import (
     read_contents,
     read_landing,
 )
+from ..landing.taken import newest_in_log
 from ..landing.versions import (
     APPENDED,
     CHANGED,
@@ -151,6 +152,7 @@ class LandingSource:
 class IngestReport:
     files_listed: int
     files_read: int = 0
+    taken: list[str] = field(default_factory=list)  # the files read (the last attempt's)
     records_in: int = 0
     waiting: list[str] = field(default_factory=list)  # files left for a later run: not settled or not ready
     kept: CommitResult | None = None
@@ -275,14 +277,10 @@ def _history(ingest_log: TableHandle, source: str, files: list[str], base: int |
     """The log's newest row of each of `files`, read at snapshot `base`."""
     if base is None or not files:
         return {}
-    rows = ingest_log.read(snapshot_id=base).where((F.col("source") == source) & of_files(files))
-    newest = rows.groupBy("source_file").agg(F.max_by(
-        F.struct("size", F.unix_millis("modified").alias("modified_ms"), "etag", "sha256", "lines", "version"),
-        F.coalesce(F.col("version"), F.lit(0))).alias("t")).collect()
-    return {
-        r.source_file: Taken(r.t.version or 0, r.t.size, r.t.modified_ms, r.t.sha256, r.t.lines, r.t.etag)
-        for r in newest
-    }
+    days: set[dt.date | None] = {landing_date_value(f) for f in files}
+    newest = newest_in_log(ingest_log.iceberg(), source, None if None in days else days,  # type: ignore[arg-type]
+                           snapshot_id=base)
+    return {f: newest[f] for f in files if f in newest}
 
 
 def look(lakehouse: LakehouseResource, source: LandingSource, ingest_log: TableHandle, files: list[str],
@@ -425,7 +423,7 @@ def ingest(
         if take.decisions:
             with report.timed("read files"):
                 read_take(lakehouse, source, take, now, log)
-        report.files_read, report.waiting = len(take.decisions), sorted(take.waiting)
+        report.files_read, report.taken, report.waiting = len(take.decisions), sorted(take.decisions), sorted(take.waiting)
         report.records_in = sum(take.records().values())  # this attempt's (0 when it takes nothing), not an earlier's
         if not take.decisions:
             return None

@@ -40,11 +40,30 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     from ..runtime.resource import LakehouseResource
 
     project = load_project(settings.project, settings.project_origin)
-    if args.source is not None and args.source not in project.events:
-        raise LookupError(f"no event source {args.source!r}; the declaration has {sorted(project.events)}")
+    cdc_sources = {t.source for t in project.cdc.values()}
+    if args.source is not None and args.source not in project.events and args.source not in cdc_sources:
+        raise LookupError(f"no event or CDC source {args.source!r}; the declaration has events "
+                          f"{sorted(project.events)} and CDC sources {sorted(cdc_sources)}")
     log = progress(args.json, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if args.source in cdc_sources:
+        from dataclasses import asdict
+
+        from ..live.cdc_stream import CdcStream
+
+        cdc = CdcStream(project, LakehouseResource(), args.source, poll_seconds=args.poll_seconds,
+                        instance=None if args.no_dagster else dagster_instance(log), log=log)
+        try:
+            passes = cdc.run(until_idle=args.until_idle, max_seconds=args.max_seconds, stop=stop)
+        except KeyboardInterrupt:
+            passes = cdc.passes
+        if args.json:
+            print(json.dumps([asdict(p) for p in passes], indent=2))
+        else:
+            print(f"{len(passes)} passes, {sum(p.files for p in passes)} files, "
+                  f"{sum(p.changes_applied for p in passes)} changes applied")
+        return 0
     stream = EventStream(
         project, LakehouseResource(), project.events[args.source] if args.source else None,
         checkpoint=args.checkpoint, trigger_seconds=args.trigger_seconds, max_files_per_batch=args.max_files,
@@ -74,9 +93,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_capture)
 
-    p = sub.add_parser("stream", help="stream an event source's new landing files to bronze, silver and minute gold")
-    p.add_argument("--source", help="the `events:` entry of the declaration (default: the only one)")
+    p = sub.add_parser("stream", help="stream an event source's new landing files to bronze, silver and minute gold, "
+                       "or a CDC source's to bronze, silver and history")
+    p.add_argument("--source", help="the `events:` or `cdc:` entry of the declaration (default: the only event source)")
     p.add_argument("--trigger-seconds", type=float, default=5.0, help="how often a micro-batch starts")
+    p.add_argument("--poll-seconds", type=float, default=1.0, help="a CDC source: how often its landing folders are "
+                   "looked at")
     p.add_argument("--max-files", type=int, help="at most this many files per micro-batch")
     p.add_argument("--sweep-seconds", type=float, help="how often, between batches, the recent day folders are "
                    "looked at again for files changed after they were taken (default 10)")

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, In, Reference
 from pyiceberg.expressions.literals import literal
+from pyiceberg.table import Table
 
 from ..project.model import INGEST_LOG
 from ..runtime.catalog import catalog_for, metadata_pointer
@@ -30,6 +31,19 @@ def newest_versions(rows: list[dict]) -> dict[str, Taken]:
             newest[row["source_file"]] = Taken(version, row.get("size"), epoch_ms(row.get("modified")),
                                                row.get("sha256"), row.get("lines"), row.get("etag"))
     return newest
+
+
+def newest_in_log(table: Table, source: str, days: Iterable[dt.date] | None = None,
+                  snapshot_id: int | None = None) -> dict[str, Taken]:
+    """The newest ingest log row of each file of `source` (of those landing `days`, or all), in `table` (the log)
+    as it is now or at `snapshot_id`. The log is partitioned by landing day: a day's look-up reads that day."""
+    row_filter: BooleanExpression = EqualTo(term=Reference("source"), value=literal(source))
+    if days is not None:
+        row_filter = And(row_filter, In("landing_date", {d.isoformat() for d in days}))  # type: ignore[arg-type, call-arg]
+    names = {f.name for f in table.schema().fields}
+    rows = table.scan(row_filter=row_filter, selected_fields=tuple(c for c in _IDENTITY if c in names),
+                      snapshot_id=snapshot_id).to_arrow().to_pylist()
+    return newest_versions(rows)
 
 
 class TakenIndex:
@@ -53,14 +67,8 @@ class TakenIndex:
         cached = self._answers.get(key)
         if cached is not None and cached[0] == location:
             return cached[1]
-        row_filter: BooleanExpression = EqualTo(term=Reference("source"), value=literal(source))
-        if days is not None:
-            row_filter = And(row_filter, In("landing_date", {d.isoformat() for d in days}))  # type: ignore[arg-type, call-arg]
         table = catalog.load_table((settings.namespace, INGEST_LOG))
-        names = {f.name for f in table.schema().fields}
-        rows = table.scan(row_filter=row_filter, selected_fields=tuple(c for c in _IDENTITY if c in names)) \
-            .to_arrow().to_pylist()
-        newest = newest_versions(rows)
+        newest = newest_in_log(table, source, days)
         if len(self._answers) > self.MAX_ENTRIES:
             self._answers.clear()
         # Cached under the metadata actually read, which is newer than `location` if a commit came in between.

@@ -376,7 +376,7 @@ def _write_history(staged_history: StagedWrite, recomputed: DataFrame, since) ->
                                   evolve=False))
 
 
-def _apply_window(lakehouse: LakehouseResource, info: CdcTable, bronze: TableSpec, run_id: str,
+def apply_window(lakehouse: LakehouseResource, info: CdcTable, bronze: TableSpec, run_id: str,
                   window: Window) -> tuple[list, list[AssetCheckResult], int, str]:
     """One attempt at a window's changes: history and the current state staged on branches, audited and
     published together. Returns the two commits (history's, then current's; none when a check failed), the
@@ -480,7 +480,7 @@ def silver_cdc_asset(info: CdcTable, bronze: TableSpec, partitions: PartitionsDe
         start, end = context.partition_time_window
         window = Window.of_days("landing_date", start, end, as_date=True)
         (commits, checks, applied, read), retries = with_commit_retries(
-            lambda: _apply_window(lakehouse, info, bronze, context.run_id, window), current.name, context.log.info)
+            lambda: apply_window(lakehouse, info, bronze, context.run_id, window), current.name, context.log.info)
         if not commits:
             yield from reported(context, checks)
             raise_if_failed(checks)
