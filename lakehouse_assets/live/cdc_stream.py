@@ -34,7 +34,7 @@ from ..errors import ConfigurationError
 from ..landing.reader import day_folders, landing_date_value, list_landing_files
 from ..landing.zones import source_root
 from ..project import CdcTable, Project
-from ..runtime.commit import CommitResult, Window, with_commit_retries
+from ..runtime.commit import Window, with_commit_retries
 from ..runtime.resource import LakehouseResource
 from ..runtime.status import heartbeat_file
 from ..silver.cdc import apply_window
@@ -120,40 +120,39 @@ class CdcStream:
             return
         self.last_activity = time.monotonic()
         days = sorted({d for f in report.taken if (d := landing_date_value(f)) is not None})
-        self._materialized(landing.bronze.name, days, report.kept, report.metadata(report.kept))
+        # Told to Dagster together once silver is applied too: the automation never sees bronze's commit without
+        # silver's, and requests no run of silver for what the stream applies.
+        events: list = self._materialized(landing.bronze.name, days, report.metadata(report.kept))
         if report.quarantined is not None:
-            self._materialized(landing.quarantine.name, days, report.quarantined,
-                               report.metadata(report.quarantined))
+            events += self._materialized(landing.quarantine.name, days, report.metadata(report.quarantined))
         applied = 0
         for day in days:
             window = Window.of_days("landing_date", dt.datetime.combine(day, dt.time(), UTC),
                                     dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), UTC), as_date=True)
             (commits, checks, changes, read), _ = with_commit_retries(
                 partial(apply_window, self.lakehouse, table, landing.bronze, run_id, window), table.silver, self.log)
-            for check in checks:
-                self._report(AssetCheckEvaluation(
-                    asset_key=check.asset_key or AssetKey(table.silver), check_name=check.check_name or "",
-                    passed=check.passed, metadata=check.metadata, severity=check.severity,
-                    description=check.description))
+            events += [AssetCheckEvaluation(
+                asset_key=check.asset_key or AssetKey(table.silver), check_name=check.check_name or "",
+                passed=check.passed, metadata=check.metadata, severity=check.severity, description=check.description)
+                for check in checks]
             if not commits:
                 self.log(f"{table.silver} {day}: a check failed; nothing published (the daily asset reports it)")
                 continue
             applied += changes
             counts = {"changes_read": MetadataValue.int(changes), "bronze_read": MetadataValue.text(read)}
             for name, commit in zip((table.history, table.silver), commits):
-                self._materialized(name, [day], commit, {**commit.metadata(), **counts})
+                events += self._materialized(name, [day], {**commit.metadata(), **counts})
+        if self.instance is not None:
+            for event in events:
+                self.instance.report_runless_asset_event(event)
         seconds = time.monotonic() - began
         self.passes.append(Pass(table.name, report.files_read, report.records_in, applied, seconds))
         self.log(f"{table.landing}: {report.files_read} files, {report.records_in} records, {applied} changes "
                  f"applied in {seconds:.1f} s")
 
-    def _report(self, event) -> None:
-        if self.instance is not None:
-            self.instance.report_runless_asset_event(event)
-
-    def _materialized(self, asset: str, days: list[dt.date], commit: CommitResult, metadata: dict) -> None:
-        for day in days:
-            self._report(AssetMaterialization(asset_key=asset, partition=day.isoformat(), metadata=metadata))
+    @staticmethod
+    def _materialized(asset: str, days: list[dt.date], metadata: dict) -> list:
+        return [AssetMaterialization(asset_key=asset, partition=day.isoformat(), metadata=metadata) for day in days]
 
 
 def _in_reference_order(tables: list[CdcTable]) -> list[CdcTable]:
