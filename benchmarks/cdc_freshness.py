@@ -288,23 +288,11 @@ def run(rates: tuple[int, ...] = RATES, seconds: float = SECONDS, rows: int = RO
 
 
 def _measure(path: str, rates: tuple[int, ...], seconds: float, rows: int) -> dict:
+    """One path ("ours": the daemon alone; "stream": `lakehouse stream` beside it; "peer": plain Spark) on a
+    PostgreSQL and lake of its own."""
     with tempfile.TemporaryDirectory(prefix="lakehouse-fresh-", ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
-        today = dt.datetime.now(dt.timezone.utc).date()
-        (root / "lakehouse.yaml").write_text(DECLARATION.format(start=today - dt.timedelta(days=1)))
-        dagster_home = root / "dagster"
-        dagster_home.mkdir()
-        shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
-        (dagster_home / "workspace.yaml").write_text(
-            "load_from:\n  - python_module:\n      module_name: lakehouse_assets.definitions\n"
-            "      location_name: lakehouse\n")
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_HOME"))},
-               "DAGSTER_HOME": str(dagster_home), "LAKEHOUSE_HOME": str(root / "home"),
-               "LAKEHOUSE_PROJECT": str(root / "lakehouse.yaml"), "LAKEHOUSE_LANDING": str(root / "landing"),
-               "LAKEHOUSE_NAMESPACE": NAMESPACE, "LAKEHOUSE_DAGSTER_STORAGE": str(dagster_home / "storage"),
-               "LAKEHOUSE_DAGSTER_LOGS": str(dagster_home / "logs"),
-               "LAKEHOUSE_PII_KEY": "bench-key-for-pseudonyms-in-benchmarks"}
-        settings = Settings.from_env(home=root / "home", project=str(root / "lakehouse.yaml"), namespace=NAMESPACE)
+        env, settings = _lake(root)
         pg = ThrowawayPostgres(root / "pg").start()
         processes: list[tuple[subprocess.Popen, str]] = []
         if path != "peer":
@@ -317,35 +305,10 @@ def _measure(path: str, rates: tuple[int, ...], seconds: float, rows: int) -> di
                 cur.execute("CREATE TABLE items (id bigint PRIMARY KEY, v bigint NOT NULL, qty int, note text)")
                 cur.execute("INSERT INTO items SELECT g, 0, g %% 7, 'item ' || g FROM generate_series(1, %s) g",
                             (rows,))
-            bin_dir = Path(sys.executable).parent
             started = time.time()
-            processes.append((_start([str(bin_dir / "lakehouse"), "capture", "--source", "fresh", "--dsn", pg.dsn,
-                                      "--roll-seconds", str(ROLL_S), "--json"], env, root, "capture.log"),
-                              "capture.log"))
-            if path != "peer":
-                processes.append((_start([str(bin_dir / "dagster-daemon"), "run", "-w",
-                                          str(dagster_home / "workspace.yaml")], env, root, "daemon.log"),
-                                  "daemon.log"))
-            if path == "stream":
-                processes.append((_start([str(bin_dir / "lakehouse"), "stream", "--source", "fresh",
-                                          "--poll-seconds", "1"], env, root, "stream.log"), "stream.log"))
-            elif path == "peer":
-                (root / "landing" / "cdc" / "items").mkdir(parents=True, exist_ok=True)
-                processes.append((_start([sys.executable, "-c", PEER, str(root / "landing" / "cdc" / "items"),
-                                          str(root / "peer"), str(root / "checkpoint"),
-                                          ",".join(map(str, jars_for({"iceberg"}))), settings.spark_master,
-                                          settings.driver_memory, str(PEER_TRIGGER_S)],
-                                         {k: v for k, v in env.items() if k != "PYTHONPATH"}, root, "peer.log"),
-                                  "peer.log"))
+            processes += _launch(path, root, env, settings, pg.dsn)
             watcher.start()
-            while len(watcher.rows) < rows:  # the snapshot applied
-                for p, log in processes:
-                    if p.poll() is not None:
-                        raise RuntimeError(f"{log} ended: {(root / log).read_text()[-3000:]}")
-                if time.time() - started > DRAIN_S:
-                    raise RuntimeError(f"the snapshot was not applied after {DRAIN_S} s: "
-                                       f"{(root / processes[-1][1]).read_text()[-3000:]}")
-                time.sleep(1)
+            _await_snapshot(watcher, processes, root, rows, started)
             snapshot_s = time.time() - started
             steps, left = [], 0
             for rate in rates:  # each step drained before the next: its changes are its own
@@ -359,10 +322,7 @@ def _measure(path: str, rates: tuple[int, ...], seconds: float, rows: int) -> di
                 if left:
                     break
             runs = _runs(env) if path != "peer" else {}
-            batches = ([json.loads(line)["seconds"] for line in (root / "peer.log").read_text().splitlines()
-                        if line.startswith('{"batch"')] if path == "peer" else
-                       [float(s) for s in STREAM_PASS.findall((root / "stream.log").read_text())]
-                       if path == "stream" else [])
+            batches = _batches(path, root)
             equal = watcher.rows == _source_rows(pg.dsn)
         finally:
             watcher.stopped.set()
@@ -374,14 +334,74 @@ def _measure(path: str, rates: tuple[int, ...], seconds: float, rows: int) -> di
         raise RuntimeError(f"{path}: {left} changes never applied; the table equal to the source: {equal}")
     runs_s = {k: {"n": len(v["ran"]), "ran_median_s": round(statistics.median(v["ran"]), 1),
                   "queued_median_s": round(statistics.median(v["queued"]), 1)} for k, v in sorted(runs.items())}
-    run_s = max((v["ran_median_s"] for v in runs_s.values()), default=0.0)
-    if batches:
-        run_s = statistics.median(batches)
+    run_s = statistics.median(batches) if batches else max((v["ran_median_s"] for v in runs_s.values()), default=0.0)
     for step in steps:  # the backlog grew when the step's last changes waited longer than its first by a run more
         step["backlog_grew"] = step["last_tenth_s"] > step["first_tenth_s"] + run_s
     return {"params": {"rates": list(rates), "seconds": seconds, "rows": rows, "roll_s": ROLL_S, "sessions": SESSIONS},
             "snapshot_to_silver_s": round(snapshot_s, 1), "steps": steps, "runs": runs_s,
             "batches": {"n": len(batches), "median_s": round(statistics.median(batches), 1) if batches else None}}
+
+
+def _lake(root: Path) -> tuple[dict, Settings]:
+    """A declaration, lake and Dagster instance under `root`: the processes' environment and the settings."""
+    today = dt.datetime.now(dt.timezone.utc).date()
+    (root / "lakehouse.yaml").write_text(DECLARATION.format(start=today - dt.timedelta(days=1)))
+    dagster_home = root / "dagster"
+    dagster_home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    (dagster_home / "workspace.yaml").write_text(
+        "load_from:\n  - python_module:\n      module_name: lakehouse_assets.definitions\n"
+        "      location_name: lakehouse\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("LAKEHOUSE_", "DAGSTER_HOME"))},
+           "DAGSTER_HOME": str(dagster_home), "LAKEHOUSE_HOME": str(root / "home"),
+           "LAKEHOUSE_PROJECT": str(root / "lakehouse.yaml"), "LAKEHOUSE_LANDING": str(root / "landing"),
+           "LAKEHOUSE_NAMESPACE": NAMESPACE, "LAKEHOUSE_DAGSTER_STORAGE": str(dagster_home / "storage"),
+           "LAKEHOUSE_DAGSTER_LOGS": str(dagster_home / "logs"),
+           "LAKEHOUSE_PII_KEY": "bench-key-for-pseudonyms-in-benchmarks"}
+    return env, Settings.from_env(home=root / "home", project=str(root / "lakehouse.yaml"), namespace=NAMESPACE)
+
+
+def _launch(path: str, root: Path, env: dict, settings: Settings, dsn: str) -> list[tuple[subprocess.Popen, str]]:
+    """The capture, and the path's processes: the daemon (and the stream), or the peer."""
+    bin_dir = Path(sys.executable).parent
+    processes = [(_start([str(bin_dir / "lakehouse"), "capture", "--source", "fresh", "--dsn", dsn,
+                          "--roll-seconds", str(ROLL_S), "--json"], env, root, "capture.log"), "capture.log")]
+    if path != "peer":
+        processes.append((_start([str(bin_dir / "dagster-daemon"), "run", "-w", str(root / "dagster" / "workspace.yaml")],
+                                 env, root, "daemon.log"), "daemon.log"))
+    if path == "stream":
+        processes.append((_start([str(bin_dir / "lakehouse"), "stream", "--source", "fresh", "--poll-seconds", "1"],
+                                 env, root, "stream.log"), "stream.log"))
+    elif path == "peer":
+        (root / "landing" / "cdc" / "items").mkdir(parents=True, exist_ok=True)
+        processes.append((_start([sys.executable, "-c", PEER, str(root / "landing" / "cdc" / "items"),
+                                  str(root / "peer"), str(root / "checkpoint"),
+                                  ",".join(map(str, jars_for({"iceberg"}))), settings.spark_master,
+                                  settings.driver_memory, str(PEER_TRIGGER_S)],
+                                 {k: v for k, v in env.items() if k != "PYTHONPATH"}, root, "peer.log"), "peer.log"))
+    return processes
+
+
+def _await_snapshot(watcher: _Watcher, processes: list[tuple[subprocess.Popen, str]], root: Path, rows: int,
+                    started: float) -> None:
+    while len(watcher.rows) < rows:  # the snapshot applied
+        for p, log in processes:
+            if p.poll() is not None:
+                raise RuntimeError(f"{log} ended: {(root / log).read_text()[-3000:]}")
+        if time.time() - started > DRAIN_S:
+            raise RuntimeError(f"the snapshot was not applied after {DRAIN_S} s: "
+                               f"{(root / processes[-1][1]).read_text()[-3000:]}")
+        time.sleep(1)
+
+
+def _batches(path: str, root: Path) -> list[float]:
+    """The seconds of each of the peer's batches, or of each of the stream's passes that took files."""
+    if path == "peer":
+        return [json.loads(line)["seconds"] for line in (root / "peer.log").read_text().splitlines()
+                if line.startswith('{"batch"')]
+    if path == "stream":
+        return [float(s) for s in STREAM_PASS.findall((root / "stream.log").read_text())]
+    return []
 
 
 def _step(rate: int, load: dict, found: list[tuple[float, float]], commits: int) -> dict:
