@@ -11,6 +11,9 @@ reference others are applied after them in the same pass.
 Exactly once: bronze takes a file once (the ingest log) and re-applying changes to silver changes nothing, so a
 crash anywhere is repaired by the next pass, or by the daily assets' next run.
 
+A pass starts only when the listing and the ingest log's index (no Spark) show a file the log does not hold as
+it is now; a file that cannot be placed is logged once and left, as the landing sensor leaves it.
+
 While it runs, its heartbeat per table keeps the tables' landing sensors quiet; each commit is reported to the
 Dagster instance as a run-less materialisation of its asset and landing day, so the automation, freshness and
 the UI see it like a run's.
@@ -28,11 +31,14 @@ from functools import partial
 
 from dagster import AssetCheckEvaluation, AssetKey, AssetMaterialization, DagsterInstance, MetadataValue
 
+from ..automation.partitions import daily_partitions
 from ..bronze.assets import cdc_landing_source
-from ..bronze.ingest import ingest
+from ..bronze.ingest import LandingSource, ingest
 from ..errors import ConfigurationError
-from ..landing.reader import day_folders, landing_date_value, list_landing_files
-from ..landing.zones import source_root
+from ..landing.reader import landing_date_value
+from ..landing.taken import TakenIndex
+from ..landing.versions import needs_a_look
+from ..landing.zones import landing_zone, refusals, source_root
 from ..project import CdcTable, Project
 from ..runtime.commit import Window, with_commit_retries
 from ..runtime.resource import LakehouseResource
@@ -66,6 +72,10 @@ class CdcStream:
                                      "taken by `lakehouse kafka` and the topic sensors, not from landing files")
         self.project, self.lakehouse, self.source = project, lakehouse, source
         self.tables = _in_reference_order(tables)
+        self.landings = {t.name: cdc_landing_source(t, project.landing) for t in tables}
+        self.partitions = daily_partitions(lakehouse.settings.start_date or project.start_date)
+        self._taken = TakenIndex()  # what the ingest log holds, reread only when the log moved
+        self._refused: set[str] = set()  # files that cannot be placed, logged once
         self.poll_seconds, self.instance, self.log = poll_seconds, instance, log
         self.passes: list[Pass] = []
         self.last_activity = time.monotonic()
@@ -103,18 +113,29 @@ class CdcStream:
                 beat.unlink(missing_ok=True)
         return self.passes
 
+    def _new_files(self, landing: LandingSource, since: dt.date) -> list[str]:
+        """The files of the day folders from `since` on that the ingest log does not hold as they are now, as the
+        landing sensor finds them (a listing and the log's index: no Spark); those that cannot be placed are
+        logged once and left."""
+        settings = self.lakehouse.settings
+        listed = landing_zone(settings).list(landing.name, since=since)
+        taken = self._taken.taken(settings, landing.name, {f.day for f in listed if f.day is not None})
+        new = [f.uri for f in listed if needs_a_look(f.stat, taken.get(f.uri))]
+        refused = refusals(new, source_root(settings, landing.name), self.partitions)
+        for uri in sorted(set(refused) - self._refused):
+            self.log(f"{landing.name}: not ingested: {uri}: {refused[uri]}")
+        self._refused |= set(refused)
+        return sorted(set(new) - set(refused))
+
     def _pass(self, table: CdcTable) -> None:
         began = time.monotonic()
-        settings = self.lakehouse.settings
-        landing = cdc_landing_source(table, self.project.landing)
+        landing = self.landings[table.name]
         today = dt.datetime.now(UTC).date()
-        start, end = today - dt.timedelta(days=1), today + dt.timedelta(days=1)
-        files, _ = list_landing_files(self.lakehouse.spark, day_folders(settings.landing, landing.name, start, end),
-                                      source_root(settings, landing.name))
+        files = self._new_files(landing, today - dt.timedelta(days=1))
         if not files:
             return
         run_id = f"stream-{uuid.uuid4().hex[:12]}"
-        report = ingest(self.lakehouse, landing, files, run_id, f"{start.isoformat()}..{today.isoformat()}",
+        report = ingest(self.lakehouse, landing, files, run_id, f"{today - dt.timedelta(days=1)}..{today}",
                         log=lambda _: None)
         if not report.files_read or report.kept is None or report.kept.snapshot_id is None:
             return

@@ -56,6 +56,7 @@ from dagster import (
     PartitionsDefinition,
     multi_asset,
 )
+from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
@@ -171,19 +172,18 @@ def _applied_through(tables: tuple[TableHandle, ...], bronze: str, window: Windo
     """The bronze snapshot through which the window's changes are in silver: the one the newest of this asset's
     commits for the same window read, the same in both tables (history's and the current state's); None when
     there is no such commit or the two tables name different ones."""
-    found = set()
-    for handle in tables:
-        table = handle.iceberg()
-        snapshot, read = table.current_snapshot(), None
-        while snapshot is not None and read is None:
-            summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-            if summary.get(ASSET) == handle.name and summary.get(PARTITIONS) == window.label:
-                read = json.loads(summary.get(READ_SNAPSHOTS, "{}")).get(bronze, [None])[0]
-                break
-            parent = snapshot.parent_snapshot_id
-            snapshot = table.snapshot_by_id(parent) if parent is not None else None
-        found.add(read)
+    found = {_read_by_last_commit(handle, bronze, window.label) for handle in tables}
     return found.pop() if len(found) == 1 else None
+
+
+def _read_by_last_commit(handle: TableHandle, upstream: str, label: str) -> int | None:
+    """The snapshot of `upstream` that the newest commit of `handle`'s asset for the window `label` read."""
+    table = handle.iceberg()
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if summary.get(ASSET) == handle.name and summary.get(PARTITIONS) == label:
+            return json.loads(summary.get(READ_SNAPSHOTS, "{}")).get(upstream, [None])[0]
+    return None
 
 
 def changes(lakehouse: LakehouseResource, info: CdcTable, bronze: TableHandle, window: Window,

@@ -19,7 +19,7 @@ from typing import Protocol
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Operation, Snapshot
+from pyiceberg.table.snapshots import Operation, Snapshot, ancestors_of
 from pyiceberg.transforms import DayTransform
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -187,14 +187,15 @@ class TableHandle:
         over, as Iceberg's incremental scan passes over it."""
         self.require(reader)
         table = self.iceberg()
-        current = snapshot = table.current_snapshot()
-        while snapshot is not None and snapshot.snapshot_id != since:
+        current = table.current_snapshot()
+        for snapshot in ancestors_of(current, table.metadata):
+            if snapshot.snapshot_id == since:
+                break
             if snapshot.summary is None or snapshot.summary.operation not in (Operation.APPEND, Operation.REPLACE):
                 return None
-            parent = snapshot.parent_snapshot_id
-            snapshot = table.snapshot_by_id(parent) if parent is not None else None
-        if current is None or snapshot is None:
+        else:
             return None
+        assert current is not None
         if reader:
             _noted().update({self.name: [current.snapshot_id, round(time.time() * 1000)]})
         if since == current.snapshot_id:

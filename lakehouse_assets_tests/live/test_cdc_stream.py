@@ -23,7 +23,8 @@ def test_changes_landing_while_the_stream_runs_reach_silver_and_history(lake_set
     """Three takes of a day's change files (out-of-order and redelivered changes, key changes, deletes among them)
     land one after another in today's folders while the stream runs: silver and history end equal to the source,
     each take read once, later passes reading of bronze only what was appended; the landing sensors stay quiet
-    meanwhile, and each commit is a materialisation of its asset and landing day in the instance."""
+    meanwhile, each commit is a materialisation of its asset and landing day in the instance, and a file in a
+    future day's folder is reported once and left."""
     today = dt.datetime.now(dt.timezone.utc).date()
     generated = generate_cdc(tmp_path / "generated", [dt.date(2025, 1, 1)], changes_per_day=120,
                              malformed_rate=0.0, late_share=0.1, duplicate_rate=0.05)
@@ -34,7 +35,11 @@ def test_changes_landing_while_the_stream_runs_reach_silver_and_history(lake_set
     lakehouse = LakehouseResource(home=str(lake_settings.home), spark_master=lake_settings.spark_master,
                                   namespace=f"t_cdc_stream_{uuid.uuid4().hex[:6]}", landing=str(landing))
     instance = DagsterInstance.ephemeral()
-    stream = CdcStream(SHOP, lakehouse, "shop", poll_seconds=0.5, instance=instance, log=lambda _: None)
+    future = landing / "cdc" / "orders" / f"date={today + dt.timedelta(days=3)}" / "early.jsonl"
+    future.parent.mkdir(parents=True)
+    future.write_text("{}\n")  # a day no partition holds yet: refused, reported once, never in the way
+    logged: list[str] = []
+    stream = CdcStream(SHOP, lakehouse, "shop", poll_seconds=0.5, instance=instance, log=logged.append)
     stop, failed = threading.Event(), []
 
     def run() -> None:
@@ -66,6 +71,9 @@ def test_changes_landing_while_the_stream_runs_reach_silver_and_history(lake_set
         thread.join(timeout=300)
     assert not failed, failed
     assert not stream_is_running(lake_settings.home, "cdc/orders"), "the heartbeat ends with the stream"
+    [refused] = [line for line in logged if "not ingested" in line]
+    assert refused.startswith("cdc/orders: not ingested: ") and refused.endswith(
+        f"/date={today + dt.timedelta(days=3)}/early.jsonl: landing day {today + dt.timedelta(days=3)} is in the future")
 
     assert len(tables) == 2
     for table in tables:
