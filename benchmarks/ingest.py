@@ -207,7 +207,11 @@ def markdown(results: dict) -> str:
                "line reader parses the bytes once instead, as Spark's JSON data source does (in this benchmark, "
                "2.28x plain Spark before it). What is left beyond plain Spark is mostly the Parquet writer on the "
                "raw payload beside the typed columns, the typing and the reasons, and reading back what was "
-               "staged (`count kept`).")
+               "staged (`count kept`). Profiled again on Spark 4.1 (the same recorder): a fifth of the run's CPU "
+               "was Parquet's dictionary encoding probing dictionaries of up to 2 MiB a column (Iceberg's default) "
+               "for columns of many distinct values (ids, addresses, the raw lines); bronze's dictionaries are kept "
+               "to 128 KiB a column (`write.parquet.dict-size-bytes`), and the same 1.7M bronze rows are written "
+               "in 5.1 s instead of 6.7 s by Iceberg alone, into files 2% larger.")
     return "\n".join([
         f"### Ingest: {rows:,} JSON lines ({p['days']} days, {p['files']} files) to Parquet",
         "",
