@@ -21,8 +21,10 @@ from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, Snapshot, ancestors_of
 from pyiceberg.transforms import DayTransform
-from pyspark.sql import DataFrame, SparkSession
+from pyiceberg.types import StructType
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ..errors import UpstreamMissingError
 from ..settings import Settings
@@ -31,6 +33,33 @@ from .ddl import ensure_table
 from .registry import TableSpec
 
 _EPOCH = dt.date(1970, 1, 1)  # Iceberg's day transform counts days from it
+
+
+def _by_field_id(field: Callable[[str], Column], then: StructType, then_spark: T.StructType, now: StructType,
+                 now_spark: T.StructType) -> list[tuple[str, Column]]:
+    """The fields of a struct as it is now (`now`, `now_spark`), each the value of the field of the same id in the
+    struct as it was (`field(name)` of `then`, `then_spark`), or null when the field is new; a struct within is
+    matched field by field the same way (a column added to a struct since: Spark casts no struct to one of
+    more fields), a type widened since is cast."""
+    old = {f.field_id: f for f in then.fields}
+    out = []
+    for f in now.fields:
+        dtype = now_spark[f.name].dataType
+        was = old.get(f.field_id)
+        if was is None:
+            out.append((f.name, F.lit(None).cast(dtype)))
+            continue
+        column, had = field(was.name), then_spark[was.name].dataType
+        if had == dtype:
+            out.append((f.name, column))
+        elif isinstance(f.field_type, StructType) and isinstance(was.field_type, StructType) \
+                and isinstance(dtype, T.StructType) and isinstance(had, T.StructType):
+            inner = _by_field_id(column.getField, was.field_type, had, f.field_type, dtype)
+            out.append((f.name, F.when(column.isNull(), F.lit(None).cast(dtype))
+                        .otherwise(F.struct(*[c.alias(n) for n, c in inner]))))
+        else:
+            out.append((f.name, column.cast(dtype)))
+    return out
 
 
 class Engine(Protocol):
@@ -153,18 +182,10 @@ class TableHandle:
         current = table.schema()
         if snapshot is None or snapshot.schema_id is None or snapshot.schema_id == current.schema_id:
             return df
-        then = {f.field_id: f for f in table.schemas()[snapshot.schema_id].fields}
         now = self.spark.read.table(self.id).schema
-        columns = []
-        for field in current.fields:
-            dtype = now[field.name].dataType
-            old = then.get(field.field_id)
-            if old is None:
-                columns.append(F.lit(None).cast(dtype).alias(field.name))
-            else:
-                column = F.col(f"`{old.name}`")
-                columns.append((column if df.schema[old.name].dataType == dtype else column.cast(dtype)).alias(field.name))
-        return df.select(columns)
+        return df.select([c.alias(name) for name, c in _by_field_id(
+            lambda name: F.col(f"`{name}`"), table.schemas()[snapshot.schema_id].as_struct(), df.schema,
+            current.as_struct(), now)])
 
     def read_pinned(self, reader: str = "") -> tuple[DataFrame, int]:
         """The rows at the current snapshot, fixed now, and that snapshot's id."""

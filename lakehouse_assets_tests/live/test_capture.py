@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 
 from lakehouse_assets.build import build_definitions
 from lakehouse_assets.landing.reader import _read_lines
+from lakehouse_assets.live.cdc_stream import CdcStream
 from lakehouse_assets.project import load_project
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
@@ -510,6 +511,13 @@ def read_the_same_however_written(spark, root):
 
 def silver_is_the_source(spark, lake_settings, root, pg, mode):
     lakehouse = apply(spark, lake_settings, root, mode, f"t_capture_{mode}_{uuid.uuid4().hex[:6]}")
+    assert_silver_is_the_source(lakehouse, pg, mode)
+    return lakehouse
+
+
+def assert_silver_is_the_source(lakehouse, pg, mode):
+    """Silver and history of both tables hold the source's rows, bronze the snapshot at one position and the
+    unchanged TOASTed values of key changes, the quarantine nothing."""
     key = pii_key(lakehouse.settings)
     accounts = {k: as_silver(r, key) for k, r in source_rows(pg.dsn, "accounts").items()}
     assert any(r.get("tier") for r in accounts.values()), "the column added half way has values"
@@ -538,7 +546,58 @@ def silver_is_the_source(spark, lake_settings, root, pg, mode):
     snapshot = bronze.where("op = 'r'").select("change_position").distinct().collect()
     assert bronze.where("op = 'r'").count() == 200 and len(snapshot) == 1, "one position for the whole snapshot"
     assert lakehouse.spark.table(lakehouse.table_id("bronze_cdc_accounts_quarantine")).count() == 0
-    return lakehouse
+
+
+def test_the_stream_applies_a_running_capture_as_it_lands_and_silver_equals_the_source(spark, lake_settings, source):
+    """`lakehouse stream` beside a running capture, as deployed for minute freshness: while four sessions commit
+    1,000 transactions (key changes of rows whose TOASTed values are unchanged, deletes and reinserts, an ADD
+    COLUMN half way), Debezium lands its files and the stream applies them pass after pass, each file read once;
+    once the capture is idle and the stream has taken its last file, silver and history equal the source."""
+    root, pg = source("default")
+    lakehouse = lakehouse_of(lake_settings, root, "default", f"t_capture_stream_{uuid.uuid4().hex[:6]}")
+    stream = CdcStream(load_project(root / "default" / "lakehouse.yaml"), lakehouse, "app", poll_seconds=0.5,
+                       instance=DagsterInstance.ephemeral(), log=lambda _: None)
+    landed = root / "default" / "landing" / "cdc"
+    snapshot_files = len(list(landed.glob("*/date=*/capture-*.jsonl")))  # the fixture's initial snapshot
+    stop, failed = threading.Event(), []
+
+    def run() -> None:
+        try:
+            stream.run(stop=stop)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 300
+        while sum(p.files for p in stream.passes) < snapshot_files and not failed:  # the tables made, warm
+            assert time.monotonic() < deadline, stream.passes
+            time.sleep(0.5)
+        capturing = subprocess.Popen(
+            [LAKEHOUSE, "capture", "--source", "app", "--dsn", pg.dsn, "--roll-seconds", "2", "--until-idle", "6",
+             "--max-seconds", "300", "--json"],
+            env=_env(root, "default"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for part in range(5):  # spread over ~20 s, so that the capture lands files while the stream applies
+            workload(pg.dsn, 200, seed=6 + part, add_column_after=100 if part == 2 else None)
+            time.sleep(4)
+        out, err = capturing.communicate(timeout=400)
+        assert capturing.returncode == 0, err[-3000:]
+        taken_while_capturing = sum(p.files for p in stream.passes)
+        files = list(landed.glob("*/date=*/capture-*.jsonl"))
+        assert json.loads(out)["records"] > 1000 and len(files) > 4
+        deadline = time.monotonic() + 300
+        while sum(p.files for p in stream.passes) < len(files) and not failed:
+            assert time.monotonic() < deadline, (len(files), stream.passes)
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        thread.join(timeout=300)
+    assert not failed, failed
+    assert sum(p.files for p in stream.passes) == len(files), "each landed file read once"
+    assert taken_while_capturing > snapshot_files, "changes applied while the capture was still landing them"
+    assert len([p for p in stream.passes if p.table == "accounts" and p.files]) >= 3
+    assert_silver_is_the_source(lakehouse, pg, "default")
 
 
 @pytest.mark.soak  # another case of a live path `make e2e` shows once: `make soak` runs it

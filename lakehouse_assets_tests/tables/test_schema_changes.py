@@ -137,3 +137,23 @@ def test_through_spark_each_cause_goes_through_change_table_and_the_next_write_s
     assert (got[1].price, got[1].channel, got[1].image.b) == (Decimal("1.50"), None, None)
     assert (got[2].price, got[2].channel, got[2].image.b, got[2].source) == (Decimal("2.00"), "web", 7, None)
     assert (got[3].source, got[3].note) == ("x", None)
+
+
+def test_a_snapshot_read_after_fields_were_added_to_a_struct_comes_under_the_current_schema(lakehouse):
+    """A CDC image gains a field (the source's ADD COLUMN) between a snapshot and its read: Spark reads the snapshot
+    with the struct it was written with and casts no struct to one of more fields, so the read matches the struct
+    field by field: the old fields keep their values, the new one is null, and a null image stays null."""
+    table = lakehouse.table(SPEC).create()
+    ts = dt.datetime(2025, 1, 1)
+    table.spark.createDataFrame([(1, ts, Decimal("1.50"), ("x",)), (2, ts, None, None)], SPEC.schema) \
+        .writeTo(table.id).append()
+    first = table.snapshot_id()
+    table.add_columns([("image.b", "decimal(10,2)"), ("channel", "string")])
+    assert table.snapshot_id() == first, "a schema change commits no snapshot"
+
+    read = table.read(snapshot_id=first)
+    assert read.schema == table.schema()
+    rows = {r["id"]: r.asDict(recursive=True) for r in read.collect()}
+    assert rows[1]["image"] == {"a": "x", "b": None} and rows[1]["channel"] is None
+    assert rows[1]["amount"] == Decimal("1.50")
+    assert rows[2]["image"] is None, "a null struct read as null, not as a struct of nulls"
