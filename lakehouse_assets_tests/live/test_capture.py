@@ -559,7 +559,7 @@ def test_the_stream_applies_a_running_capture_as_it_lands_and_silver_equals_the_
                        instance=DagsterInstance.ephemeral(), log=lambda _: None)
     landed = root / "default" / "landing" / "cdc"
     snapshot_files = len(list(landed.glob("*/date=*/capture-*.jsonl")))  # the fixture's initial snapshot
-    stop, failed = threading.Event(), []
+    stop, failed, capturing = threading.Event(), [], None
 
     def run() -> None:
         try:
@@ -591,6 +591,8 @@ def test_the_stream_applies_a_running_capture_as_it_lands_and_silver_equals_the_
             assert time.monotonic() < deadline, (len(files), stream.passes)
             time.sleep(0.5)
     finally:
+        if capturing is not None and capturing.poll() is None:
+            capturing.kill()
         stop.set()
         thread.join(timeout=300)
     assert not failed, failed
