@@ -46,6 +46,8 @@ from lakehouse_services.kafka import LocalKafka
 from lakehouse_services.kafka_connect import LocalKafkaConnect, connect_jars
 from lakehouse_services.postgres import ThrowawayPostgres
 
+from .test_cdc_stream import started
+
 # The capture as a user runs it, in processes of its own for minutes: with the whole deployments (make e2e).
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -559,16 +561,8 @@ def test_the_stream_applies_a_running_capture_as_it_lands_and_silver_equals_the_
                        instance=DagsterInstance.ephemeral(), log=lambda _: None)
     landed = root / "default" / "landing" / "cdc"
     snapshot_files = len(list(landed.glob("*/date=*/capture-*.jsonl")))  # the fixture's initial snapshot
-    stop, failed, capturing = threading.Event(), [], None
-
-    def run() -> None:
-        try:
-            stream.run(stop=stop)
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            failed.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    stop, capturing = threading.Event(), None
+    thread, failed = started(stream, stop)
     try:
         deadline = time.monotonic() + 300
         while sum(p.files for p in stream.passes) < snapshot_files and not failed:  # the tables made, warm

@@ -19,6 +19,20 @@ from ..silver.test_cdc_silver import assert_current_state_is_the_source
 pytestmark = pytest.mark.slow
 
 
+def started(stream: CdcStream, stop: threading.Event) -> tuple[threading.Thread, list[Exception]]:
+    """The stream running in a thread until `stop` is set; the list holds what ended it otherwise."""
+    failed: list[Exception] = []
+
+    def run() -> None:
+        try:
+            stream.run(stop=stop)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, failed
+
 def test_changes_landing_while_the_stream_runs_reach_silver_and_history(lake_settings, tmp_path, spark):
     """Three takes of a day's change files (out-of-order and redelivered changes, key changes, deletes among them)
     land one after another in today's folders while the stream runs: silver and history end equal to the source,
@@ -40,16 +54,8 @@ def test_changes_landing_while_the_stream_runs_reach_silver_and_history(lake_set
     future.write_text("{}\n")  # a day no partition holds yet: refused, reported once, never in the way
     logged: list[str] = []
     stream = CdcStream(SHOP, lakehouse, "shop", poll_seconds=0.5, instance=instance, log=logged.append)
-    stop, failed = threading.Event(), []
-
-    def run() -> None:
-        try:
-            stream.run(stop=stop)
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            failed.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    stop = threading.Event()
+    thread, failed = started(stream, stop)
     try:
         for n, take in enumerate(takes):
             for f in files:

@@ -50,8 +50,9 @@ def catalog_uri(request, tmp_path, pg_catalog_uri):
         yield server.settings_uri("pipeline")
 
 
-@pytest.mark.parametrize("catalog_uri", ["sqlite", pytest.param("postgresql", marks=pytest.mark.soak), "rest"],
-                         indirect=True)
+# Through the REST catalog server, a process of its own as deployed: with the deployments (make e2e).
+@pytest.mark.parametrize("catalog_uri", ["sqlite", pytest.param("postgresql", marks=pytest.mark.soak),
+                                         pytest.param("rest", marks=pytest.mark.e2e)], indirect=True)
 def test_writers_in_several_processes_all_commit_exactly_once_on_a_linear_history(catalog_uri, tmp_path):
     kind = CatalogUri.parse(catalog_uri).kind
     namespace = f"t_writers_{uuid.uuid4().hex[:6]}"
