@@ -17,6 +17,11 @@ it is now; a file that cannot be placed is logged once and left, as the landing 
 While it runs, its heartbeat per table keeps the tables' landing sensors quiet; each commit is reported to the
 Dagster instance as a run-less materialisation of its asset and landing day, so the automation, freshness and
 the UI see it like a run's.
+
+Every pass leaves small files, and delete files in silver and history (merge-on-read), which every later pass
+reads: with `maintain` (what `lakehouse stream` gives it: operations/schedules.py `compaction_when_due`), the
+tables a pass committed to are compacted after it once they cross their declared maintenance thresholds, as
+the health sensor would have the daemon do, so a pass's cost stays bounded however long the stream runs.
 """
 
 from __future__ import annotations
@@ -29,7 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from dagster import AssetCheckEvaluation, AssetKey, AssetMaterialization, DagsterInstance, MetadataValue
+from dagster import (
+    AssetCheckEvaluation,
+    AssetKey,
+    AssetMaterialization,
+    AssetObservation,
+    DagsterInstance,
+    MetadataValue,
+)
 
 from ..automation.partitions import daily_partitions
 from ..bronze.assets import cdc_landing_source
@@ -62,7 +74,8 @@ class CdcStream:
     """The tables of one `cdc:` entry, each landing -> bronze -> silver and history, every `poll_seconds`."""
 
     def __init__(self, project: Project, lakehouse: LakehouseResource, source: str, poll_seconds: float = 1.0,
-                 instance: DagsterInstance | None = None, log: Callable[[str], None] = print):
+                 instance: DagsterInstance | None = None, log: Callable[[str], None] = print,
+                 maintain: Callable[[list[str]], list[AssetObservation]] | None = None):
         tables = [t for t in project.cdc.values() if t.source == source]
         if not tables:
             raise ConfigurationError(f"no CDC source {source!r} in {project.file}; declared: "
@@ -76,7 +89,7 @@ class CdcStream:
         self.partitions = daily_partitions(lakehouse.settings.start_date or project.start_date)
         self._taken = TakenIndex()  # what the ingest log holds, reread only when the log moved
         self._refused: set[str] = set()  # files that cannot be placed, logged once
-        self.poll_seconds, self.instance, self.log = poll_seconds, instance, log
+        self.poll_seconds, self.instance, self.log, self.maintain = poll_seconds, instance, log, maintain
         self.passes: list[Pass] = []
         self.last_activity = time.monotonic()
 
@@ -170,6 +183,15 @@ class CdcStream:
         self.passes.append(Pass(table.name, report.files_read, report.records_in, applied, seconds))
         self.log(f"{table.landing}: {report.files_read} files, {report.records_in} records, {applied} changes "
                  f"applied in {seconds:.1f} s")
+        if self.maintain is not None:
+            began = time.monotonic()
+            compacted = self.maintain([landing.bronze.name, landing.quarantine.name, table.history, table.silver])
+            if self.instance is not None:
+                for event in compacted:
+                    self.instance.report_runless_asset_event(event)
+            if compacted:
+                self.log(f"{table.landing}: compacted {', '.join(e.asset_key.to_user_string() for e in compacted)} "
+                         f"in {time.monotonic() - began:.1f} s")
 
     @staticmethod
     def _materialized(asset: str, days: list[dt.date], metadata: dict) -> list:

@@ -189,14 +189,25 @@ def measure_files(files: list[DataFile], policy: TablePolicy) -> FileMeasures:
     )
 
 
-def health_problems(policy: TablePolicy, files: FileMeasures, snapshots: int, oldest_age_s: float,
-                    stale_branches: tuple[str, ...]) -> tuple[str, ...]:
-    """Which thresholds of the policy the table crosses, one line each."""
+def compaction_due(table: Table, policy: TablePolicy) -> bool:
+    """Whether the current snapshot's files cross the policy's compaction thresholds: the health sensor's test
+    (`health_problems`), on the files alone."""
+    return bool(_compaction_problems(policy, measure_files(files_of(table), policy)))
+
+
+def _compaction_problems(policy: TablePolicy, files: FileMeasures) -> list[str]:
     problems = []
     if files.compactable_small_files > policy.max_small_files:
         problems.append(f"compactable_small_files {files.compactable_small_files} > {policy.max_small_files}")
     if files.deleted_ratio > policy.max_delete_ratio:
         problems.append(f"deleted_ratio {files.deleted_ratio:.3f} > {policy.max_delete_ratio}")
+    return problems
+
+
+def health_problems(policy: TablePolicy, files: FileMeasures, snapshots: int, oldest_age_s: float,
+                    stale_branches: tuple[str, ...]) -> tuple[str, ...]:
+    """Which thresholds of the policy the table crosses, one line each."""
+    problems = _compaction_problems(policy, files)
     if snapshots > policy.max_snapshots:
         problems.append(f"snapshots {snapshots} > {policy.max_snapshots}")
     if snapshots > policy.retain_last and oldest_age_s > 2 * policy.snapshot_retention.total_seconds():

@@ -21,7 +21,7 @@ maintenance history, and run in-process (one JVM), one run at a time (dagster.ya
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dagster import (
@@ -53,7 +53,7 @@ from dagster import (
 from ..project import Project
 from ..project.model import Maintenance
 from ..runtime.resource import LakehouseResource
-from .health import TableHealth, table_health
+from .health import TableHealth, compaction_due, table_health
 from .landing_retention import remove_taken_files
 from .procedures import MaintenanceReport, TableMaintenance
 
@@ -84,6 +84,28 @@ def _report_metadata(report: MaintenanceReport) -> dict[str, Any]:
     return meta
 
 
+def maintenance_observation(report: MaintenanceReport) -> AssetObservation:
+    """What a maintenance action did, and the table's health after it, as an observation of the table's asset."""
+    return AssetObservation(asset_key=report.table,
+                            metadata={**(report.after.metadata() if report.after else {}), **_report_metadata(report)})
+
+
+def compaction_when_due(lakehouse: LakehouseResource, maintenance: Maintenance,
+                        log: Callable[[str], None] = print) -> Callable[[list[str]], list[AssetObservation]]:
+    """What the health sensor would request of the daemon, done by the caller's own process (a long-lived stream,
+    between two passes, in its warm Spark session): each named table whose files cross its policy's compaction
+    thresholds is compacted; an observation of each compaction is returned."""
+    def compact(names: list[str]) -> list[AssetObservation]:
+        done = []
+        for name in names:
+            policy = maintenance.policy(name)
+            if _exists(lakehouse, name) and compaction_due(lakehouse.iceberg_table(name), policy):
+                done.append(maintenance_observation(TableMaintenance(lakehouse, name, policy, log).compact()))
+        return done
+
+    return compact
+
+
 def _maintenance_jobs(maintenance: Maintenance, partitions: StaticPartitionsDefinition,
                       asset_tables: set[str]) -> tuple[JobDefinition, JobDefinition]:
     """The compaction job and the expiry job, a partition per table; what they did is observed on the table's
@@ -91,8 +113,7 @@ def _maintenance_jobs(maintenance: Maintenance, partitions: StaticPartitionsDefi
     def observe(context: OpExecutionContext, report: MaintenanceReport) -> None:
         context.log.info(json.dumps(report.as_dict()["figures"], default=str))
         if report.table in asset_tables:
-            meta = {**(report.after.metadata() if report.after else {}), **_report_metadata(report)}
-            context.log_event(AssetObservation(asset_key=report.table, metadata=meta))
+            context.log_event(maintenance_observation(report))
 
     def table_of_partition(context: OpExecutionContext, lakehouse: LakehouseResource,
                          doing: str) -> TableMaintenance | None:

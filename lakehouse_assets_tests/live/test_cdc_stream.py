@@ -1,5 +1,6 @@
 """`lakehouse stream --source <cdc source>`: files landing while it runs reach silver and history, with no run."""
 
+import dataclasses
 import datetime as dt
 import threading
 import time
@@ -7,9 +8,12 @@ import uuid
 
 import pytest
 from dagster import AssetKey, DagsterInstance
+from pyiceberg.table.snapshots import ancestors_of
 
 from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 from lakehouse_assets.live.cdc_stream import CdcStream
+from lakehouse_assets.operations.schedules import compaction_when_due
+from lakehouse_assets.project.model import TablePolicy
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.runtime.status import stream_is_running
 
@@ -38,7 +42,9 @@ def test_changes_landing_while_the_stream_runs_reach_silver_and_history(lake_set
     land one after another in today's folders while the stream runs: silver and history end equal to the source,
     each take read once, later passes reading of bronze only what was appended; the landing sensors stay quiet
     meanwhile, each commit is a materialisation of its asset and landing day in the instance, and a file in a
-    future day's folder is reported once and left."""
+    future day's folder is reported once and left. Orders' tables are declared to be compacted past one small
+    file: the stream compacts them between its passes (bronze's compaction sends no later pass back to the whole
+    window) and says so to the instance; customers' keep the default thresholds and are left alone."""
     today = dt.datetime.now(dt.timezone.utc).date()
     generated = generate_cdc(tmp_path / "generated", [dt.date(2025, 1, 1)], changes_per_day=120,
                              malformed_rate=0.0, late_share=0.1, duplicate_rate=0.05)
@@ -53,7 +59,11 @@ def test_changes_landing_while_the_stream_runs_reach_silver_and_history(lake_set
     future.parent.mkdir(parents=True)
     future.write_text("{}\n")  # a day no partition holds yet: refused, reported once, never in the way
     logged: list[str] = []
-    stream = CdcStream(SHOP, lakehouse, "shop", poll_seconds=0.5, instance=instance, log=logged.append)
+    tight = TablePolicy(max_small_files=1)
+    maintenance = dataclasses.replace(SHOP.maintenance, tables={
+        name: tight for name in ("bronze_cdc_orders", "silver_orders", "silver_orders_history")})
+    stream = CdcStream(SHOP, lakehouse, "shop", poll_seconds=0.5, instance=instance, log=logged.append,
+                       maintain=compaction_when_due(lakehouse, maintenance, logged.append))
     stop = threading.Event()
     thread, failed = started(stream, stop)
     try:
@@ -93,3 +103,18 @@ def test_changes_landing_while_the_stream_runs_reach_silver_and_history(lake_set
         assert sorted(r.startswith("appended since") for r in reads) == [False] + [True] * (len(takes) - 1)
         assert {e.asset_materialization.partition for e in events} == {today.isoformat()}
         assert instance.fetch_materializations(AssetKey(f"bronze_cdc_{table}"), limit=10).records
+
+    def operations(name: str) -> list[str]:
+        """The operations of the table's commits on main, oldest first."""
+        table = lakehouse.iceberg_table(name)
+        return [s.summary.operation.value for s in ancestors_of(table.current_snapshot(), table.metadata)][::-1]
+
+    for name in ("bronze_cdc_orders", "silver_orders", "silver_orders_history"):
+        done = operations(name)
+        assert "replace" in done, (name, done)
+        assert any(op != "replace" for op in done[done.index("replace") + 1:]), (name, done)  # a pass after it
+        observed = instance.fetch_observations(AssetKey(name), limit=10).records
+        assert "compact" in {o.asset_observation.metadata["maintenance/action"].value for o in observed}, name
+    for name in ("bronze_cdc_customers", "silver_customers", "silver_customers_history"):
+        assert "replace" not in operations(name), name
+    assert any(line.startswith("cdc/orders: compacted ") for line in logged), logged
