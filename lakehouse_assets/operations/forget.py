@@ -803,7 +803,7 @@ class Forget:
         """Runs an Iceberg Spark procedure on table `name` (retried on a commit conflict): its result rows."""
         settings = self.lakehouse.settings
         catalog = validate_identifier(settings.catalog_name, "catalog name")
-        table = f"'{validate_identifier(settings.namespace, 'namespace')}.{name}'"
+        table = f"'{catalog}.{validate_identifier(settings.namespace, 'namespace')}.{name}'"
         return self._retry(lambda: self.spark.sql(
             f"CALL {catalog}.system.{procedure}(table => {table}{arguments})").collect(), what)
 

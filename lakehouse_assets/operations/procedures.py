@@ -87,8 +87,9 @@ class TableMaintenance:
         self.catalog = validate_identifier(settings.catalog_name, "catalog name")
         self.namespace = validate_identifier(settings.namespace, "namespace")
         self.table_id = lakehouse.table_id(name)
-        # Procedures take the table as a string: `namespace.table`, both validated identifiers.
-        self.procedure_table = f"'{self.namespace}.{self.name}'"
+        # Procedures take the table as a string: `catalog.namespace.table`, validated identifiers (named without its
+        # catalog, Iceberg first tries the namespace as a catalog and logs that failure with its stack trace).
+        self.procedure_table = f"'{self.catalog}.{self.namespace}.{self.name}'"
 
     @property
     def spark(self):

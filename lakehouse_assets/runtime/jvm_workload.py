@@ -44,8 +44,7 @@ def run(partial: str) -> None:
               .selectExpr("r.*", "source_file"))
     spark.sql(f"ALTER TABLE {table} CREATE BRANCH audit")
     parsed.writeTo(f"{table}.branch_audit").append()
-    spark.sql(f"CALL {settings.catalog_name}.system.fast_forward('{settings.namespace}.archive_workload', "
-              "'main', 'audit')")
+    spark.sql(f"CALL {settings.catalog_name}.system.fast_forward('{table}', 'main', 'audit')")
     spark.read.text(str(lines)).selectExpr(fields).selectExpr(
         "r.id", "upper(r.name) AS name", "r.ts", "r.amount * 2 AS amount", "'changes' AS source_file") \
         .createOrReplaceTempView("changes")
