@@ -51,12 +51,12 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
         from dataclasses import asdict
 
         from ..live.cdc_stream import CdcStream
-        from ..operations.schedules import compaction_when_due
+        from ..operations.schedules import maintenance_when_due
 
         lakehouse = LakehouseResource()
         cdc = CdcStream(project, lakehouse, args.source, poll_seconds=args.poll_seconds,
                         instance=None if args.no_dagster else dagster_instance(log), log=log,
-                        maintain=None if args.no_compact else compaction_when_due(lakehouse, project.maintenance, log))
+                        maintain=None if args.no_maintenance else maintenance_when_due(lakehouse, project.maintenance, log))
         try:
             passes = cdc.run(until_idle=args.until_idle, max_seconds=args.max_seconds, stop=stop)
         except KeyboardInterrupt:
@@ -109,8 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--until-idle", type=float, metavar="SECONDS", help="stop after this long without a new file")
     p.add_argument("--max-seconds", type=float, help="stop after this long in any case")
     p.add_argument("--no-dagster", action="store_true", help="do not report commits to the Dagster instance")
-    p.add_argument("--no-compact", action="store_true", help="a CDC source: leave the compaction of its tables to "
-                   "the health sensor's runs (by default the stream compacts a table it wrote to once the table "
-                   "crosses its maintenance thresholds)")
+    p.add_argument("--no-maintenance", action="store_true", help="a CDC source: leave its tables' compaction and "
+                   "thinning to the health sensor's runs (by default the stream does them for a table it wrote to "
+                   "once the table crosses its maintenance thresholds)")
     p.add_argument("--json", action="store_true", help="print the micro-batch reports as JSON")
     p.set_defaults(func=cmd_stream)

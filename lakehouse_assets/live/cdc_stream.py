@@ -19,9 +19,10 @@ Dagster instance as a run-less materialisation of its asset and landing day, so 
 the UI see it like a run's.
 
 Every pass leaves small files, and delete files in silver and history (merge-on-read), which every later pass
-reads: with `maintain` (what `lakehouse stream` gives it: operations/schedules.py `compaction_when_due`), the
-tables a pass committed to are compacted after it once they cross their declared maintenance thresholds, as
-the health sensor would have the daemon do, so a pass's cost stays bounded however long the stream runs.
+reads, and snapshots, which every commit writes again into the table's metadata: with `maintain` (what
+`lakehouse stream` gives it: operations/schedules.py `maintenance_when_due`), the tables a pass committed to are
+compacted, or thinned, after it once they cross their declared maintenance thresholds, as the health sensor
+would have the daemon do, so a pass's cost stays bounded however long the stream runs.
 """
 
 from __future__ import annotations
@@ -185,13 +186,14 @@ class CdcStream:
                  f"applied in {seconds:.1f} s")
         if self.maintain is not None:
             began = time.monotonic()
-            compacted = self.maintain([landing.bronze.name, landing.quarantine.name, table.history, table.silver])
+            done = self.maintain([landing.bronze.name, landing.quarantine.name, table.history, table.silver])
             if self.instance is not None:
-                for event in compacted:
+                for event in done:
                     self.instance.report_runless_asset_event(event)
-            if compacted:
-                self.log(f"{table.landing}: compacted {', '.join(e.asset_key.to_user_string() for e in compacted)} "
-                         f"in {time.monotonic() - began:.1f} s")
+            if done:
+                self.log(f"{table.landing}: maintained " + ", ".join(
+                    f"{e.asset_key.to_user_string()} ({e.metadata['maintenance/action'].value})" for e in done)
+                    + f" in {time.monotonic() - began:.1f} s")
 
     @staticmethod
     def _materialized(asset: str, days: list[dt.date], metadata: dict) -> list:

@@ -19,6 +19,7 @@ Both jobs are partitioned by table name, so the UI shows each table's
 maintenance history, and run in-process (one JVM), one run at a time (dagster.yaml).
 """
 
+import datetime as dt
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -53,7 +54,8 @@ from dagster import (
 from ..project import Project
 from ..project.model import Maintenance
 from ..runtime.resource import LakehouseResource
-from .health import TableHealth, compaction_due, table_health
+from ..times import UTC
+from .health import TableHealth, compaction_due, table_health, thinnable
 from .landing_retention import remove_taken_files
 from .procedures import MaintenanceReport, TableMaintenance
 
@@ -90,20 +92,32 @@ def maintenance_observation(report: MaintenanceReport) -> AssetObservation:
                             metadata={**(report.after.metadata() if report.after else {}), **_report_metadata(report)})
 
 
-def compaction_when_due(lakehouse: LakehouseResource, maintenance: Maintenance,
-                        log: Callable[[str], None] = print) -> Callable[[list[str]], list[AssetObservation]]:
+def maintenance_when_due(lakehouse: LakehouseResource, maintenance: Maintenance, log: Callable[[str], None] = print,
+                         clock: Callable[[], float] = time.time) -> Callable[[list[str]], list[AssetObservation]]:
     """What the health sensor would request of the daemon, done by the caller's own process (a long-lived stream,
     between two passes, in its warm Spark session): each named table whose files cross its policy's compaction
-    thresholds is compacted; an observation of each compaction is returned."""
-    def compact(names: list[str]) -> list[AssetObservation]:
+    thresholds is compacted, and one past `max_snapshots` with snapshots to thin is expired (at most once per
+    `snapshot_detail`, as the sensor requests it); an observation of each action is returned."""
+    thinned: dict[str, int] = {}  # table -> the snapshot_detail span it was last thinned in
+
+    def maintain(names: list[str]) -> list[AssetObservation]:
         done = []
         for name in names:
-            policy = maintenance.policy(name)
-            if _exists(lakehouse, name) and compaction_due(lakehouse.iceberg_table(name), policy):
-                done.append(maintenance_observation(TableMaintenance(lakehouse, name, policy, log).compact()))
+            if not _exists(lakehouse, name):
+                continue
+            policy, table = maintenance.policy(name), lakehouse.iceberg_table(name)
+            work = TableMaintenance(lakehouse, name, policy, log)
+            if compaction_due(table, policy):
+                done.append(maintenance_observation(work.compact()))
+            now = clock()
+            span = int(now // max(policy.snapshot_detail.total_seconds(), 1))
+            if len(table.metadata.snapshots) > policy.max_snapshots and thinned.get(name) != span \
+                    and thinnable(table, policy, dt.datetime.fromtimestamp(now, UTC)):
+                thinned[name] = span
+                done.append(maintenance_observation(work.expire(now=dt.datetime.fromtimestamp(now, UTC))))
         return done
 
-    return compact
+    return maintain
 
 
 def _maintenance_jobs(maintenance: Maintenance, partitions: StaticPartitionsDefinition,

@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 from lakehouse_assets.ml.pinning import content_hash
 from lakehouse_assets.operations.health import table_health
 from lakehouse_assets.operations.procedures import TableMaintenance
-from lakehouse_assets.operations.schedules import CHECK, maintenance_definitions
+from lakehouse_assets.operations.schedules import CHECK, maintenance_definitions, maintenance_when_due
 from lakehouse_assets.operations.snapshots import create_tag, rollback, snapshot_history
 from lakehouse_assets.project.model import Maintenance, Project, TablePolicy
 from lakehouse_assets.runtime.commit import NOTHING, publish, stage, with_commit_retries
@@ -235,6 +235,34 @@ def test_past_max_snapshots_expiry_thins_to_one_commit_per_span_and_keeps_tags_a
 
     publish(staged)  # replayed on the new main from its base, which thinning kept
     assert spark.table(lakehouse.table_id(SPEC.name)).count() == 14 * 5 + 5
+
+
+def test_a_stream_between_its_passes_compacts_and_thins_what_the_health_sensor_would(lakehouse):
+    """`maintenance_when_due` (what a CDC stream runs after each pass): nothing while a table is within its
+    thresholds; past them, the compaction and the thinning the sensor would request, each observed; the thinning
+    at most once per `snapshot_detail`."""
+    spark = lakehouse.spark
+    many_small_commits(lakehouse, commits=3, per_commit=5)
+    lenient = TablePolicy(max_snapshots=100)
+    assert maintenance_when_due(lakehouse, Maintenance(defaults=lenient))([SPEC.name, "no_such_table"]) == []
+    assert {s.summary.operation.value for s in lakehouse.iceberg_table(SPEC.name).metadata.snapshots} == {"append"}
+
+    many_small_commits(lakehouse, commits=3, per_commit=5)
+    policy = TablePolicy(max_small_files=2, max_snapshots=3, retain_last=1, snapshot_detail=dt.timedelta(hours=1))
+    later = time.time() + 2 * 3600  # every commit is older than the detail kept
+    maintain = maintenance_when_due(lakehouse, Maintenance(defaults=policy), clock=lambda: later)
+    before = len(lakehouse.iceberg_table(SPEC.name).metadata.snapshots)
+    done = maintain([SPEC.name])
+    assert [(o.asset_key.path, o.metadata["maintenance/action"].value) for o in done] == [
+        ([SPEC.name], "compact"), ([SPEC.name], "expire")]
+    table = lakehouse.iceberg_table(SPEC.name)
+    assert table.current_snapshot().summary.operation.value == "replace"
+    assert len(table.metadata.snapshots) < before
+    assert table_health(table, SPEC.name, policy).compactable_small_files == 0
+    assert spark.table(lakehouse.table_id(SPEC.name)).count() == 30
+    many_small_commits(lakehouse, commits=2, per_commit=5)
+    assert [o.metadata["maintenance/action"].value for o in maintain([SPEC.name])] == ["compact"], \
+        "thinned once per snapshot_detail"
 
 
 def test_the_health_sensor_requests_thinning_of_a_table_past_max_snapshots(lakehouse):
