@@ -36,6 +36,7 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     import threading
 
     from ..live.stream import EventStream, dagster_instance
+    from ..operations.schedules import maintenance_when_due
     from ..project import load_project
     from ..runtime.resource import LakehouseResource
 
@@ -47,16 +48,16 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     log = progress(args.json, flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    lakehouse = LakehouseResource()
+    # The stream's tables compacted and thinned past their thresholds, between its batches (docs/stream.md).
+    maintain = None if args.no_maintenance else maintenance_when_due(lakehouse, project.maintenance, log)
     if args.source in cdc_sources:
         from dataclasses import asdict
 
         from ..live.cdc_stream import CdcStream
-        from ..operations.schedules import maintenance_when_due
 
-        lakehouse = LakehouseResource()
         cdc = CdcStream(project, lakehouse, args.source, poll_seconds=args.poll_seconds,
-                        instance=None if args.no_dagster else dagster_instance(log), log=log,
-                        maintain=None if args.no_maintenance else maintenance_when_due(lakehouse, project.maintenance, log))
+                        instance=None if args.no_dagster else dagster_instance(log), log=log, maintain=maintain)
         try:
             passes = cdc.run(until_idle=args.until_idle, max_seconds=args.max_seconds, stop=stop)
         except KeyboardInterrupt:
@@ -68,10 +69,10 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
                   f"{sum(p.changes_applied for p in passes)} changes applied")
         return 0
     stream = EventStream(
-        project, LakehouseResource(), project.events[args.source] if args.source else None,
+        project, lakehouse, project.events[args.source] if args.source else None,
         checkpoint=args.checkpoint, trigger_seconds=args.trigger_seconds, max_files_per_batch=args.max_files,
         sweep_seconds=args.sweep_seconds,
-        instance=None if args.no_dagster else dagster_instance(log), log=log,
+        instance=None if args.no_dagster else dagster_instance(log), log=log, maintain=maintain,
     )
     try:
         reports = stream.run(until_idle=args.until_idle, max_seconds=args.max_seconds, stop=stop)
@@ -109,7 +110,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--until-idle", type=float, metavar="SECONDS", help="stop after this long without a new file")
     p.add_argument("--max-seconds", type=float, help="stop after this long in any case")
     p.add_argument("--no-dagster", action="store_true", help="do not report commits to the Dagster instance")
-    p.add_argument("--no-maintenance", action="store_true", help="a CDC source: leave its tables' compaction and "
+    p.add_argument("--no-maintenance", action="store_true", help="leave the stream's tables' compaction and "
                    "thinning to the health sensor's runs (by default the stream does them for a table it wrote to "
                    "once the table crosses its maintenance thresholds)")
     p.add_argument("--json", action="store_true", help="print the micro-batch reports as JSON")

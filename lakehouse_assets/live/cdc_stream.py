@@ -58,6 +58,7 @@ from ..runtime.resource import LakehouseResource
 from ..runtime.status import heartbeat_file
 from ..silver.cdc import apply_window
 from ..times import UTC
+from .stream import maintained
 
 
 @dataclass
@@ -185,15 +186,9 @@ class CdcStream:
         self.log(f"{table.landing}: {report.files_read} files, {report.records_in} records, {applied} changes "
                  f"applied in {seconds:.1f} s")
         if self.maintain is not None:
-            began = time.monotonic()
-            done = self.maintain([landing.bronze.name, landing.quarantine.name, table.history, table.silver])
-            if self.instance is not None:
-                for event in done:
-                    self.instance.report_runless_asset_event(event)
-            if done:
-                self.log(f"{table.landing}: maintained " + ", ".join(
-                    f"{e.asset_key.to_user_string()} ({e.metadata['maintenance/action'].value})" for e in done)
-                    + f" in {time.monotonic() - began:.1f} s")
+            maintained(self.maintain, [landing.bronze.name, landing.quarantine.name, table.history, table.silver],
+                       self.instance.report_runless_asset_event if self.instance is not None else lambda _: None,
+                       lambda line: self.log(f"{table.landing}: {line}"))
 
     @staticmethod
     def _materialized(asset: str, days: list[dt.date], metadata: dict) -> list:

@@ -28,6 +28,12 @@ activity, funnel, ML) are computed from silver by the Dagster automation.
 Each commit is reported to the Dagster instance (DAGSTER_HOME) as a run-less
 materialisation of its asset and partition, with the snapshot id, so the UI,
 freshness policies, automation and lineage see the stream like any run.
+
+With `maintain` (operations/schedules.py `maintenance_when_due`, what `lakehouse
+stream` gives it), the stream's tables are compacted, or thinned, after a batch
+once they cross their declared maintenance thresholds, as the health sensor would
+have the daemon do: a batch's cost does not grow with the small files and the
+snapshots the earlier batches left.
 """
 
 from __future__ import annotations
@@ -118,7 +124,8 @@ class EventStream:
 
     def __init__(self, project: Project, lakehouse: LakehouseResource, source: EventSource | None = None,
                  checkpoint: str | None = None, trigger_seconds: float = 5.0, max_files_per_batch: int | None = None,
-                 sweep_seconds: float | None = None, instance: DagsterInstance | None = None, log: Callable[[str], None] = print):
+                 sweep_seconds: float | None = None, instance: DagsterInstance | None = None, log: Callable[[str], None] = print,
+                 maintain: Callable[[list[str]], list[AssetObservation]] | None = None):
         if source is None:
             if len(project.events) != 1:
                 raise ConfigurationError(f"the project declares {len(project.events)} event sources: name one of "
@@ -134,6 +141,7 @@ class EventStream:
         self.max_files_per_batch = max_files_per_batch
         self.instance = instance
         self.log = log
+        self.maintain = maintain
         gold = project.gold
         self.gold = gold if (gold.events is not None and gold.events.name == source.name and gold.events.user
                              and MINUTE_ACTIVITY in gold.event_tables) else None
@@ -362,6 +370,11 @@ class EventStream:
         units = "files" if self.source.topic is None else "offset ranges"
         self.log(f"batch {batch_id}: {report.files} {units}, {report.records_in} records, {report.silver_added} "
                  f"events to silver, {report.minutes} minutes to gold in {report.seconds:.1f}s")
+        if self.maintain is not None and report.files:
+            maintained(self.maintain, [self.landing.bronze.name, self.landing.quarantine.name, self.source.silver,
+                                       rejected_spec(self.source).name,
+                                       *([MINUTE_ACTIVITY] if self.gold is not None else [])],
+                       self._report, lambda line: self.log(f"batch {batch_id}: {line}"))
         return report
 
     def process(self, paths: list[str], batch_id: int | str, newest_modified: dt.datetime | None = None) -> BatchReport:
@@ -552,6 +565,19 @@ class EventStream:
         self._report(AssetCheckEvaluation(
             asset_key=check.asset_key or AssetKey(asset), check_name=check.check_name or "", passed=check.passed,
             metadata=check.metadata, severity=check.severity, description=check.description))
+
+
+def maintained(maintain: Callable[[list[str]], list[AssetObservation]], tables: list[str],
+               report: Callable[[AssetObservation], None], log: Callable[[str], None]) -> None:
+    """The maintenance `maintain` finds due on `tables` (a stream's, after a batch or a pass), each action reported
+    and the whole logged."""
+    began = time.monotonic()
+    done = maintain(tables)
+    for event in done:
+        report(event)
+    if done:
+        log("maintained " + ", ".join(f"{e.asset_key.to_user_string()} ({e.metadata['maintenance/action'].value})"
+                                      for e in done) + f" in {time.monotonic() - began:.1f} s")
 
 
 def dagster_instance(log: Callable[[str], None] = print) -> DagsterInstance | None:

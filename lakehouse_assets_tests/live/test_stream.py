@@ -22,13 +22,16 @@ from pathlib import Path
 
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, materialize
+from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse_assets.bronze.assets import event_bronze_spec
 from lakehouse_assets.landing.zones import landing_zone
 from lakehouse_assets.live.stream import BATCH_ID, QUERY_ID, EventStream
+from lakehouse_assets.operations.schedules import maintenance_when_due
 from lakehouse_assets.project.declaration import ValueCheck
+from lakehouse_assets.project.model import TablePolicy
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.runtime.freshness import freshness_rows
 from lakehouse_assets.runtime.resource import LakehouseResource
@@ -111,10 +114,13 @@ def gold_minutes(spark, table_id: str) -> Counter:
 
 
 def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_told(lakehouse, tmp_path):
+    """Files landing one after another reach every layer, each commit told to Dagster; silver, declared to be
+    compacted past one small file, is compacted between two batches (the stream's own maintenance)."""
     landing = lakehouse.settings.local_path(lakehouse.settings.landing)
     instance = DagsterInstance.ephemeral()
+    maintenance = dataclasses.replace(SHOP.maintenance, tables={"silver_events": TablePolicy(max_small_files=1)})
     stream = EventStream(SHOP, lakehouse, checkpoint=str(tmp_path / "checkpoint"), trigger_seconds=1,
-                         sweep_seconds=SWEEP, instance=instance)
+                         sweep_seconds=SWEEP, instance=instance, maintain=maintenance_when_due(lakehouse, maintenance))
     lines_a = batch_of("a", 30, now() - dt.timedelta(minutes=20))
     # The newest event a few seconds old: the freshness asserted below (warn after 2 min) is measured minutes later.
     lines_b = batch_of("b", 20, now() - dt.timedelta(seconds=150)) + [lines_a[3], "{not json"]  # a re-delivery, a bad line
@@ -143,6 +149,15 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
     silver = spark.table(lakehouse.table_id("silver_events"))
     assert silver.count() == silver.select("event_id").distinct().count() == 60
     assert gold_minutes(spark, lakehouse.table_id("gold_minute_activity")) == minute_oracle(lines_a + lines_b + late)
+
+    # Silver was compacted between two batches, and holds each event once (above); bronze, of default thresholds,
+    # was left alone.
+    table = lakehouse.iceberg_table("silver_events")
+    done = [s.summary.operation.value for s in ancestors_of(table.current_snapshot(), table.metadata)][::-1]
+    assert "replace" in done and any(op != "replace" for op in done[done.index("replace") + 1:]), done
+    observed = instance.fetch_observations(AssetKey("silver_events"), limit=10).records
+    assert "compact" in {o.asset_observation.metadata["maintenance/action"].value for o in observed}
+    assert "replace" not in {s.summary.operation.value for s in lakehouse.iceberg_table("bronze_events").snapshots()}
 
     # Every commit of the stream names its query and micro-batch.
     gold = lakehouse.iceberg_table("gold_minute_activity").current_snapshot()
