@@ -29,6 +29,7 @@ from . import (
     beside,
     cdc_capture,
     cdc_freshness,
+    cdc_stream_growth,
     cluster,
     cold_start,
     compaction,
@@ -100,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                                                               versions=CDC_VERSIONS, changes=int(CDC_DAY * scale))),
             ("stream_history", stream_history, lambda: stream_history.run(spark, settings,
                                                                           history=int(5_000 * scale))),
+            # A CDC stream's passes, pass after pass, with its own maintenance and without.
+            ("cdc_stream_growth", cdc_stream_growth, lambda: cdc_stream_growth.run(
+                spark, settings, changes_per_take=max(100, int(500 * scale)))),
             ("sql", sql_reader, lambda: sql_reader.run(spark, settings, "bench_sql", rows=int(SQL_ROWS * scale))),
             # Its own endpoint process: 8 dashboard clients at once for 2 minutes.
             ("serve", serve, lambda: serve.run(spark, settings, events=int(5_000_000 * scale))),
