@@ -53,6 +53,7 @@ from dagster import (
 
 from ..project import Project
 from ..project.model import Maintenance
+from ..runtime.conflicts import failure_message
 from ..runtime.resource import LakehouseResource
 from ..times import UTC
 from .health import TableHealth, compaction_due, table_health, thinnable
@@ -97,24 +98,31 @@ def maintenance_when_due(lakehouse: LakehouseResource, maintenance: Maintenance,
     """What the health sensor would request of the daemon, done by the caller's own process (a long-lived stream,
     between two passes, in its warm Spark session): each named table whose files cross its policy's compaction
     thresholds is compacted, and one past `max_snapshots` with snapshots to thin is expired (at most once per
-    `snapshot_detail`, as the sensor requests it); an observation of each action is returned."""
+    `snapshot_detail`, as the sensor requests it); an observation of each action is returned. An action that
+    fails (a compaction that lost its race with other writers every time) is logged and left for the next call
+    or the sensor's run: the caller's own work goes on."""
     thinned: dict[str, int] = {}  # table -> the snapshot_detail span it was last thinned in
+
+    def due(name: str) -> list[AssetObservation]:
+        policy, table = maintenance.policy(name), lakehouse.iceberg_table(name)
+        work, done = TableMaintenance(lakehouse, name, policy, log), []
+        if compaction_due(table, policy):
+            done.append(maintenance_observation(work.compact()))
+        now = clock()
+        span = int(now // max(policy.snapshot_detail.total_seconds(), 1))
+        if len(table.metadata.snapshots) > policy.max_snapshots and thinned.get(name) != span \
+                and thinnable(table, policy, dt.datetime.fromtimestamp(now, UTC)):
+            thinned[name] = span
+            done.append(maintenance_observation(work.expire(now=dt.datetime.fromtimestamp(now, UTC))))
+        return done
 
     def maintain(names: list[str]) -> list[AssetObservation]:
         done = []
         for name in names:
-            if not _exists(lakehouse, name):
-                continue
-            policy, table = maintenance.policy(name), lakehouse.iceberg_table(name)
-            work = TableMaintenance(lakehouse, name, policy, log)
-            if compaction_due(table, policy):
-                done.append(maintenance_observation(work.compact()))
-            now = clock()
-            span = int(now // max(policy.snapshot_detail.total_seconds(), 1))
-            if len(table.metadata.snapshots) > policy.max_snapshots and thinned.get(name) != span \
-                    and thinnable(table, policy, dt.datetime.fromtimestamp(now, UTC)):
-                thinned[name] = span
-                done.append(maintenance_observation(work.expire(now=dt.datetime.fromtimestamp(now, UTC))))
+            try:
+                done += due(name) if _exists(lakehouse, name) else []
+            except Exception as exc:  # noqa: BLE001 - maintenance is never the caller's failure
+                log(f"{name}: maintenance left for later: {failure_message(exc)}")
         return done
 
     return maintain

@@ -264,6 +264,13 @@ def test_a_stream_between_its_passes_compacts_and_thins_what_the_health_sensor_w
     assert [o.metadata["maintenance/action"].value for o in maintain([SPEC.name])] == ["compact"], \
         "thinned once per snapshot_detail"
 
+    # A compaction that fails is said and left for later: the stream calling it goes on.
+    many_small_commits(lakehouse, commits=3, per_commit=5)
+    said: list[str] = []
+    refused = TablePolicy(max_small_files=2, sort_by=("no_such_column",))  # the compaction's sort order fails
+    assert maintenance_when_due(lakehouse, Maintenance(defaults=refused), said.append)([SPEC.name]) == []
+    assert said[-1].startswith(f"{SPEC.name}: maintenance left for later: ") and "no_such_column" in said[-1], said
+
 
 def test_the_health_sensor_requests_thinning_of_a_table_past_max_snapshots(lakehouse):
     spark = lakehouse.spark
