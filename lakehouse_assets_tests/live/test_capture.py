@@ -13,6 +13,7 @@ default values; again after the capture was SIGKILLed between writing a file and
 flushing offsets, and after it was stopped by SIGTERM.
 """
 
+import dataclasses
 import datetime as dt
 import hashlib
 import hmac
@@ -36,7 +37,9 @@ from pyspark.sql import functions as F
 from lakehouse_assets.build import build_definitions
 from lakehouse_assets.landing.reader import _read_lines
 from lakehouse_assets.live.cdc_stream import CdcStream
+from lakehouse_assets.operations.schedules import maintenance_when_due
 from lakehouse_assets.project import load_project
+from lakehouse_assets.project.model import TablePolicy
 from lakehouse_assets.runtime.pii import pii_key
 from lakehouse_assets.runtime.resource import LakehouseResource
 from lakehouse_assets.settings import Settings
@@ -46,7 +49,7 @@ from lakehouse_services.kafka import LocalKafka
 from lakehouse_services.kafka_connect import LocalKafkaConnect, connect_jars
 from lakehouse_services.postgres import ThrowawayPostgres
 
-from .test_cdc_stream import started
+from .test_cdc_stream import compacted_between_commits, operations, started
 
 # The capture as a user runs it, in processes of its own for minutes: with the whole deployments (make e2e).
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -554,11 +557,15 @@ def test_the_stream_applies_a_running_capture_as_it_lands_and_silver_equals_the_
     """`lakehouse stream` beside a running capture, as deployed for minute freshness: while four sessions commit
     1,000 transactions (key changes of rows whose TOASTed values are unchanged, deletes and reinserts, an ADD
     COLUMN half way), Debezium lands its files and the stream applies them pass after pass, each file read once;
-    once the capture is idle and the stream has taken its last file, silver and history equal the source."""
+    once the capture is idle and the stream has taken its last file, silver and history equal the source. Every
+    table is declared to be compacted past one small file, so the stream compacts them between its passes, across
+    the ADD COLUMN too."""
     root, pg = source("default")
     lakehouse = lakehouse_of(lake_settings, root, "default", f"t_capture_stream_{uuid.uuid4().hex[:6]}")
-    stream = CdcStream(load_project(root / "default" / "lakehouse.yaml"), lakehouse, "app", poll_seconds=0.5,
-                       instance=DagsterInstance.ephemeral(), log=lambda _: None)
+    project = load_project(root / "default" / "lakehouse.yaml")
+    tight = dataclasses.replace(project.maintenance, defaults=TablePolicy(max_small_files=1))
+    stream = CdcStream(project, lakehouse, "app", poll_seconds=0.5, instance=DagsterInstance.ephemeral(),
+                       log=lambda _: None, maintain=maintenance_when_due(lakehouse, tight, log=lambda _: None))
     landed = root / "default" / "landing" / "cdc"
     snapshot_files = len(list(landed.glob("*/date=*/capture-*.jsonl")))  # the fixture's initial snapshot
     stop, capturing = threading.Event(), None
@@ -593,6 +600,8 @@ def test_the_stream_applies_a_running_capture_as_it_lands_and_silver_equals_the_
     assert sum(p.files for p in stream.passes) == len(files), "each landed file read once"
     assert taken_while_capturing > snapshot_files, "changes applied while the capture was still landing them"
     assert len([p for p in stream.passes if p.table == "accounts" and p.files]) >= 3
+    assert compacted_between_commits(lakehouse, "silver_accounts"), operations(lakehouse, "silver_accounts")
+    assert compacted_between_commits(lakehouse, "silver_accounts_history")
     assert_silver_is_the_source(lakehouse, pg, "default")
 
 

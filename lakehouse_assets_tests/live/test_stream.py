@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, materialize
-from pyiceberg.table.snapshots import ancestors_of
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -39,6 +38,7 @@ from lakehouse_assets.settings import Settings
 from lakehouse_assets.silver.events import take_new_events
 
 from ..shop import SHOP, SHOP_FILE, assets
+from .test_cdc_stream import compacted_between_commits, operations
 
 # lakehouse stream in processes of its own, as a user runs it, for minutes: with the whole deployments (make e2e).
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -152,12 +152,10 @@ def test_files_landing_today_reach_bronze_silver_and_minute_gold_with_dagster_to
 
     # Silver was compacted between two batches, and holds each event once (above); bronze, of default thresholds,
     # was left alone.
-    table = lakehouse.iceberg_table("silver_events")
-    done = [s.summary.operation.value for s in ancestors_of(table.current_snapshot(), table.metadata)][::-1]
-    assert "replace" in done and any(op != "replace" for op in done[done.index("replace") + 1:]), done
+    assert compacted_between_commits(lakehouse, "silver_events"), operations(lakehouse, "silver_events")
     observed = instance.fetch_observations(AssetKey("silver_events"), limit=10).records
     assert "compact" in {o.asset_observation.metadata["maintenance/action"].value for o in observed}
-    assert "replace" not in {s.summary.operation.value for s in lakehouse.iceberg_table("bronze_events").snapshots()}
+    assert "replace" not in operations(lakehouse, "bronze_events")
 
     # Every commit of the stream names its query and micro-batch.
     gold = lakehouse.iceberg_table("gold_minute_activity").current_snapshot()
