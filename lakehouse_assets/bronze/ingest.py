@@ -81,6 +81,7 @@ from ..runtime.commit import (
     with_commit_retries,
 )
 from ..runtime.freshness import from_spark, newest_event
+from ..runtime.recipe import Recipes
 from ..runtime.resource import LakehouseResource
 from ..runtime.results import reported
 from ..tables.handle import TableHandle
@@ -117,6 +118,8 @@ INGEST_LOG = TableSpec(
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 MAX_NEW_COLUMNS = 32  # per run: a flood of new keys is more likely garbage than schema
 EVENT_DAYS = "event_days"  # bronze materialisation metadata: the event days its commit added rows to
+# Each source's parse, built once per table schema and hints in a process, applied to every later take's lines.
+PARSES = Recipes()
 
 
 @dataclass(frozen=True)
@@ -512,9 +515,23 @@ class _Judge:
                  stamps: dict[str, Column], changed: list[str]):
         self.source, self.bronze, self.lines, self.hints = source, bronze, lines, hints
         self.stamps, self.changed = stamps, changed
+        self._judged: tuple[tuple[str, str], DataFrame] | None = None
 
     def judged(self) -> DataFrame:
-        parsed = self.source.parse(self.lines, self.bronze.schema(), **self.hints).withColumns(self.stamps)
+        """The parse, built once per table schema and hints: bronze's write and the quarantine's (when bronze's
+        counts show bad lines) read the same plan, and building a CDC image's parse takes the driver most of a
+        second."""
+        schema = self.bronze.schema()
+        key = (schema.json(), repr(sorted(self.hints.items())))
+        if self._judged is None or self._judged[0] != key:
+            self._judged = (key, self._parsed(schema))
+        return self._judged[1]
+
+    def _parsed(self, schema: T.StructType) -> DataFrame:
+        hints = self.hints
+        parsed = PARSES.apply((self.source.parse, schema.json(), repr(sorted(hints.items()))),
+                              lambda lines: self.source.parse(lines, schema, **hints), self.lines)
+        parsed = parsed.withColumns(self.stamps)
         if self.changed:  # a file changed after it was taken: its new content is quarantined whole
             parsed = parsed.withColumn("reason", F.when(F.col("source_file").isin(self.changed),
                                                         F.lit(CHANGED_REASON)).otherwise(F.col("reason")))
