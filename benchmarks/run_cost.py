@@ -113,8 +113,8 @@ def run(spark, settings: Settings, changes: int, events: int, repeats: int = 3) 
     generate_cdc(landing, [DAY], changes_per_day=changes, malformed_rate=0.02, late_share=0.05, duplicate_rate=0.05)
     generate_day(landing, DAY, events_per_day=events, files_per_day=2)
     times, trips = _measure(settings, landing, repeats)
-    counts = {on: sorted(spark.table(f"{settings.catalog_name}.bench_run_cost_{on}_0.silver_orders").collect())
-              for on in SETTINGS}
+    counts = {on: sorted(spark.table(f"{settings.catalog_name}.bench_run_cost_{on}_0.silver_orders").collect(),
+                         key=repr) for on in SETTINGS}
     if len({repr(rows) for rows in counts.values()}) != 1 or not counts["on"]:
         raise RuntimeError(f"the settings disagree on silver_orders ({ {k: len(v) for k, v in counts.items()} } rows)")
     median = {on: {p: statistics.median(v) for p, v in parts.items()} for on, parts in times.items()}
