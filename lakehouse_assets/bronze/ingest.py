@@ -515,20 +515,11 @@ class _Judge:
                  stamps: dict[str, Column], changed: list[str]):
         self.source, self.bronze, self.lines, self.hints = source, bronze, lines, hints
         self.stamps, self.changed = stamps, changed
-        self._judged: tuple[tuple[str, str], DataFrame] | None = None
 
     def judged(self) -> DataFrame:
-        """The parse, built once per table schema and hints: bronze's write and the quarantine's (when bronze's
-        counts show bad lines) read the same plan, and building a CDC image's parse takes the driver most of a
-        second."""
-        schema = self.bronze.schema()
-        key = (schema.json(), repr(sorted(self.hints.items())))
-        if self._judged is None or self._judged[0] != key:
-            self._judged = (key, self._parsed(schema))
-        return self._judged[1]
-
-    def _parsed(self, schema: T.StructType) -> DataFrame:
-        hints = self.hints
+        """The parse, built once per table schema and hints in a process (`PARSES`) and replayed after: for
+        bronze's write and the quarantine's alike."""
+        schema, hints = self.bronze.schema(), self.hints
         parsed = PARSES.apply((self.source.parse, schema.json(), repr(sorted(hints.items()))),
                               lambda lines: self.source.parse(lines, schema, **hints), self.lines)
         parsed = parsed.withColumns(self.stamps)
