@@ -7,8 +7,9 @@ blocking Dagster asset check of the asset, so a failure stops everything
 downstream, and its result lists the failed checks with their columns.
 
 pandera.pyspark never raises: errors are collected in `df.pandera.errors`. It runs
-each rule as a Spark job of its own; the rules it would run so on each column
-are counted first in one job (`in_one_pass`), and pandera runs the rest.
+each rule as a Spark job of its own; the rules it would run so on each column, the
+model's rules of rows and its first rule of keys are counted first in one job
+(`in_one_pass`), and pandera runs the rest.
 """
 
 from dataclasses import dataclass, field
@@ -65,10 +66,35 @@ def _condition(check: Any, column: str, dtype: T.DataType) -> Column | None:
 
 def in_one_pass(model: Any, df: DataFrame) -> Any:
     """The rules of `model` that pandera.pyspark runs as a Spark job each (a non-nullable column's nulls, each
-    built-in column check), counted over `df` in one job: if none fails, the model left for pandera to run (its
-    columns' names and types, and the checks `_condition` does not know, such as the model's own); if any fails,
-    `model` whole, so that pandera reports every failure as it always does. Each row counts against a rule exactly
-    when pandera's filter would keep it: a null where a check's condition asks for a value fails no check."""
+    built-in column check, the model's checks of rows (`row_rule`) and the first of its checks of keys
+    (`key_rule`)), counted over `df` in one job: if none fails, the model left for pandera to run (its columns'
+    names and types, and the checks this does not know, such as a count compared with another table's or a second
+    check of keys); if any fails, `model` whole, so that pandera reports every failure as it always does. Each row
+    counts against a rule exactly when pandera's filter would keep it: a null where a check's condition asks for a
+    value fails no check."""
+    failing, left = _column_rules(model, df)
+    counted, keys = [], None
+    for check in model.checks:
+        statistics = check.statistics or {}
+        if "rows_failing" in statistics:
+            failing.append(F.expr(statistics["rows_failing"]))
+            counted.append(check.name)
+        elif "keys" in statistics and keys is None and set(statistics["keys"]) <= set(df.columns):
+            keys = statistics
+            counted.append(check.name)
+    if not failing and keys is None:
+        return model
+    counts = _counts(df, failing, keys)
+    if counts is None or any(counts):
+        return model
+    left_model = model.update_columns(left)
+    left_model.checks = [check for check in left_model.checks if check.name not in counted]
+    return left_model
+
+
+def _column_rules(model: Any, df: DataFrame) -> tuple[list[Column], dict[str, dict[str, Any]]]:
+    """What fails each column rule `_condition` knows (and each non-nullable column's nulls), and the columns as
+    left for pandera: their other checks."""
     failing: list[Column] = []
     left: dict[str, dict[str, Any]] = {}
     for name, column in model.columns.items():
@@ -85,10 +111,31 @@ def in_one_pass(model: Any, df: DataFrame) -> Any:
         if not column.nullable and field.nullable:
             failing.append(F.col(name).isNull())
         left[name] = {"checks": kept, "nullable": column.nullable or field.nullable}
-    if not failing:
-        return model
-    counts = df.select(*(F.sum(F.when(rule, 1).otherwise(0)) for rule in failing)).first()
-    return model.update_columns(left) if counts is not None and not any(counts) else model
+    return failing, left
+
+
+def _counts(df: DataFrame, failing: list[Column], keys: dict[str, Any] | None) -> Any:
+    """In one job: the rows each rule fails on, and first (with `keys`, a `key_rule`'s statistics) the keys that
+    rule fails on."""
+    rules = [F.sum(F.when(rule, 1).otherwise(0)) for rule in failing]
+    if keys is None:
+        return df.select(*rules).first()
+    # The rows' rules summed per key, then over the keys.
+    kept_rows = F.expr(keys["where"]) if keys["where"] else F.lit(True)
+    per_key = df.groupBy(*keys["keys"]).agg(F.sum(F.when(kept_rows, 1).otherwise(0)).alias("_rows"),
+                                            *(rule.alias(f"_rule{n}") for n, rule in enumerate(rules)))
+    null_key = F.greatest(F.lit(False), *(F.col(k).isNull() for k in keys["keys"]))
+    shared = (F.col("_rows") > 1) | ((null_key & (F.col("_rows") > 0)) if keys["nulls_fail"] else F.lit(False))
+    return per_key.select(F.sum(F.when(shared, 1).otherwise(0)),
+                          *(F.sum(f"_rule{n}") for n in range(len(rules)))).first()
+
+
+def validate_in_one_pass(model: Any, df: DataFrame) -> list[dict[str, str]]:
+    """`validate`, the rules `in_one_pass` knows counted in one job first; when a rule pandera then runs fails, the
+    whole model is run again, so the failures reported are pandera's own for the model whole."""
+    left = in_one_pass(model, df)
+    failures = validate(left, df)
+    return validate(model, df) if failures and left is not model else failures
 
 
 def check_spec(asset: str, name: str = "pandera_schema") -> AssetCheckSpec:
@@ -120,7 +167,7 @@ def audit_and_publish(audits: list[Audit]) -> tuple[list[CommitResult], list[Ass
         for asset, name, model, df in audit.checks:
             rows = df.cache()  # each check pandera runs is a pass of its own: read the branch only once
             try:
-                failures = validate(in_one_pass(model, rows), rows)
+                failures = validate_in_one_pass(model, rows)
             finally:
                 rows.unpersist()
             results.append(AssetCheckResult(

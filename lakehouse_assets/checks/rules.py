@@ -37,13 +37,30 @@ def value_checks(check: ValueCheck | None) -> list[Any]:
 
 def unique_key(keys: list[str], name: str = "key_unique") -> Any:
     """No two rows share the key, and no key part is null."""
+    return key_rule(keys, name, nulls_fail=True)
+
+
+def key_rule(keys: list[str], name: str, where: str | None = None, nulls_fail: bool = False) -> Any:
+    """No two rows (of those `where` holds for) share the key; with `nulls_fail`, no row has a null key part.
+    One Spark job when pandera runs it; counted beside the model's other rules when the checks run them in one pass
+    (checks/pandera_check.py: the statistics say what it counts)."""
     import pandera.pyspark as pa
 
     def check(df: DataFrame) -> bool:  # one Spark job: rows with a null key part group together
-        nulls = " OR ".join(f"`{k}` IS NULL" for k in keys)
-        return df.groupBy(*keys).count().where(f"count > 1 OR {nulls}").limit(1).count() == 0
+        rows = df.where(where) if where else df
+        failing = " OR ".join(["count > 1", *(f"`{k}` IS NULL" for k in keys if nulls_fail)])
+        return rows.groupBy(*keys).count().where(failing).limit(1).count() == 0
 
-    return pa.Check(check, name=name)
+    return pa.Check(check, name=name, statistics={"keys": list(keys), "where": where, "nulls_fail": nulls_fail})
+
+
+def row_rule(failing: str, name: str) -> Any:
+    """No row for which the SQL condition `failing` holds. One Spark job when pandera runs it; counted with the
+    model's other rules in one pass when the checks run them so (checks/pandera_check.py)."""
+    import pandera.pyspark as pa
+
+    return pa.Check(lambda df: df.where(failing).limit(1).count() == 0, name=name,
+                    statistics={"rows_failing": failing})
 
 
 def pandera_column(dtype: Any, nullable: bool, check: ValueCheck | None = None, *extra: Any) -> Any:

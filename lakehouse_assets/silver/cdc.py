@@ -65,7 +65,7 @@ from pyspark.sql import types as T
 from ..automation.conditions import CHAIN_REFRESH
 from ..automation.partitions import SINGLE_RUN
 from ..checks.pandera_check import Audit, audit_and_publish, check_spec, raise_if_failed
-from ..checks.rules import HASH_PATTERN, pandera_column, unique_key
+from ..checks.rules import HASH_PATTERN, key_rule, pandera_column, row_rule, unique_key
 from ..project import CdcTable
 from ..project.model import pseudonym
 from ..runtime.commit import Window, retry_metadata, stage, with_commit_retries
@@ -150,12 +150,6 @@ def current_model(info: CdcTable) -> "pa.DataFrameSchema":
 def history_model(info: CdcTable) -> "pa.DataFrameSchema":
     import pandera.pyspark as pa
 
-    def one_current(df) -> bool:
-        return df.where("is_current").groupBy("key").count().where("count > 1").limit(1).count() == 0
-
-    def ordered(df) -> bool:
-        return df.where("valid_to_position IS NOT NULL AND valid_to_position <= change_position").limit(1).count() == 0
-
     return pa.DataFrameSchema(
         {
             "key": pa.Column(T.StringType()),
@@ -163,8 +157,9 @@ def history_model(info: CdcTable) -> "pa.DataFrameSchema":
             "is_current": pa.Column(T.BooleanType()),
         },
         name=info.history,
-        checks=[pa.Check(one_current, name="one_current_version_per_key"),
-                pa.Check(ordered, name="versions_in_position_order")],
+        checks=[key_rule(["key"], "one_current_version_per_key", where="is_current"),
+                row_rule("valid_to_position IS NOT NULL AND valid_to_position <= change_position",
+                         "versions_in_position_order")],
     )
 
 

@@ -1,5 +1,6 @@
-"""The pandera checks of a staged write, their column rules counted in one Spark job: the same verdict and the same
-reported failures as pandera.pyspark running each rule as a job of its own, in fewer jobs."""
+"""The pandera checks of a staged write, their column rules and the model's rules of rows and keys counted in one
+Spark job: the same verdict and the same reported failures as pandera.pyspark running each rule as a job of its own,
+in fewer jobs."""
 
 import datetime as dt
 import uuid
@@ -8,8 +9,8 @@ import pandera.pyspark as pa
 import pytest
 from pyspark.sql import types as T
 
-from lakehouse_assets.checks.pandera_check import in_one_pass, validate
-from lakehouse_assets.checks.rules import HASH_PATTERN, unique_key
+from lakehouse_assets.checks.pandera_check import validate, validate_in_one_pass
+from lakehouse_assets.checks.rules import HASH_PATTERN, key_rule, row_rule, unique_key
 
 SCHEMA = T.StructType([T.StructField("id", T.LongType()), T.StructField("kind", T.StringType()),
                        T.StructField("email_hash", T.StringType()), T.StructField("amount", T.DoubleType()),
@@ -27,6 +28,8 @@ BROKEN = {  # each case: the good rows, one of them changed so
     "a negative amount": {"amount": -0.5},
     "a day before the first": {"day": dt.date(2024, 12, 31)},
     "a key twice (the model's own check)": {"id": 2},
+    "a kind twice among the rows the second key rule counts": {"kind": "a"},
+    "past the bound of the rule of rows": {"amount": 5000.0},
     "a string check on a column pandera does not take it on": {"note": "y"},
 }
 
@@ -40,7 +43,9 @@ def model():
         "day": pa.Column(T.DateType(), nullable=False, checks=[pa.Check.ge(dt.date(2025, 1, 1))]),
         "note": pa.Column(T.StringType(), nullable=True, checks=[pa.Check.str_length(1, 1),
                                                                  pa.Check.str_startswith("x")]),
-    }, name="t", checks=[unique_key(["id"], "one_row_per_id")])
+    }, name="t", checks=[unique_key(["id"], "one_row_per_id"),
+                         key_rule(["kind"], "one_kind_of_ids_3_and_4", where="id IN (3, 4)"),
+                         row_rule("amount > 1000", "amount_at_most_1000")])
 
 
 def _rows(spark, change):
@@ -63,9 +68,10 @@ def _jobs(spark, run):
 def test_the_column_rules_in_one_pass_decide_and_report_as_pandera_does(spark, case):
     df = _rows(spark, BROKEN[case])
     pandera_alone, pandera_jobs = _jobs(spark, lambda: validate(model(), df))
-    ours, our_jobs = _jobs(spark, lambda: validate(in_one_pass(model(), df), df))
+    ours, our_jobs = _jobs(spark, lambda: validate_in_one_pass(model(), df))
     assert ours == pandera_alone
     assert bool(ours) == (case not in ("all good", "a null where a value is checked, the column nullable",
                                        "a null in a nullable column with a min")), ours
-    if not ours:  # the 8 rules pandera runs as a job each at least (the nulls of id and day, 6 checks): one job
-        assert pandera_jobs - our_jobs >= 8 - 1, (pandera_jobs, our_jobs)
+    if not ours:  # the 11 rules pandera runs as a job each at least (the nulls of id and day, 6 column checks, the
+        # model's rules of keys and rows): one job
+        assert pandera_jobs - our_jobs >= 11 - 1, (pandera_jobs, our_jobs)
