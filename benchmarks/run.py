@@ -125,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             # One small day in this session, PySpark's DataFrame debugging on and off.
             ("run_cost", run_cost, lambda: run_cost.run(spark, settings, changes=max(200, int(2_000 * scale)),
                                                         events=max(500, int(2_000 * scale)))),
-            # Runs in fresh processes, with the JVM's class-data archive and without.
-            ("cold_start", cold_start, lambda: cold_start.run(events=max(500, int(2_000 * scale)))),
+            # Runs in fresh processes, with the JVM's class-data archive and without, and with G1.
+            ("cold_start", cold_start, lambda: cold_start.run(events=max(500, int(2_000 * scale)),
+                                                              changes=max(5_000, int(50_000 * scale)))),
             # Child processes of their own: local[2], then a two-worker standalone cluster.
             ("cluster", cluster, lambda: cluster.run(rows=int(MERGE_ROWS * scale), changes=int(MERGE_CHANGES * scale))),
             # Its own stream process: events land at 1,000 to 50,000/s (times the scale), a minute at each rate.

@@ -8,6 +8,7 @@ error that says so instead of silently using the first one.
 from __future__ import annotations
 
 import os
+import re
 from importlib import resources
 
 from dagster_pyspark.resources import spark_session_from_config
@@ -110,8 +111,9 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
         # run's Spark jobs to execute. Error messages then name the failed expression without its Python line;
         # LAKEHOUSE_SPARK_CONF=spark.python.sql.dataFrameDebugging.enabled=true turns it back on.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j} "
-                                         f"{jvm_archive.java_options(settings.jvm_archive)}".rstrip(),
+        "spark.driver.extraJavaOptions": " ".join(filter(None, [
+            f"-Dlog4j2.configurationFile=file:{log4j}", _collector(settings.jvm_gc),
+            jvm_archive.java_options(settings.jvm_archive)])),
     }
     if on_loopback(settings.spark_master):
         conf["spark.driver.host"] = "127.0.0.1"
@@ -125,6 +127,17 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
         conf.update(catalog_spark_conf(name, uri, warehouse, settings))
     conf.update(dict(settings.spark_conf))
     return conf
+
+
+_COLLECTORS = {"parallel": "-XX:+UseParallelGC", "g1": "-XX:+UseG1GC"}
+
+
+def _collector(name: str) -> str:
+    """The JVM option that picks the driver's garbage collector; none when JDK_JAVA_OPTIONS picks one (the JVM
+    refuses two)."""
+    if name not in _COLLECTORS:
+        raise ValueError(f"jvm_gc: {name!r} is not one of {', '.join(_COLLECTORS)}")
+    return "" if re.search(r"-XX:\+Use\w+GC\b", os.environ.get("JDK_JAVA_OPTIONS", "")) else _COLLECTORS[name]
 
 
 def on_loopback(master: str) -> bool:

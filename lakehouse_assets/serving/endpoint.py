@@ -98,7 +98,8 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
     # The jars on the driver's own class path too: a client's session, when it closes, closes the class loader
     # Spark adds jars with (Hive's session state does), and Iceberg's classes not loaded yet would be lost.
     conf["spark.driver.extraClassPath"] = spark_conf(settings)["spark.jars"].replace(",", os.pathsep)
-    return settings.with_(spark_conf=tuple({**dict(settings.spark_conf), **conf}.items()))
+    # Clients wait on its pauses: the JVM's collector of short pauses, not a run's collector of throughput.
+    return settings.with_(spark_conf=tuple({**dict(settings.spark_conf), **conf}.items()), jvm_gc="g1")
 
 
 def own_executors(master: str, memory: str) -> str:

@@ -1,5 +1,5 @@
-"""The JVM's class-data archive: named by what it depends on, used only when present and wanted, and never the
-reason a process cannot start."""
+"""The driver JVM's options: the class-data archive, named by what it depends on, used only when present and
+wanted, and never the reason a process cannot start; and the garbage collector a run's JVM uses."""
 
 from __future__ import annotations
 
@@ -70,3 +70,18 @@ print("options", spark.conf.get("spark.driver.extraJavaOptions"))
     # (The project's jar is built in the same folder, the installation's: it is not the archive's.)
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("lakehouse-java-")) == sorted(
         [Path(built.name).with_suffix(".unusable").name, Path(built.name).with_suffix(".size").name])
+
+
+def test_a_runs_jvm_collects_for_throughput_unless_jdk_java_options_picks_a_collector(spark, monkeypatch):
+    """The session's JVM runs the parallel collector (the endpoint's runs G1: serving/test_serve.py); a collector
+    given in JDK_JAVA_OPTIONS is the JVM's alone, as two would stop it from starting."""
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
+    settings = Settings(home=Path("/nonexistent"))
+    monkeypatch.delenv("JDK_JAVA_OPTIONS", raising=False)
+    assert "-XX:+UseParallelGC" in spark_conf(settings)["spark.driver.extraJavaOptions"]
+    assert "-XX:+UseG1GC" in spark_conf(settings.with_(jvm_gc="g1"))["spark.driver.extraJavaOptions"]
+    monkeypatch.setenv("JDK_JAVA_OPTIONS", "-Xss4m -XX:+UseSerialGC")
+    assert "GC" not in spark_conf(settings)["spark.driver.extraJavaOptions"]
+    with pytest.raises(ValueError, match="jvm_gc: 'zgc' is not one of parallel, g1"):
+        spark_conf(settings.with_(jvm_gc="zgc", jvm_archive=False))

@@ -374,6 +374,12 @@ def test_a_session_cannot_reconfigure_the_server_when_it_opens(served):
         cursor.execute("SELECT count(*) FROM bronze_events")
 
 
+def test_the_endpoints_jvm_collects_for_short_pauses_while_clients_wait(served):
+    """G1, not the parallel collector of a run's JVM (runtime/test_jvm_archive.py): the endpoint answers clients."""
+    options = _jvm_file(served, "cmdline").split("\0")
+    assert "-XX:+UseG1GC" in options and "-XX:+UseParallelGC" not in options
+
+
 def test_queries_longer_than_the_limit_are_cancelled_with_the_reason_on_the_driver_and_in_tasks(served):
     """Two queries at once, each past the endpoint's limit: a regular expression the optimiser folds on the driver
     (it backtracks for hours and never looks at an interrupt: the statement's thread is stopped), and a result that
