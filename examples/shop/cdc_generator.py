@@ -270,6 +270,11 @@ def _money(value: Decimal) -> str:
     return f"{value:.2f}"
 
 
+def _sequence(last_commit: str | None, lsn: int) -> str:
+    """`source.sequence` as the connector writes it (Jackson's JSON, no spaces): `["<last commit>","<lsn>"]`."""
+    return json.dumps([last_commit, str(lsn)], separators=(",", ":"))
+
+
 class _Shop:
     """Both databases, their logs and the changes they emit."""
 
@@ -390,7 +395,7 @@ class _Shop:
             last = None if self.last_commit_lsn is None else str(self.last_commit_lsn)
             source = {"version": DEBEZIUM_VERSION, "connector": "postgresql", "name": "shop", "db": "shop",
                       "schema": "public", "table": table, "ts_ms": commit_us // 1000, "snapshot": "false",
-                      "txId": self.tx_id, "lsn": self.lsn, "sequence": json.dumps([last, str(self.lsn)])}
+                      "txId": self.tx_id, "lsn": self.lsn, "sequence": _sequence(last, self.lsn)}
             self._emit(table, op, before, after, source)
         self.lsn += self.rng.randint(40, 120)  # the commit record
         self.last_commit_lsn = self.lsn
@@ -426,7 +431,7 @@ class _Shop:
             marker = "first" if n == 0 else "last" if n == len(rows) - 1 else "true"
             source = {"version": DEBEZIUM_VERSION, "connector": "postgresql", "name": "shop", "db": "shop",
                       "schema": "public", "table": table, "ts_ms": read_ms, "snapshot": marker,
-                      "txId": self.tx_id, "lsn": self.lsn, "sequence": json.dumps([None, str(self.lsn)])}
+                      "txId": self.tx_id, "lsn": self.lsn, "sequence": _sequence(None, self.lsn)}
             self._emit(table, "r", None, dict(row), source)
         self.pg_clock = (start_ms + len(rows) // 40 + 1) * 1000
         self.events_in_file += 1

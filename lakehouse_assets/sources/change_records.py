@@ -53,7 +53,7 @@ POSITION = T.DecimalType(38, 0)
 IMAGE_KEYS = "_image_keys"
 
 _DRIFT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-_SEQUENCE = r'^\[(?:null|"([0-9]{1,38})"),(?:null|"[0-9]{1,38}")\]$'
+_SEQUENCE = r'^\[\s*(?:null|"([0-9]{1,38})")\s*,\s*(?:null|"[0-9]{1,38}")\s*\]$'
 
 _LINE = T.StructType([T.StructField(n, T.StringType()) for n in ("schema", "payload", "_corrupt_record")])
 _SOURCE = T.StructType([
@@ -447,7 +447,8 @@ def _envelopes(lines: DataFrame, image: T.StructType, heads: Iterable[str]) -> D
 
 def _pg_position(op: Column, lsn: Column, sequence: Column) -> Column:
     """PostgreSQL commit order: a snapshot row at (its lsn, 0), a streamed change at (last commit or lsn, lsn)."""
-    # `["<last commit>","<lsn>"]` as Debezium writes it, read by a pattern; any other text parsed as JSON.
+    # `["<last commit>","<lsn>"]` as Debezium writes it (or spaced, as other JSON writers do), read by a pattern;
+    # any other text parsed as JSON.
     written = F.regexp_extract(sequence, _SEQUENCE, 1)
     last_commit = F.when(sequence.rlike(_SEQUENCE), F.when(written != "", written).cast(POSITION)).otherwise(
         F.get(F.from_json(sequence, T.ArrayType(T.StringType())), 0).try_cast(POSITION))

@@ -195,7 +195,7 @@ def _decimal_parts(text: Column, dtype: T.DecimalType, encoding: Column, modes: 
         F.when(connect, encoding["parameters"]["scale"].try_cast("int"))
         .when(variable, F.get_json_object(text, "$.scale").try_cast("int"))
         .when(bare_bytes, F.lit(dtype.scale))
-        .when(written, F.length(part[2]) - F.coalesce(part[3].try_cast("int"), F.lit(0)))
+        .when(written, F.length(part[2]) - F.when(part[3] != "", part[3].try_cast("int")).otherwise(0))
     )
     return unscaled, F.coalesce(scale, F.lit(0))
 

@@ -49,6 +49,8 @@ CDC_LINES = {
     # a number is kept as null (no reason).
     _change(source={**SOURCE, "sequence": "[]"}): None,
     _change(source={**SOURCE, "sequence": '["x","23456"]'}): None,
+    # Spaced, as other JSON writers than the connector's write it: the same order.
+    _change(source={**SOURCE, "sequence": '[ "23400", "23456" ]'}): None,
     _change(source={**SOURCE, "txId": "seven"}, ts_ms="soon"): None,
     _change(op="c", before=None, after=...): "missing after image",
     _change(op="d", before=..., after=None): "missing before image",
@@ -75,8 +77,9 @@ def test_each_debezium_quarantine_reason_is_given_for_its_breakage(spark):
     positions = {r.source_line: (r.change_position, r.source_tx_id, r.connector_ts)
                  for r in parse_cdc(CUSTOMERS, lines).collect()}
     first = list(CDC_LINES).index(_change(source={**SOURCE, "sequence": "[]"})) + 1
-    assert [positions[n] for n in range(first, first + 3)] == [
-        (23456 * 10**19 + 23456, 7, dt.datetime(2025, 1, 1, 10, 0, 1))] * 2 + [(23400 * 10**19 + 23456, None, None)]
+    assert [positions[n] for n in range(first, first + 4)] == [
+        (23456 * 10**19 + 23456, 7, dt.datetime(2025, 1, 1, 10, 0, 1))] * 2 + [
+        (23400 * 10**19 + 23456, 7, dt.datetime(2025, 1, 1, 10, 0, 1)), (23400 * 10**19 + 23456, None, None)]
 
 
 INGESTED = dt.datetime(2025, 1, 1, 12, 0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse_assets.runtime import jvm_archive
-from lakehouse_assets.runtime.spark import spark_conf
+from lakehouse_assets.runtime.spark import COMPILE_HUGE_METHODS, spark_conf
 from lakehouse_assets.settings import Settings
 
 
@@ -70,6 +70,19 @@ print("options", spark.conf.get("spark.driver.extraJavaOptions"))
     # (The project's jar is built in the same folder, the installation's: it is not the archive's.)
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("lakehouse-java-")) == sorted(
         [Path(built.name).with_suffix(".unusable").name, Path(built.name).with_suffix(".size").name])
+
+
+def test_the_jit_compiles_the_huge_methods_spark_generates(spark):
+    """A whole stage's generated method runs past HotSpot's 8,000 bytes of bytecode (a source's parse, typing and
+    reasons): the driver's JVM, which runs the local executor's tasks, compiles it rather than interpreting every
+    row, and a cluster's executors are given the same option."""
+    jvm = spark.sparkContext._jvm
+    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    assert diagnostic.getVMOption("DontCompileHugeMethods").getValue() == "false"
+    conf = spark_conf(Settings(home=Path("/nonexistent")))
+    assert COMPILE_HUGE_METHODS in conf["spark.executor.extraJavaOptions"].split()
+    assert COMPILE_HUGE_METHODS in conf["spark.driver.extraJavaOptions"].split()
 
 
 def test_a_runs_jvm_collects_for_throughput_unless_jdk_java_options_picks_a_collector(spark, monkeypatch):
