@@ -28,7 +28,7 @@ What the files do to a consumer, on purpose:
   carries the same `lsn` and `txId` (`source.snapshot` "first", "true"...,
   "last"), every MySQL one the same binlog `file`, `pos` and `row` 0. A
   position alone does not identify a change: (table, key, position, op) does.
-- PostgreSQL changes carry `source.sequence` (`["<last commit LSN>", "<LSN>"]`,
+- PostgreSQL changes carry `source.sequence` (`["<last commit LSN>","<LSN>"]`,
   the first null for the first transaction streamed), and a primary-key
   update's delete and create share one LSN, as pgoutput sends them.
 - Inserts ("c"), updates ("u") and deletes ("d", each followed by a tombstone).
