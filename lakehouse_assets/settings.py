@@ -232,6 +232,7 @@ ENV_SETTINGS = {
     "pii_key": ("LAKEHOUSE_PII_KEY", ""),
     "alert_webhook": ("LAKEHOUSE_ALERT_WEBHOOK", ""),
     "jvm_archive": ("LAKEHOUSE_JVM_ARCHIVE", "1"),
+    "jvm_jit": ("LAKEHOUSE_JVM_JIT", "auto"),
     "serve_host": ("LAKEHOUSE_SERVE_HOST", "127.0.0.1"),
     "serve_port": ("LAKEHOUSE_SERVE_PORT", "10000"),
     "serve_catalog_uri": ("LAKEHOUSE_SERVE_CATALOG_URI", ""),
@@ -333,6 +334,16 @@ def load_profile(name: str, path: Path | None = None) -> dict[str, str]:
     return resolved
 
 
+JIT_MODES = ("auto", "quick", "full")
+
+
+def _choice(variable: str, text: str, choices: tuple[str, ...]) -> str:
+    value = text.strip().lower()
+    if value not in choices:
+        raise ValueError(f"{variable}={text!r}: expected one of {', '.join(choices)}")
+    return value
+
+
 def parse_flag(variable: str, text: str) -> bool:
     """A yes/no setting: 1/true/yes or 0/false/no (any case); anything else is an error, not a guess."""
     value = text.strip().lower()
@@ -412,6 +423,11 @@ class Settings:
     # on the same cores; a fresh process has its Spark session about a tenth sooner than with the JVM's G1) or `g1`
     # (the SQL endpoint's: short pauses while clients wait). A collector named in JDK_JAVA_OPTIONS is taken instead.
     jvm_gc: str = "parallel"
+    # How the driver's and executors' JIT compiles: `full` (the JVM's tiered compilation, C1 then C2: the fastest
+    # code once warm), `quick` (C1 only: no profiling and no C2 compiles competing with the work for the cores; a
+    # short run ends sooner, a long one runs slower) or `auto` (quick for a run the landing sensor requested for
+    # new files of at most QUICK_JIT_MAX_BYTES in all, full otherwise; see runtime/resource.py).
+    jvm_jit: str = "auto"
     # Where `lakehouse serve` (the SQL endpoint for BI tools) listens: this machine only unless set.
     serve_host: str = "127.0.0.1"
     serve_port: int = 10000
@@ -491,6 +507,7 @@ class Settings:
             "s3_secret_key": raw["s3_secret_key"] or os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
             "sql_raw": parse_flag("LAKEHOUSE_SQL_RAW", raw["sql_raw"]),
             "jvm_archive": parse_flag("LAKEHOUSE_JVM_ARCHIVE", raw["jvm_archive"]),
+            "jvm_jit": _choice("LAKEHOUSE_JVM_JIT", raw["jvm_jit"], JIT_MODES),
             "serve_port": _port("LAKEHOUSE_SERVE_PORT", raw["serve_port"]),
             "serve_query_timeout": _seconds("LAKEHOUSE_SERVE_QUERY_TIMEOUT", raw["serve_query_timeout"]),
             "serve_result_cache_rows": _count("LAKEHOUSE_SERVE_RESULT_CACHE_ROWS", raw["serve_result_cache_rows"]),
@@ -532,6 +549,7 @@ class Settings:
             "pii_key": hidden if self.pii_key else "(the key file under the home)",
             "alert_webhook": hidden if self.alert_webhook else "",
             "jvm_archive": "yes" if self.jvm_archive else "no",
+            "jvm_jit": self.jvm_jit,
             **self._describe_serve(),
             "kafka_bootstrap_servers": self.kafka_bootstrap_servers,
             "kafka_security_protocol": self.kafka_security_protocol,

@@ -52,7 +52,7 @@ from dagster import (
 from ..landing.taken import TakenIndex
 from ..landing.versions import Sightings, Stat, needs_a_look, settled
 from ..landing.zones import LandedFile, landing_zone, refusals, source_root
-from ..runtime.resource import LakehouseResource
+from ..runtime.resource import NEW_BYTES_TAG, LakehouseResource
 from ..runtime.status import stream_is_running
 from ..times import UTC
 from .ingest import LandingSource
@@ -213,20 +213,22 @@ def _days_of_runs_to_come(context: SensorEvaluationContext, source_name: str) ->
 
 
 def _run_requests(source_name: str, keys: list[AssetKey], new: list[LandedFile]) -> list[RunRequest]:
-    """One run per landing day; its run key names the exact file versions, so a repeated request is dropped."""
+    """One run per landing day; its run key names the exact file versions, so a repeated request is dropped. Its
+    tags say how many files and bytes were new (the resource picks the run's JIT by them)."""
     by_day = defaultdict(list)
     for f in new:
         assert f.day is not None  # files without a landing day were refused above
-        by_day[f.day.isoformat()].append(_identity(f))
+        by_day[f.day.isoformat()].append(f)
     return [
         RunRequest(
-            run_key=f"{source_name}:{day}:" + hashlib.sha1("\n".join(sorted(ids)).encode()).hexdigest()[:16],
+            run_key=f"{source_name}:{day}:" + hashlib.sha1("\n".join(sorted(map(_identity, files))).encode())
+            .hexdigest()[:16],
             partition_key=day,
             asset_selection=keys,
-            tags={"lakehouse/new_files": str(len(ids)), "lakehouse/source": source_name,
-                  "dagster/priority": str(LANDING_RUN_PRIORITY)},
+            tags={"lakehouse/new_files": str(len(files)), NEW_BYTES_TAG: str(sum(f.size for f in files)),
+                  "lakehouse/source": source_name, "dagster/priority": str(LANDING_RUN_PRIORITY)},
         )
-        for day, ids in sorted(by_day.items())
+        for day, files in sorted(by_day.items())
     ]
 
 

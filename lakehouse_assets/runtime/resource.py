@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, DagsterLogManager, InitResourceContext
 from pydantic import PrivateAttr
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
@@ -13,7 +13,14 @@ from ..settings import Settings
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec
 from .catalog import catalog_for, ensure_namespace
-from .spark import get_spark
+from .spark import get_spark, jvm_option
+
+# The landing sensor's tag on the runs it requests: the bytes of the new files it found for the run's day.
+NEW_BYTES_TAG = "lakehouse/new_bytes"
+# A run whose new files are at most this large compiles with C1 alone (jvm_jit `auto`). Measured on two cores, a
+# run in a fresh process with C1 alone against the tiered JIT: one line of events 11.9 s against 15.0 s, 188 MB of
+# CDC changes through bronze 48.6 s against 54.5 s, 303 MB of events 25.9 s against 23.9 s.
+QUICK_JIT_MAX_BYTES = 128 * 1024 * 1024
 
 
 class LakehouseResource(ConfigurableResource):
@@ -38,14 +45,28 @@ class LakehouseResource(ConfigurableResource):
     kafka_bootstrap_servers: Optional[str] = None
 
     _settings: Optional[Settings] = PrivateAttr(default=None)
+    _jit: Optional[str] = PrivateAttr(default=None)  # `auto` resolved for this run
+    _log: Optional[DagsterLogManager] = PrivateAttr(default=None)
     _handles: dict[str, TableHandle] = PrivateAttr(default_factory=dict)
     _namespace_made: bool = PrivateAttr(default=False)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        """`jvm_jit` auto: C1 alone for a run the landing sensor requested for little new data, whose JVM lives
+        for seconds; the full tiered JIT for any other (a backfill, a run by hand, a large landing)."""
+        self._log = context.log
+        new_bytes = (context.dagster_run.tags.get(NEW_BYTES_TAG) if context.dagster_run else None) or ""
+        if new_bytes.isdigit():
+            self._jit = "quick" if int(new_bytes) <= QUICK_JIT_MAX_BYTES else "full"
+            self._settings = None  # read again with it
 
     @property
     def settings(self) -> Settings:
         if self._settings is None:
             overrides = {k: v for k, v in self.model_dump().items() if v is not None}
-            self._settings = Settings.from_env(**overrides)
+            settings = Settings.from_env(**overrides)
+            if settings.jvm_jit == "auto" and self._jit:
+                settings = settings.with_(jvm_jit=self._jit)
+            self._settings = settings
         return self._settings
 
     @property
@@ -62,7 +83,13 @@ class LakehouseResource(ConfigurableResource):
     def spark(self) -> SparkSession:
         # The catalog tables must exist before Spark's JdbcCatalog looks at them.
         self.catalog  # noqa: B018
-        return get_spark(self.settings)
+        started = SparkSession.getActiveSession() is None
+        spark = get_spark(self.settings)
+        if started and self._log is not None:
+            quick = jvm_option(spark, "TieredStopAtLevel") == "1"
+            self._log.info(f"Spark's JVM compiles with {'C1 alone' if quick else 'C1 then C2'} "
+                           f"(jvm_jit {self.settings.jvm_jit})")
+        return spark
 
     def table(self, spec: TableSpec) -> TableHandle:
         """The handle of a declared table: built once, created (if missing) at most once."""

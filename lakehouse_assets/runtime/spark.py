@@ -17,7 +17,7 @@ from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from ..errors import SparkConfigConflict
-from ..settings import CatalogUri, Settings
+from ..settings import JIT_MODES, CatalogUri, Settings
 from . import java_jar, jvm_archive
 from .catalog import s3_properties
 from .jars import spark_jars
@@ -113,8 +113,9 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
         "spark.python.sql.dataFrameDebugging.enabled": "false",
         "spark.driver.extraJavaOptions": " ".join(filter(None, [
             f"-Dlog4j2.configurationFile=file:{log4j}", _collector(settings.jvm_gc), COMPILE_HUGE_METHODS,
-            jvm_archive.java_options(settings.jvm_archive)])),
-        "spark.executor.extraJavaOptions": COMPILE_HUGE_METHODS,
+            jit_option(settings.jvm_jit), jvm_archive.java_options(settings.jvm_archive)])),
+        "spark.executor.extraJavaOptions": " ".join(filter(None, [COMPILE_HUGE_METHODS,
+                                                                  jit_option(settings.jvm_jit)])),
     }
     if on_loopback(settings.spark_master):
         conf["spark.driver.host"] = "127.0.0.1"
@@ -137,6 +138,21 @@ def spark_conf(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) 
 COMPILE_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
 
 _COLLECTORS = {"parallel": "-XX:+UseParallelGC", "g1": "-XX:+UseG1GC"}
+
+# C1 alone: each method compiled once, quickly and without profiling, never again by C2. A JVM that lives for a
+# small run spends much of it warming up (interpreting, profiling, C2 compiling Spark's generated code on the same
+# cores); one that lives for hours (the stream, the SQL endpoint, a large run) gains from C2's code. C1 alone gets
+# the JVM's code cache for one compiler (48 MB), which Spark's generated code fills within a minute (the JIT then
+# stops compiling): it keeps the tiered default's 240 MB.
+QUICK_JIT = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+
+
+def jit_option(mode: str) -> str:
+    """The JVM option of a `jvm_jit` mode: C1 only for `quick`; none (tiered, C1 then C2) for `full` and `auto`
+    (which the run's resource resolves before its session starts)."""
+    if mode not in JIT_MODES:
+        raise ValueError(f"jvm_jit: {mode!r} is not one of {', '.join(JIT_MODES)}")
+    return QUICK_JIT if mode == "quick" else ""
 
 
 def _collector(name: str) -> str:
@@ -224,6 +240,14 @@ def _import_hot_classes(spark: SparkSession) -> None:
     A class imported by its own name is found at once."""
     for name in _HOT_CLASSES:
         java_import(spark.sparkContext._jvm, name)
+
+
+def jvm_option(spark: SparkSession, name: str) -> str:
+    """A HotSpot option's value in the session's JVM (`TieredStopAtLevel`), as the JVM took it."""
+    management = jvm_class(spark, "java.lang.management.ManagementFactory")
+    bean = management.getPlatformMXBean(
+        jvm_class(spark, "java.lang.Class").forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    return str(bean.getVMOption(name).getValue())
 
 
 def jvm_class(spark: SparkSession, name: str) -> JavaClass:

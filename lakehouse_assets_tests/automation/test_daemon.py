@@ -7,6 +7,7 @@ files land, one for today and one late for an old day, and nobody launches a run
 both must reach gold_minute_activity and gold_daily_activity.
 """
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -24,6 +25,7 @@ from pyiceberg.expressions import EqualTo
 
 from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 from lakehouse_assets.runtime.catalog import catalog_for
+from lakehouse_assets.runtime.resource import NEW_BYTES_TAG
 from lakehouse_assets.runtime.status import heartbeat_file
 from lakehouse_assets.settings import Settings
 
@@ -89,6 +91,7 @@ def _daemon(env: dict, dagster_home: Path, tmp_path: Path) -> subprocess.Popen:
 
 def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tmp_path):
     env, settings, dagster_home = temporary_instance(tmp_path, "daemon-test-key-for-pseudonyms-in-tests")
+    env.pop("SPARK_SUBMIT_OPTS", None)  # the runs' JVMs as deployed (not the tests' C1 alone: conftest.py)
     landing = settings.local_path(settings.landing) / "events"
     daemon = _daemon(env, dagster_home, tmp_path)
     try:
@@ -108,6 +111,9 @@ def test_files_landing_today_and_late_reach_gold_with_no_run_launched_by_hand(tm
         log = catalog_for(settings).load_table((settings.namespace, "bronze_ingest_log"))
         taken = log.scan(row_filter=EqualTo("source", "events")).to_arrow().column("source_file").to_pylist()
         assert sorted(Path(f).name for f in taken) == ["late.jsonl", "today.jsonl"]
+        # The landing sensor's runs (a few KB new) compiled with C1 alone; the automation's with C1 then C2.
+        assert _jit_said(dagster_home, env) == {"landing sensor": {"Spark's JVM compiles with C1 alone (jvm_jit quick)"},
+                                                "other": {"Spark's JVM compiles with C1 then C2 (jvm_jit auto)"}}
     finally:
         _stop(daemon)
 
@@ -233,26 +239,44 @@ def _until(what, check, deadline_s: float, log: Path):
     raise AssertionError(f"{what}: not within {deadline_s:.0f} s\n" + log.read_text()[-3000:])
 
 
-def _runs(dagster_home: Path, env: dict, job: str | None = None, partition: str | None = None):
-    """The instance's runs, oldest first: (job, asset selection, partition, status, created, ended)."""
+@contextlib.contextmanager
+def _instance(dagster_home: Path, env: dict):
+    """The daemon's Dagster instance, read from this process."""
     os.environ["DAGSTER_HOME"], saved = str(dagster_home), os.environ.get("DAGSTER_HOME")
     storage = {k: env[k] for k in ("LAKEHOUSE_DAGSTER_STORAGE", "LAKEHOUSE_DAGSTER_LOGS")}
     previous = {k: os.environ.get(k) for k in storage}
     os.environ.update(storage)
     try:
         with DagsterInstance.get() as instance:
-            records = instance.get_run_records()
+            yield instance
     finally:
         for k, v in [("DAGSTER_HOME", saved), *previous.items()]:
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _runs(dagster_home: Path, env: dict, job: str | None = None, partition: str | None = None):
+    """The instance's runs, oldest first: (job, asset selection, partition, status, created, ended)."""
+    with _instance(dagster_home, env) as instance:
+        records = instance.get_run_records()
     runs = [(r.dagster_run.job_name, {k.to_user_string() for k in r.dagster_run.asset_selection or ()},
              r.dagster_run.tags.get("dagster/partition"), r.dagster_run.status.value, r.create_timestamp.timestamp(),
              r.end_time) for r in records]
     return sorted((r for r in runs if (job is None or r[0] == job) and (partition is None or r[2] == partition)),
                   key=lambda r: r[4])
+
+
+def _jit_said(dagster_home: Path, env: dict) -> dict[str, set[str]]:
+    """What each run's resource said of its JVM's JIT, by whether the landing sensor requested the run."""
+    said: dict[str, set[str]] = {}
+    with _instance(dagster_home, env) as instance:
+        for run in instance.get_runs():
+            requester = "landing sensor" if NEW_BYTES_TAG in run.tags else "other"
+            said.setdefault(requester, set()).update(
+                e.user_message for e in instance.all_logs(run.run_id) if "Spark's JVM compiles" in e.user_message)
+    return said
 
 
 def test_a_bronze_commit_while_silver_runs_reaches_silver_and_the_health_sensor_compacts_bronze(tmp_path):

@@ -16,7 +16,7 @@ from lakehouse_assets.automation.partitions import daily_partitions
 from lakehouse_assets.bronze.assets import event_landing_source
 from lakehouse_assets.bronze.sensors import FULL_LISTING_SECONDS, landing_sensor
 from lakehouse_assets.landing.zones import landing_zone
-from lakehouse_assets.runtime.resource import LakehouseResource
+from lakehouse_assets.runtime.resource import NEW_BYTES_TAG, LakehouseResource
 from lakehouse_assets.runtime.status import heartbeat_file
 
 from ..shop import ALL_ASSETS, DEFS, SHOP, asset
@@ -70,6 +70,9 @@ def test_new_files_trigger_runs_that_take_them_exactly_once(zone_lakehouse, tmp_
 
     tick = evaluate(lakehouse, instance)
     assert sorted(r.partition_key for r in tick.run_requests) == [d.isoformat() for d in DAYS]
+    # Each run says how many bytes were new for its day (its JVM's JIT is picked by them).
+    assert {r.partition_key: int(r.tags[NEW_BYTES_TAG]) for r in tick.run_requests} == {
+        d.isoformat(): sum(f.size for f in zone.list("events") if f.day == d) for d in DAYS}
     # Queued ahead of the automation's runs (priority 0): new records do not wait behind days of downstream runs.
     assert all(int(r.tags["dagster/priority"]) > 0 for r in tick.run_requests)
     for request in tick.run_requests:
@@ -94,6 +97,7 @@ def test_new_files_trigger_runs_that_take_them_exactly_once(zone_lakehouse, tmp_
         cursor = json.dumps({**json.loads(cursor), "listed_all_at": time.time() - FULL_LISTING_SECONDS})
     tick = evaluate(lakehouse, instance, cursor)
     assert [r.partition_key for r in tick.run_requests] == ["2025-01-01"]
+    assert tick.run_requests[0].tags[NEW_BYTES_TAG] == str(late.stat().st_size)
     meta = execute(lakehouse, instance, tick.run_requests[0]).asset_materializations_for_node("bronze_events")[0].metadata
     assert meta["landing_files_taken"].value == 1 and meta["records_kept"].value == 1
     [(new_file, line)] = bronze_rows(lakehouse) - rows

@@ -3,14 +3,17 @@ wanted, and never the reason a process cannot start; and the garbage collector a
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from dagster import asset, materialize
 
 from lakehouse_assets.runtime import jvm_archive
-from lakehouse_assets.runtime.spark import COMPILE_HUGE_METHODS, spark_conf
+from lakehouse_assets.runtime.resource import NEW_BYTES_TAG, QUICK_JIT_MAX_BYTES, LakehouseResource
+from lakehouse_assets.runtime.spark import COMPILE_HUGE_METHODS, QUICK_JIT, jvm_option, spark_conf
 from lakehouse_assets.settings import Settings
 
 
@@ -98,3 +101,43 @@ def test_a_runs_jvm_collects_for_throughput_unless_jdk_java_options_picks_a_coll
     assert "GC" not in spark_conf(settings)["spark.driver.extraJavaOptions"]
     with pytest.raises(ValueError, match="jvm_gc: 'zgc' is not one of parallel, g1"):
         spark_conf(settings.with_(jvm_gc="zgc", jvm_archive=False))
+
+
+def test_a_small_landing_run_compiles_with_c1_alone_and_any_other_run_with_the_tiered_jit(spark, tmp_path,
+                                                                                          monkeypatch):
+    """jvm_jit auto: a run the landing sensor requested for at most QUICK_JIT_MAX_BYTES of new files gets C1 alone
+    (driver and executors); a larger one, or a run without the sensor's tag (a backfill, a run by hand), the JVM's
+    tiered JIT, as the stream and the SQL endpoint do; LAKEHOUSE_JVM_JIT decides for every run when set."""
+    seen = []
+
+    @asset
+    def probe(lakehouse: LakehouseResource) -> None:
+        seen.append(lakehouse.settings.jvm_jit)
+
+    def jit(tags: dict[str, str]) -> str:
+        resource = LakehouseResource(home=str(tmp_path / "lake"))
+        assert materialize([probe], resources={"lakehouse": resource}, tags=tags).success
+        return seen[-1]
+
+    monkeypatch.delenv("LAKEHOUSE_JVM_JIT", raising=False)
+    assert jit({NEW_BYTES_TAG: "20000"}) == "quick"
+    assert jit({NEW_BYTES_TAG: str(QUICK_JIT_MAX_BYTES)}) == "quick"
+    assert jit({NEW_BYTES_TAG: str(QUICK_JIT_MAX_BYTES + 1)}) == "full"
+    assert jit({}) == "auto"
+    monkeypatch.setenv("LAKEHOUSE_JVM_JIT", "full")
+    assert jit({NEW_BYTES_TAG: "20000"}) == "full"
+    monkeypatch.setenv("LAKEHOUSE_JVM_JIT", "quick")
+    assert jit({}) == "quick"
+    monkeypatch.setenv("LAKEHOUSE_JVM_JIT", "fast")
+    with pytest.raises(ValueError, match="LAKEHOUSE_JVM_JIT='fast': expected one of auto, quick, full"):
+        Settings.from_env(home=tmp_path / "lake")
+
+    settings = Settings(home=Path("/nonexistent"), jvm_archive=False)
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        assert set(QUICK_JIT.split()) <= set(spark_conf(settings.with_(jvm_jit="quick"))[key].split())
+        assert "TieredStopAtLevel" not in spark_conf(settings.with_(jvm_jit="auto"))[key]
+        assert "TieredStopAtLevel" not in spark_conf(settings.with_(jvm_jit="full"))[key]
+    # The option as the session's JVM took it: C1 alone, as the tests' JVMs are started (conftest.py), unless
+    # SPARK_SUBMIT_OPTS said otherwise.
+    alone = "-XX:TieredStopAtLevel=1" in os.environ.get("SPARK_SUBMIT_OPTS", "").split()
+    assert jvm_option(spark, "TieredStopAtLevel") == ("1" if alone else "4")
