@@ -47,6 +47,7 @@ class LakehouseResource(ConfigurableResource):
     _settings: Optional[Settings] = PrivateAttr(default=None)
     _jit: Optional[str] = PrivateAttr(default=None)  # `auto` resolved for this run
     _log: Optional[DagsterLogManager] = PrivateAttr(default=None)
+    _jit_said: bool = PrivateAttr(default=False)
     _handles: dict[str, TableHandle] = PrivateAttr(default_factory=dict)
     _namespace_made: bool = PrivateAttr(default=False)
 
@@ -83,9 +84,9 @@ class LakehouseResource(ConfigurableResource):
     def spark(self) -> SparkSession:
         # The catalog tables must exist before Spark's JdbcCatalog looks at them.
         self.catalog  # noqa: B018
-        started = SparkSession.getActiveSession() is None
         spark = get_spark(self.settings)
-        if started and self._log is not None:
+        if self._log is not None and not self._jit_said:  # once a run
+            self._jit_said = True
             quick = jvm_option(spark, "TieredStopAtLevel") == "1"
             self._log.info(f"Spark's JVM compiles with {'C1 alone' if quick else 'C1 then C2'} "
                            f"(jvm_jit {self.settings.jvm_jit})")
