@@ -79,10 +79,7 @@ def test_the_jit_compiles_the_huge_methods_spark_generates(spark):
     """A whole stage's generated method runs past HotSpot's 8,000 bytes of bytecode (a source's parse, typing and
     reasons): the driver's JVM, which runs the local executor's tasks, compiles it rather than interpreting every
     row, and a cluster's executors are given the same option."""
-    jvm = spark.sparkContext._jvm
-    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
-        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
-    assert diagnostic.getVMOption("DontCompileHugeMethods").getValue() == "false"
+    assert jvm_option(spark, "DontCompileHugeMethods") == "false"
     conf = spark_conf(Settings(home=Path("/nonexistent")))
     assert COMPILE_HUGE_METHODS in conf["spark.executor.extraJavaOptions"].split()
     assert COMPILE_HUGE_METHODS in conf["spark.driver.extraJavaOptions"].split()
