@@ -72,11 +72,13 @@ def _failed(what: str, done: subprocess.CompletedProcess) -> MissingJarError:
 
 
 def resolve() -> None:
-    """Maven's plugins and the tests' JUnit into the local repository: the module built and tested once online."""
+    """Maven's plugins and the tests' JUnit into the local repository: the module built and tested once online, and
+    the jar it built kept as the installation's (a later `build` has nothing to do)."""
     with tempfile.TemporaryDirectory(prefix="lakehouse-java-") as work:
         done = _maven(["package"], Path(work), offline=False)
         if done.returncode != 0:
             raise _failed("resolving and building the project's Java module", done)
+        _keep(Path(work), jar_file())
 
 
 def build() -> Path:
@@ -84,15 +86,20 @@ def build() -> Path:
     target = jar_file()
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="lakehouse-java-") as work:
         done = _maven(["-DskipTests", "package"], Path(work))
         if done.returncode != 0:
             raise _failed("building the project's Java parts", done)
-        partial = target.with_suffix(f".{os.getpid()}.partial")
-        shutil.copyfile(Path(work) / "lakehouse-java.jar", partial)
-        os.replace(partial, target)
+        _keep(Path(work), target)
     return target
+
+
+def _keep(work: Path, target: Path) -> None:
+    """The jar Maven built in `work` renamed into place whole."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".{os.getpid()}.partial")
+    shutil.copyfile(work / "lakehouse-java.jar", partial)
+    os.replace(partial, target)
 
 
 def catalog_server_classpath() -> list[str]:

@@ -122,50 +122,6 @@ QUERIES = [
 ]
 
 
-def test_both_doors_follow_the_raw_table_rule_changed_in_read_rule_alone(lake_settings, tmp_path, monkeypatch):
-    """The rule changed in serving/read_rule.py and nowhere else (a prefix added, the suffix dropped): `lakehouse
-    sql` and an endpoint started with it both refuse the table that is now raw and both read the one no longer
-    raw. (First in the module: its endpoint runs before the module's own starts.)"""
-    namespace = f"t_rule_{uuid.uuid4().hex[:6]}"
-    settings = lake_settings.with_(home=tmp_path / "home", catalog_uri="", warehouse="", namespace=namespace,
-                                   project=str(tmp_path / "no-declaration.yaml"))
-    catalog = catalog_for(settings)
-    catalog.create_namespace(namespace)
-    _create(catalog, namespace, "scratch_events", [{"note": "raw by the changed rule"}])
-    _create(catalog, namespace, "events_quarantine", [{"note": "raw by today's rule"}])
-    _create(catalog, namespace, "bronze_events", [RAW_ROW])
-    with pytest.raises(ValueError, match="table 'events_quarantine' is raw data"):
-        query(settings, "SELECT * FROM events_quarantine")
-    assert query(settings, "SELECT note FROM scratch_events").to_pylist() == [{"note": "raw by the changed rule"}]
-
-    changed = {"RAW_PREFIXES": ("bronze_", "scratch_"), "RAW_SUFFIXES": ()}
-    for name, value in changed.items():
-        monkeypatch.setattr(read_rule, name, value)
-    for table in ("scratch_events", "bronze_events"):
-        with pytest.raises(ValueError, match=f"table '{table}' is raw data"):
-            query(settings, f"SELECT * FROM {table}")
-    assert query(settings, "SELECT note FROM events_quarantine").to_pylist() == [{"note": "raw by today's rule"}]
-
-    # The endpoint's process changes the same names before `lakehouse serve` runs.
-    script = "\n".join(["import sys", "from lakehouse_assets.serving import read_rule",
-                        *(f"read_rule.{name} = {value!r}" for name, value in changed.items()),
-                        "from lakehouse_assets.cli import main", "sys.exit(main(['serve']))"])
-    port = free_port()
-    env = {**os.environ, "LAKEHOUSE_HOME": str(settings.home), "LAKEHOUSE_NAMESPACE": namespace,
-           "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SERVE_PORT": str(port),
-           "LAKEHOUSE_SPARK_MASTER": "local[1]", "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1",
-           "LAKEHOUSE_SERVE_EXECUTOR_MEMORY": "512m"}
-    with endpoint(env, tmp_path / "serve.log", [sys.executable, "-c", script]):
-        cursor = hive.connect(host="127.0.0.1", port=port, database=namespace).cursor()
-        for table in ("scratch_events", "bronze_events"):
-            with pytest.raises(hive.OperationalError, match="holds raw data and is not exposed"):
-                cursor.execute(f"SELECT * FROM {table}")
-        cursor.execute("SELECT note FROM events_quarantine")
-        assert cursor.fetchall() == [("raw by today's rule",)]
-        cursor.execute("SHOW TABLES")
-        assert cursor.fetchall() == [("events_quarantine",)]
-
-
 def test_pyhive_sqlalchemy_and_beeline_get_the_answers_lakehouse_sql_gives(served, tmp_path):
     settings = served["settings"]
     engine = sqlalchemy.create_engine(f"hive://127.0.0.1:{served['port']}/{settings.namespace}")
@@ -538,13 +494,37 @@ def test_a_result_larger_than_the_row_limit_is_an_error_not_a_cut(served):
     assert _rows(served, "SELECT count(*) FROM range(0, 1000)") == [(1000,)]  # the endpoint goes on
 
 
-def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings, tmp_path):
+def test_both_doors_follow_the_raw_table_rule_changed_in_read_rule_alone_and_once_users_are_added_clients_sign_in(
+        lake_settings, tmp_path, monkeypatch):
+    """Two guarantees on one endpoint (each a JVM of its own to start). The rule changed in serving/read_rule.py and
+    nowhere else (a prefix added, the suffix dropped): `lakehouse sql` and an endpoint started with it both refuse
+    the table that is now raw and both read the one no longer raw. Then users added while that endpoint runs: from
+    the next connection on, every client signs in with its password."""
     home = tmp_path / "home"
-    settings = lake_settings.with_(home=home, catalog_uri="", warehouse="")
-    catalog_for(settings).create_namespace(settings.namespace)
-    env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_NAMESPACE": settings.namespace,
-           "LAKEHOUSE_PROJECT": str(tmp_path / "none.yaml"), "LAKEHOUSE_SPARK_MASTER": "local[1]",
-           "LAKEHOUSE_DRIVER_MEMORY": "1g"}
+    namespace = f"t_rule_{uuid.uuid4().hex[:6]}"
+    settings = lake_settings.with_(home=home, catalog_uri="", warehouse="", namespace=namespace,
+                                   project=str(tmp_path / "none.yaml"))
+    catalog = catalog_for(settings)
+    catalog.create_namespace(namespace)
+    _create(catalog, namespace, "scratch_events", [{"note": "raw by the changed rule"}])
+    _create(catalog, namespace, "events_quarantine", [{"note": "raw by today's rule"}])
+    _create(catalog, namespace, "bronze_events", [RAW_ROW])
+    with pytest.raises(ValueError, match="table 'events_quarantine' is raw data"):
+        query(settings, "SELECT * FROM events_quarantine")
+    assert query(settings, "SELECT note FROM scratch_events").to_pylist() == [{"note": "raw by the changed rule"}]
+
+    changed = {"RAW_PREFIXES": ("bronze_", "scratch_"), "RAW_SUFFIXES": ()}
+    for name, value in changed.items():
+        monkeypatch.setattr(read_rule, name, value)
+    for table in ("scratch_events", "bronze_events"):
+        with pytest.raises(ValueError, match=f"table '{table}' is raw data"):
+            query(settings, f"SELECT * FROM {table}")
+    assert query(settings, "SELECT note FROM events_quarantine").to_pylist() == [{"note": "raw by today's rule"}]
+
+    env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_NAMESPACE": namespace,
+           "LAKEHOUSE_PROJECT": settings.project, "LAKEHOUSE_SPARK_MASTER": "local[1]",
+           "LAKEHOUSE_DRIVER_MEMORY": "1g", "LAKEHOUSE_SHUFFLE_PARTITIONS": "1",
+           "LAKEHOUSE_SERVE_EXECUTOR_MEMORY": "512m"}
     # Beyond this machine only with sign-in: refused before any JVM starts.
     wide = subprocess.run([LAKEHOUSE, "serve", "--host", "0.0.0.0"], env=env, capture_output=True, text=True,
                           timeout=120)
@@ -553,9 +533,21 @@ def test_with_a_user_added_every_client_signs_in_with_its_password(lake_settings
     port = free_port()
     env["LAKEHOUSE_SERVE_PORT"] = str(port)
     users = home / "secrets" / "sql-endpoint-users"
-    with endpoint(env, tmp_path / "serve.log") as said:
+    # The endpoint's process changes the same names before `lakehouse serve` runs.
+    script = "\n".join(["import sys", "from lakehouse_assets.serving import read_rule",
+                        *(f"read_rule.{name} = {value!r}" for name, value in changed.items()),
+                        "from lakehouse_assets.cli import main", "sys.exit(main(['serve']))"])
+    with endpoint(env, tmp_path / "serve.log", [sys.executable, "-c", script]) as said:
         assert "sign-in" not in said  # no user yet: on this machine alone, any client
-        anyone = hive.connect(host="127.0.0.1", port=port, database=settings.namespace).cursor()
+        anyone = hive.connect(host="127.0.0.1", port=port, database=namespace).cursor()
+        for table in ("scratch_events", "bronze_events"):
+            with pytest.raises(hive.OperationalError, match="holds raw data and is not exposed"):
+                anyone.execute(f"SELECT * FROM {table}")
+        anyone.execute("SELECT note FROM events_quarantine")
+        assert anyone.fetchall() == [("raw by today's rule",)]
+        anyone.execute("SHOW TABLES")
+        assert anyone.fetchall() == [("events_quarantine",)]
+
         anyone.execute("SELECT 1 + 1")
         assert anyone.fetchall() == [(2,)]
         anyone.execute("SELECT 1 + 1")  # the endpoint's first query asked again: its settings and key are the same
