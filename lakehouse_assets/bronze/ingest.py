@@ -84,6 +84,7 @@ from ..runtime.freshness import from_spark, newest_event
 from ..runtime.recipe import Recipes
 from ..runtime.resource import LakehouseResource
 from ..runtime.results import reported
+from ..runtime.spark import local_frame
 from ..tables.handle import TableHandle
 from ..tables.registry import TableSpec, col
 from ..times import UTC
@@ -394,7 +395,7 @@ def read_take(lakehouse: LakehouseResource, source: LandingSource, take: Take, n
         log(f"{source.name}: {f}: {take.unreadable[f]}: quarantined whole")
     skips = [(f, d.skip_lines) for f, d in take.decisions.items() if d.skip_lines]
     if skips:  # an append: only the lines after those taken before
-        taken = spark.createDataFrame(skips, "source_file string, _skip int")
+        taken = local_frame(spark, skips, "source_file string, _skip int")
         lines = lines.join(F.broadcast(taken), "source_file", "left") \
             .where(F.col("source_line") > F.coalesce(F.col("_skip"), F.lit(0))).drop("_skip")
     kept = set(take.decisions)
@@ -455,8 +456,8 @@ def _write(lakehouse: LakehouseResource, source: LandingSource, take: Take, tabl
     stamps = {"ingested_at": F.lit(dt.datetime.now(UTC)), "run_id": F.lit(run_id)}
     records = take.records()
     # An unreadable file is one record, quarantined with the reason (its raw bytes stay in the landing zone).
-    unread = spark.createDataFrame(
-        [(f, f"{CHANGED_REASON}; {why}" if take.decisions[f].change == CHANGED else why)
+    unread = local_frame(
+        spark, [(f, f"{CHANGED_REASON}; {why}" if take.decisions[f].change == CHANGED else why)
          for f, why in take.unreadable.items()], "source_file string, reason string")
     unread = unread.select("source_file", "reason", F.lit(0).alias("source_line"), F.lit("").alias("payload"),
                            landing_date_of(F.col("source_file")).alias("landing_date")).withColumns(stamps)
@@ -571,8 +572,8 @@ def _log_rows(spark: Any, source: LandingSource, take: Take, per_file: dict[str,
         rows.append((source.name, f, landing_date_value(f), n, k, q, run_id, content.stat.size, modified,
                      content.stat.etag, content.sha256, lines, decision.change,
                      (before.version if before is not None else 0) + 1))
-    return spark.createDataFrame(
-        rows, "source string, source_file string, landing_date date, records long, kept long, quarantined long, "
+    return local_frame(
+        spark, rows, "source string, source_file string, landing_date date, records long, kept long, quarantined long, "
               "run_id string, size long, modified timestamp, etag string, sha256 string, lines long, "
               "change string, version int")
 

@@ -32,6 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..errors import ConfigurationError, KafkaUnreachableError
+from ..runtime.spark import local_frame
 from ..settings import Settings
 
 SCHEME = "kafka://"
@@ -321,7 +322,7 @@ def read_ranges(spark: SparkSession, settings: Settings,
     schema = ("source_file string, source_line int, landing_date date, payload string, source_key string, "
               "source_time timestamp")
     if not ranges:
-        return spark.createDataFrame([], schema), {}, {}
+        return local_frame(spark, [], schema), {}, {}
     topics = {r.topic for r in ranges}
     if len(topics) != 1:
         raise ValueError(f"one topic per read, not {sorted(topics)}")

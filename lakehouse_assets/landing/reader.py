@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..runtime.java_jar import LINES_FORMAT
-from ..runtime.spark import jvm_class
+from ..runtime.spark import jvm_class, local_frame
 from .files import file_statuses, glob_files
 from .versions import Content, Stat
 from .zones import escapes
@@ -94,7 +94,7 @@ def _read_lines(spark: SparkSession, files: list[str], sizes: dict[str, int] | N
     """
     schema = "source_file string, source_line int, landing_date date, payload string"
     if not files:  # no `_json` columns: a parser also takes lines the reader did not parse
-        return Landed(spark.createDataFrame([], schema), {}, [])
+        return Landed(local_frame(spark, [], schema), {}, [])
     if sizes is None or any(f not in sizes for f in files):
         sizes = {f: size for f, (size, _, _) in file_statuses(spark, files).items()}
     gone = [f for f in files if f not in sizes]
@@ -220,8 +220,7 @@ def _hash_in_spark(spark: SparkSession, files: list[str], prefixes: dict[str, in
         return {}
     path_of = jvm_class(spark, "org.apache.hadoop.fs.Path")
     listed = {str(path_of(f).toUri().toString()): f for f in files}
-    sizes = spark.createDataFrame([(uri, prefixes.get(f)) for uri, f in listed.items()],
-                                  "_path string, _prefix long")
+    sizes = local_frame(spark, [(uri, prefixes.get(f)) for uri, f in listed.items()], "_path string, _prefix long")
     rows = (spark.read.format("binaryFile").load(files)
             .select(F.col("_metadata.file_path").alias("_path"), "length", "modificationTime", "content")
             .join(F.broadcast(sizes), "_path", "left")

@@ -37,6 +37,7 @@ from ..project import Gold
 from ..project.model import TRAINING_SET, USER_FEATURES
 from ..runtime.commit import Window, materialize_with_retries, publish, stage
 from ..runtime.resource import LakehouseResource
+from ..runtime.spark import local_frame
 from ..tables.registry import TableSpec, col
 from ..times import UTC
 from .pinning import PINNED, pin_snapshots
@@ -144,7 +145,7 @@ def _publish_pinned(lakehouse: LakehouseResource, run_id: str, spec: TableSpec, 
 def user_features_frame(spark, events: DataFrame, window: Window) -> DataFrame:
     """Each user's features as of the end of each day of the window, over the look-back before it."""
     days = [window.start + dt.timedelta(days=n) for n in range((window.end - window.start).days)]
-    ends = spark.createDataFrame([(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")
+    ends = local_frame(spark, [(day_end(d), d) for d in days], "as_of_ts timestamp, as_of_date date")
     lookback = events.where(
         (F.col("event_ts") > F.lit(day_end(days[0]) - dt.timedelta(days=LOOKBACK_DAYS)))
         & (F.col("event_ts") <= F.lit(day_end(days[-1])))

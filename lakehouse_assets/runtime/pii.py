@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from ..errors import ConfigurationError
 from ..settings import Settings
 from .durable import fsync_path
+from .spark import local_frame
 
 _BLOCK = 64  # SHA-256 block size in bytes
 MIN_KEY_BYTES = 32
@@ -84,7 +85,7 @@ def _pads(key: bytes) -> tuple[bytes, bytes]:
 def with_pii_pads(df: DataFrame, key: bytes) -> DataFrame:
     """`df` with the HMAC's pads as two columns (IPAD, OPAD), from a one-row frame broadcast to the executors."""
     ipad, opad = _pads(key)
-    pads = df.sparkSession.createDataFrame([(bytearray(ipad), bytearray(opad))], f"{IPAD} binary, {OPAD} binary")
+    pads = local_frame(df.sparkSession, [(ipad, opad)], f"{IPAD} binary, {OPAD} binary")
     return df.crossJoin(F.broadcast(pads))
 
 

@@ -7,14 +7,19 @@ error that says so instead of silently using the first one.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
+from collections.abc import Iterable
 from importlib import resources
 
+import pyarrow as pa
 from dagster_pyspark.resources import spark_session_from_config
 from py4j.java_gateway import JavaClass, java_import
 from pyspark.errors import PySparkRuntimeError
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType, TimestampType, _parse_datatype_string
 
 from ..errors import SparkConfigConflict
 from ..settings import JIT_MODES, CatalogUri, Settings
@@ -256,3 +261,25 @@ def jvm_class(spark: SparkSession, name: str) -> JavaClass:
     gateway = spark.sparkContext._gateway
     assert gateway is not None  # set while the SparkContext is running
     return JavaClass(name, gateway._gateway_client)
+
+
+def local_frame(spark: SparkSession, rows: Iterable[tuple], schema: str | StructType) -> DataFrame:
+    """A small frame of rows this process holds (`schema` as DDL, "name string, n long", or a StructType), sent to
+    the JVM as Arrow.
+
+    Not `spark.createDataFrame(rows)`: for a list, PySpark parallelises pickled rows and turns them into Spark's
+    rows in Python workers on the executors, so a run's first such frame starts Spark's Python worker daemon
+    (seconds, in every run's process), and each one after it is a job through them. Timestamps must carry their
+    time zone: a naive one would be read as local time by one path and as UTC by the other."""
+    struct = _parse_datatype_string(schema) if isinstance(schema, str) else schema
+    assert isinstance(struct, StructType), schema
+    moments = [i for i, field in enumerate(struct.fields) if isinstance(field.dataType, TimestampType)]
+    records = []
+    for row in rows:
+        if len(row) != len(struct.fields):
+            raise ValueError(f"a row of {len(row)} values for the {len(struct.fields)} columns {schema!r}: {row!r}")
+        for i in moments:
+            if isinstance(row[i], dt.datetime) and row[i].tzinfo is None:
+                raise ValueError(f"{struct.fields[i].name}: a timestamp without a time zone: {row[i]!r}")
+        records.append(dict(zip(struct.names, row)))
+    return spark.createDataFrame(pa.Table.from_pylist(records, schema=to_arrow_schema(struct)))

@@ -72,6 +72,7 @@ from ..runtime.commit import Window, retry_metadata, stage, with_commit_retries
 from ..runtime.pii import keyed_hash, pii_key, with_pii_pads
 from ..runtime.resource import LakehouseResource
 from ..runtime.results import reported
+from ..runtime.spark import local_frame
 from ..runtime.staged import ASSET, PARTITIONS, READ_SNAPSHOTS, StagedWrite
 from ..sources.change_records import OPS, POSITION
 from ..sources.debezium_encodings import UNAVAILABLE
@@ -248,7 +249,7 @@ def _rows(versions: DataFrame, unavailable: Column) -> DataFrame:
     if not edges:
         return versions.withColumn("_row", F.col("key"))
     ends: dict[str, list] = {}
-    moved_keys = versions.sparkSession.createDataFrame([(to,) for _, _, to in edges], "key string")
+    moved_keys = local_frame(versions.sparkSession, [(to,) for _, _, to in edges], "key string")
     for r in deletes.join(moved_keys.withColumnRenamed("key", "_from"), "_from", "left_semi").collect():
         ends.setdefault(r._from, []).append(r.change_position)
     segments: list[tuple] = []  # (key, first position, last position or None, row)
@@ -257,9 +258,10 @@ def _rows(versions: DataFrame, unavailable: Column) -> DataFrame:
                     and (seg[2] is None or position <= seg[2])), old)
         end = min((p for p in ends.get(new, []) if p > position), default=None)
         segments.append((new, position, end, row))
-    spans = versions.sparkSession.createDataFrame(
-        segments, T.StructType([T.StructField("_key", T.StringType()), T.StructField("_first", POSITION),
-                                T.StructField("_last", POSITION), T.StructField("_span_row", T.StringType())]))
+    spans = local_frame(
+        versions.sparkSession, segments,
+        T.StructType([T.StructField("_key", T.StringType()), T.StructField("_first", POSITION),
+                      T.StructField("_last", POSITION), T.StructField("_span_row", T.StringType())]))
     within = ((F.col("key") == F.col("_key")) & (F.col("change_position") >= F.col("_first"))
               & (F.col("_last").isNull() | (F.col("change_position") <= F.col("_last"))))
     return (versions.join(F.broadcast(spans), within, "left")
