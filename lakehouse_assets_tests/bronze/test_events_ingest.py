@@ -10,6 +10,7 @@ import time
 from dagster import DagsterInstance, materialize
 
 from lakehouse_assets.runtime.freshness import NEWEST_EVENT
+from lakehouse_assets.runtime.spark import local_frame
 
 from ..shop import SHOP_FILE, asset
 
@@ -181,7 +182,7 @@ def test_the_files_of_a_run_are_looked_up_in_their_landing_days_only(lakehouse):
     # The bound is the same day Spark stores for each file, or no bound at all.
     paths = ["file:/l/events/date=2025-01-02/a.jsonl", "s3a://b/events/date=2025-02-30/x.jsonl",
              "file:/l/events/a.jsonl", "file:/l/date=2025-03-01/events/date=2025-03-02/b.jsonl.gz"]
-    stored = lakehouse.spark.createDataFrame([(p,) for p in paths], "p string").select(
+    stored = local_frame(lakehouse.spark, [(p,) for p in paths], "p string").select(
         "p", landing_date_of(F.col("p")).alias("d")).collect()
     assert {r.p: r.d for r in stored} == {p: landing_date_value(p) for p in paths}
     assert landing_date_value(paths[3]).isoformat() == "2025-03-01"

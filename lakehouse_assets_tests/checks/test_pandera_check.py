@@ -11,6 +11,7 @@ from pyspark.sql import types as T
 
 from lakehouse_assets.checks.pandera_check import validate, validate_in_one_pass
 from lakehouse_assets.checks.rules import HASH_PATTERN, key_rule, row_rule, unique_key
+from lakehouse_assets.runtime.spark import local_frame
 
 SCHEMA = T.StructType([T.StructField("id", T.LongType()), T.StructField("kind", T.StringType()),
                        T.StructField("email_hash", T.StringType()), T.StructField("amount", T.DoubleType()),
@@ -51,7 +52,7 @@ def model():
 def _rows(spark, change):
     rows = [dict(GOOD, id=n, kind="ab"[n % 2]) for n in range(1, 6)]
     rows[2] = {**rows[2], **change}
-    return spark.createDataFrame([tuple(r[f.name] for f in SCHEMA.fields) for r in rows], SCHEMA).cache()
+    return local_frame(spark, [tuple(r[f.name] for f in SCHEMA.fields) for r in rows], SCHEMA).cache()
 
 
 def _jobs(spark, run):

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 from examples.shop.cdc_generator import CDC_TABLES, generate_cdc
 from lakehouse_assets.landing.reader import _read_lines, read_lines
+from lakehouse_assets.runtime.spark import local_frame
 from lakehouse_assets.sources import change_records as cdc
 from lakehouse_assets.sources.change_records import bronze_cdc_schema, new_image_keys, parse_cdc, survey_cdc, typed_new_fields
 from lakehouse_assets.sources.debezium_encodings import Modes, decode, encodings_of
@@ -65,8 +66,8 @@ def _wrapped(n: int, total_cents: int, schema: dict | None = None, separators=("
 
 
 def _lines(spark, texts: list[str]):
-    return spark.createDataFrame(
-        [(f"file:/landing/cdc/orders/date={DAY}/x.jsonl", n, DAY, text) for n, text in enumerate(texts, start=1)],
+    return local_frame(
+        spark, [(f"file:/landing/cdc/orders/date={DAY}/x.jsonl", n, DAY, text) for n, text in enumerate(texts, start=1)],
         "source_file string, source_line int, landing_date date, payload string")
 
 
@@ -81,13 +82,13 @@ def test_connect_decimals_decode_exactly_at_every_width(spark):
         _field("w", "bytes", "org.apache.kafka.connect.data.Decimal", scale="10")]}]}
     encodings = encodings_of(json.dumps(schema))
     assert encodings is not None
-    rows = spark.createDataFrame([(str(v), _two_complement(v)) for v in WIDTHS], "v string, b string").select(
+    rows = local_frame(spark, [(str(v), _two_complement(v)) for v in WIDTHS], "v string, b string").select(
         "v", decode(F.col("b"), "decimal(38,0)", encodings["v"], Modes()).alias("as_integer"),
         decode(F.col("b"), "decimal(38,10)", encodings["w"], Modes()).alias("scaled")).collect()
     assert [r.as_integer for r in rows] == [Decimal(v) for v in WIDTHS]
     assert [r.scaled for r in rows] == [Decimal(f"{v}E-10") for v in WIDTHS]
     # More bytes than 16, or 16 holding more than 38 digits: no decimal(38) holds them.
-    too_wide = spark.createDataFrame([(_two_complement(v),) for v in (2**130, 10**38, -(10**38), 2**127 - 1)], "b string")
+    too_wide = local_frame(spark, [(_two_complement(v),) for v in (2**130, 10**38, -(10**38), 2**127 - 1)], "b string")
     assert [r[0] for r in too_wide.select(decode(F.col("b"), "decimal(38,0)", encodings["v"], Modes())).collect()] == [
         None] * 4
 

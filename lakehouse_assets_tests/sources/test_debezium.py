@@ -13,6 +13,7 @@ from decimal import Decimal
 from pyspark.sql import functions as F
 
 from lakehouse_assets.project import parse_project
+from lakehouse_assets.runtime.spark import local_frame
 from lakehouse_assets.sources.change_records import IMAGE_KEYS, bronze_cdc_schema, parse_cdc, survey_cdc
 from lakehouse_assets.sources.debezium_encodings import Modes, decode, encodings_of
 
@@ -30,7 +31,7 @@ def _encodings(**columns: tuple[str, str | None, dict]):
 
 
 def _decoded(spark, texts: list[str], type_name: str, encoding) -> list:
-    df = spark.createDataFrame([(t,) for t in texts], "t string")
+    df = local_frame(spark, [(t,) for t in texts], "t string")
     return [r[0] for r in df.select(decode(F.col("t"), type_name, encoding, Modes())).collect()]
 
 
@@ -44,7 +45,7 @@ def test_nano_timestamps_floor_to_the_exact_microsecond_on_both_sides_of_1970(sp
         "-1": "1969-12-31 23:59:59.999999",
         "0": "1970-01-01 00:00:00.000000",
     }
-    df = spark.createDataFrame([(t,) for t in nanos], "t string")
+    df = local_frame(spark, [(t,) for t in nanos], "t string")
     decoded = df.select("t", F.date_format(decode(F.col("t"), "timestamp", encoding, Modes()),
                                            "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("utc")).collect()
     assert {r.t: r.utc for r in decoded} == nanos  # the session's time zone is UTC
@@ -93,8 +94,8 @@ def _payment(n: int, amount: int, fee: int, credit: int, amount_scale: str = "3"
 def _parsed(spark, texts: list[str]) -> dict[int, tuple]:
     info = parse_project(DECLARATION).cdc["payments"]
     day = dt.date(2025, 1, 1)
-    lines = spark.createDataFrame(
-        [(f"file:/landing/cdc/payments/date={day}/x.jsonl", n, day, text) for n, text in enumerate(texts, 1)],
+    lines = local_frame(
+        spark, [(f"file:/landing/cdc/payments/date={day}/x.jsonl", n, day, text) for n, text in enumerate(texts, 1)],
         "source_file string, source_line int, landing_date date, payload string")
     schema = bronze_cdc_schema(info)
     rows = parse_cdc(info, lines, schema, heads=survey_cdc(lines, schema).heads).collect()
@@ -143,7 +144,7 @@ def test_a_timestamp_too_large_for_microseconds_decodes_to_null_and_fails_nothin
     """Epoch milliseconds past a long's microseconds: `timestamp_millis` raises in any mode, which would fail the
     batch; the value decodes to null (its record then gets its reason)."""
     encoding = _encodings(at=("int64", "io.debezium.time.Timestamp", {}))["at"]
-    df = spark.createDataFrame([(t,) for t in ["86400000", "9223372036854776", "-9223372036854776"]], "t string")
+    df = local_frame(spark, [(t,) for t in ["86400000", "9223372036854776", "-9223372036854776"]], "t string")
     decoded = df.select(F.date_format(decode(F.col("t"), "timestamp", encoding, Modes()), "yyyy-MM-dd HH:mm:ss"))
     assert [r[0] for r in decoded.collect()] == ["1970-01-02 00:00:00", None, None]
 
@@ -192,8 +193,8 @@ def test_values_written_as_text_decode_or_give_their_reason_under_ansi_mode(spar
 
     texts = [json.dumps(record(n, dict(changes))) for n, changes in enumerate(READINGS, 1)]
     texts.append(json.dumps({"schema": {"type": "struct", "fields": []}, "payload": record(len(texts) + 1, {})}))
-    lines = spark.createDataFrame(
-        [(f"file:/landing/cdc/readings/date={day}/x.jsonl", n, day, text) for n, text in enumerate(texts, 1)],
+    lines = local_frame(
+        spark, [(f"file:/landing/cdc/readings/date={day}/x.jsonl", n, day, text) for n, text in enumerate(texts, 1)],
         "source_file string, source_line int, landing_date date, payload string")
     schema = bronze_cdc_schema(info)
     rows = {r.source_line: r for r in parse_cdc(info, lines, schema).drop(IMAGE_KEYS).collect()}

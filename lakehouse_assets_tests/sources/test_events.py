@@ -8,6 +8,7 @@ import pytest
 from pyspark.sql import types as T
 
 from lakehouse_assets.landing.reader import MAX_RECORD_BYTES, day_folders, list_landing_files, read_lines
+from lakehouse_assets.runtime.spark import local_frame
 from lakehouse_assets.sources.event_records import parse_events
 
 from ..shop import SHOP
@@ -202,7 +203,7 @@ def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
              "2025-01-01T10:00:00.123456789Z", "2025-01-01T10:00:00+01:00Z", "2025-01-01Z", "2025-01-01T10:00:00z",
              "2025-01-01T10:00:00 Z", "2025-02-30T10:00:00Z", "2025-01-01T25:00:00Z", "Z", "", "2025-01-01T10:00:00",
              "2025-01-01T10:00:00-05:00", "2025-01-01T10:00:00.5+05:30", " 2025-01-01T10:00:00Z", None]
-    rows = spark.createDataFrame([(t,) for t in texts], "text string").select(
+    rows = local_frame(spark, [(t,) for t in texts], "text string").select(
         "text", iso_timestamp(F.col("text")).alias("quick"), F.try_to_timestamp("text").alias("spark")).collect()
     assert [(r.text, r.quick) for r in rows] == [(r.text, r.spark) for r in rows]
     assert sum(r.quick is not None for r in rows) >= 8
@@ -213,7 +214,7 @@ def test_timestamps_in_utc_read_as_spark_reads_them_with_their_zone(spark):
                "1735725600123": epoch + dt.timedelta(milliseconds=1735725600123),
                "1735725600123456": epoch + dt.timedelta(microseconds=1735725600123456),
                "-5": epoch - dt.timedelta(seconds=5), "1.5": epoch + dt.timedelta(seconds=1.5)}
-    typed = spark.createDataFrame([(t,) for t in [*texts, *numbers]], "text string").select(
+    typed = local_frame(spark, [(t,) for t in [*texts, *numbers]], "text string").select(
         "text", to_timestamp(F.col("text")).alias("typed"), F.try_to_timestamp("text").alias("spark")).collect()
     assert [(r.text, r.typed) for r in typed] == [(r.text, numbers.get(r.text, r.spark)) for r in typed]
 
