@@ -270,7 +270,9 @@ def local_frame(spark: SparkSession, rows: Iterable[tuple], schema: str | Struct
     Not `spark.createDataFrame(rows)`: for a list, PySpark parallelises pickled rows and turns them into Spark's
     rows in Python workers on the executors, so a run's first such frame starts Spark's Python worker daemon
     (seconds, in every run's process), and each one after it is a job through them. Timestamps must carry their
-    time zone: a naive one would be read as local time by one path and as UTC by the other."""
+    time zone: a naive one would be read as local time by one path and as UTC by the other. They are given to
+    Arrow in UTC: importing `pyspark.pandas` (pandera does) sets PYARROW_IGNORE_TIMEZONE, with which Arrow takes
+    an aware datetime's wall time as UTC."""
     struct = _parse_datatype_string(schema) if isinstance(schema, str) else schema
     assert isinstance(struct, StructType), schema
     moments = [i for i, field in enumerate(struct.fields) if isinstance(field.dataType, TimestampType)]
@@ -278,8 +280,11 @@ def local_frame(spark: SparkSession, rows: Iterable[tuple], schema: str | Struct
     for row in rows:
         if len(row) != len(struct.fields):
             raise ValueError(f"a row of {len(row)} values for the {len(struct.fields)} columns {schema!r}: {row!r}")
+        values = list(row)
         for i in moments:
-            if isinstance(row[i], dt.datetime) and row[i].tzinfo is None:
-                raise ValueError(f"{struct.fields[i].name}: a timestamp without a time zone: {row[i]!r}")
-        records.append(dict(zip(struct.names, row)))
+            if isinstance(values[i], dt.datetime):
+                if values[i].tzinfo is None:
+                    raise ValueError(f"{struct.fields[i].name}: a timestamp without a time zone: {values[i]!r}")
+                values[i] = values[i].astimezone(dt.timezone.utc)
+        records.append(dict(zip(struct.names, values)))
     return spark.createDataFrame(pa.Table.from_pylist(records, schema=to_arrow_schema(struct)))

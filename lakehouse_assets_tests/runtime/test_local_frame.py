@@ -26,7 +26,10 @@ def _analysed(frame) -> str:
     return frame._jdf.queryExecution().analyzed().getClass().getSimpleName()
 
 
-def test_a_local_frame_has_the_rows_and_types_create_data_frame_gives_as_local_rows(spark):
+@pytest.mark.parametrize("ignored", ["", "1"], ids=["arrow", "arrow ignoring time zones"])
+def test_a_local_frame_has_the_rows_and_types_create_data_frame_gives_as_local_rows(spark, monkeypatch, ignored):
+    # Importing pyspark.pandas (pandera does, in a run's process) sets PYARROW_IGNORE_TIMEZONE=1.
+    monkeypatch.setenv("PYARROW_IGNORE_TIMEZONE", ignored)
     local, pickled = local_frame(spark, ROWS, SCHEMA), spark.createDataFrame(ROWS, SCHEMA)
     assert local.schema == pickled.schema
     assert local.collect() == pickled.collect()
