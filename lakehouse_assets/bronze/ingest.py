@@ -458,7 +458,7 @@ def _write(lakehouse: LakehouseResource, source: LandingSource, take: Take, tabl
     # An unreadable file is one record, quarantined with the reason (its raw bytes stay in the landing zone).
     unread = local_frame(
         spark, [(f, f"{CHANGED_REASON}; {why}" if take.decisions[f].change == CHANGED else why)
-         for f, why in take.unreadable.items()], "source_file string, reason string")
+                for f, why in take.unreadable.items()], "source_file string, reason string")
     unread = unread.select("source_file", "reason", F.lit(0).alias("source_line"), F.lit("").alias("payload"),
                            landing_date_of(F.col("source_file")).alias("landing_date")).withColumns(stamps)
     hints: dict[str, Any] = {}
@@ -573,9 +573,9 @@ def _log_rows(spark: Any, source: LandingSource, take: Take, per_file: dict[str,
                      content.stat.etag, content.sha256, lines, decision.change,
                      (before.version if before is not None else 0) + 1))
     return local_frame(
-        spark, rows, "source string, source_file string, landing_date date, records long, kept long, quarantined long, "
-              "run_id string, size long, modified timestamp, etag string, sha256 string, lines long, "
-              "change string, version int")
+        spark, rows, "source string, source_file string, landing_date date, records long, kept long, "
+                     "quarantined long, run_id string, size long, modified timestamp, etag string, sha256 string, "
+                     "lines long, change string, version int")
 
 
 def _add_columns(report: IngestReport, bronze: TableHandle, added: list[tuple[str, str]],

@@ -19,7 +19,7 @@ from py4j.java_gateway import JavaClass, java_import
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType, TimestampType, _parse_datatype_string
+from pyspark.sql.types import StructType, TimestampType
 
 from ..errors import SparkConfigConflict
 from ..settings import JIT_MODES, CatalogUri, Settings
@@ -273,7 +273,7 @@ def local_frame(spark: SparkSession, rows: Iterable[tuple], schema: str | Struct
     time zone: a naive one would be read as local time by one path and as UTC by the other. They are given to
     Arrow in UTC: importing `pyspark.pandas` (pandera does) sets PYARROW_IGNORE_TIMEZONE, with which Arrow takes
     an aware datetime's wall time as UTC."""
-    struct = _parse_datatype_string(schema) if isinstance(schema, str) else schema
+    struct = StructType.fromDDL(schema) if isinstance(schema, str) else schema
     assert isinstance(struct, StructType), schema
     moments = [i for i, field in enumerate(struct.fields) if isinstance(field.dataType, TimestampType)]
     records = []
