@@ -8,23 +8,35 @@ passed) and replays them on the next input: the same plan, a handful of round tr
 
 Only what can be replayed is recorded: a build that reads anything of its input but its column names (its
 rows, its schema, a column bound to it) stops the recording, and that build runs on its input every time.
+
+Replaying is cheap in round trips but not in Spark's analysis: each recorded step is a DataFrame, analysed when
+made, and a wide parse's steps (projections of hundreds of expressions) take Spark about a quarter of a second
+each. So the first replay's result is kept with its input, and the next input of the same columns and types is
+put under that analysed plan in the JVM (`lakehouse.PlanInput`): one analysis of the whole, already resolved.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark import SparkContext
+from pyspark.errors import IllegalArgumentException
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame
+
+from .spark import jvm_class
 
 # DataFrame methods that return a new DataFrame from their arguments alone (no job, nothing read).
 _TRANSFORMATIONS = frozenset({
     "withColumn", "withColumns", "withColumnRenamed", "withColumnsRenamed", "select", "selectExpr", "where",
     "filter", "drop", "unionByName", "union", "alias", "toDF",
 })
+_LOG = logging.getLogger(__name__)
 _KEPT = 256  # recipes a process keeps (a source and table schema each; the least recently used goes first)
 
 
@@ -78,6 +90,7 @@ class Recipes:
     def __init__(self, kept: int = _KEPT):
         self._kept, self._lock = kept, threading.Lock()
         self._recipes: OrderedDict[Hashable, tuple[Any, _Stand | None]] = OrderedDict()
+        self._made: dict[Hashable, tuple[DataFrame, DataFrame]] = {}  # per key, an input and what it made
 
     def apply(self, key: Hashable, build: Callable[[Any], DataFrame], source: DataFrame) -> DataFrame:
         """`build(source)`, its transformations recorded the first time under `key` (with the source's column
@@ -90,13 +103,38 @@ class Recipes:
                 self._recipes.move_to_end(key)
         if known is not None and known[0] is gateway:
             recipe = known[1]
+            made = self._made.get(key)
+            if made is not None:
+                substituted = _substituted(*made, source)
+                if substituted is not None:
+                    return substituted
         else:
             recipe = _recorded(build, list(source.columns))
             with self._lock:
                 self._recipes[key] = (gateway, recipe)
                 while len(self._recipes) > self._kept:
-                    self._recipes.popitem(last=False)
-        return build(source) if recipe is None else _replay(recipe, source, {})
+                    self._made.pop(self._recipes.popitem(last=False)[0], None)
+        if recipe is None:
+            return build(source)
+        result = _replay(recipe, source, {})
+        with self._lock:
+            if key in self._recipes:
+                self._made[key] = (source, result)
+        return result
+
+
+def _substituted(source: DataFrame, result: DataFrame, new: DataFrame) -> DataFrame | None:
+    """`result`'s analysed plan over `new` where it read `source`; None when that cannot be done (`new`'s columns
+    of other types, a plan the substitution does not know how to rewrite): the recipe replayed then analyses its
+    steps for `new`."""
+    try:
+        frame = jvm_class(new.sparkSession, "lakehouse.PlanInput").substitute(result._jdf, source._jdf, new._jdf)
+    except IllegalArgumentException:  # refused, as PlanInput says why
+        return None
+    except (CapturedException, Py4JJavaError) as error:
+        _LOG.warning("the parse's kept plan could not be put over the new input; it is replayed: %s", error)
+        return None
+    return DataFrame(frame, new.sparkSession)
 
 
 def _recorded(build: Callable[[Any], DataFrame], columns: list[str]) -> _Stand | None:

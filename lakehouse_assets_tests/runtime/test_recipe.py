@@ -62,3 +62,36 @@ def test_a_build_that_reads_its_input_runs_on_every_input(spark):
     assert [r.n for r in recipes.apply("counted", build, spark.range(3)).collect()] == [3, 4, 5]
     assert [r.n for r in recipes.apply("counted", build, spark.range(2)).collect()] == [2, 3]
     assert len(built) == 3  # the recording stopped at the count; then each input's own build
+
+
+def test_the_next_input_goes_under_the_kept_plan_and_another_type_is_replayed(spark, monkeypatch):
+    """After the first replay, an input of the same columns and types is put under that replay's analysed plan (no
+    step replayed), the input read twice in it (a union of two filters) included; one whose column has another
+    type is replayed, analysed for that type. Each gives what its own build gives."""
+    from pyspark.sql import functions as F
+
+    from lakehouse_assets.runtime import recipe
+
+    put_under = []  # per input given a kept plan: whether it went under it
+    real = recipe._substituted
+    monkeypatch.setattr(recipe, "_substituted", lambda *args: put_under.append(real(*args)) or put_under[-1])
+
+    def build(df):
+        return df.where("id % 2 = 0").unionByName(df.where("id > 5")).withColumn("twice", F.col("id") * 2)
+
+    def rows(df):
+        return sorted(tuple(r) for r in df.collect())
+
+    recipes = Recipes()
+    first, second = spark.range(8), spark.range(3, 20)
+    assert rows(recipes.apply("t", build, first)) == rows(build(first))
+    assert put_under == [], "the first input is replayed: there is no kept plan yet"
+    got = recipes.apply("t", build, second)
+    assert [f is not None for f in put_under] == [True], "the second input went under the kept plan"
+    assert rows(got) == rows(build(second)) and got.schema == build(second).schema
+    assert rows(got) != rows(build(first))
+
+    narrower = spark.range(12).selectExpr("cast(id as int) as id")
+    got = recipes.apply("t", build, narrower)
+    assert [f is not None for f in put_under] == [True, False], "an int column, not a bigint: replayed for it"
+    assert rows(got) == rows(build(narrower)) and got.schema == build(narrower).schema
