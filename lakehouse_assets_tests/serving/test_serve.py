@@ -230,11 +230,13 @@ def test_every_write_and_change_is_refused_and_the_lake_is_left_as_it_was(served
 
 
 def _jvm_file(served, name: str) -> str:
-    """A file of /proc of the endpoint's JVM (the process started with its Thrift port in its settings)."""
+    """A file of /proc of the endpoint's JVM: the process started with its Thrift port in its settings, and not its
+    executor's (given the port too, among the driver's settings; after a restart its pid can be the lower one)."""
     wanted = f"hive.server2.thrift.port={served['port']}"
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and wanted in (proc / "cmdline").read_bytes().decode(errors="replace"):
+            command = (proc / "cmdline").read_bytes().decode(errors="replace") if proc.name.isdigit() else ""
+            if wanted in command and "org.apache.spark.deploy.SparkSubmit" in command.split("\0"):
                 return (proc / name).read_bytes().decode(errors="replace")
         except OSError:
             continue
