@@ -26,9 +26,9 @@ import scala.runtime.AbstractFunction1;
  * subtree it reads from. Here that subtree is replaced and the references above it renamed to the new input's
  * columns (Spark's own rewrite for a node with new output), and the plan is analysed once more as a whole.
  *
- * <p>Refused (an IllegalArgumentException, and the caller builds the parse anew) when the new input's columns are
- * not the old one's, in names and types, when the old input is not found in the plan, or when a leaf of the old
- * input is left in the plan after the replacement (a form of it this does not recognise).
+ * <p>Refused (an IllegalArgumentException: the caller replays the parse's steps on the new input) when the new
+ * input's columns are not the old one's, in names and types, when the old input is not found in the plan, or when
+ * a leaf of the old input is left in the plan after the replacement (a form of it this does not recognise).
  */
 public final class PlanInput {
     private PlanInput() {
