@@ -241,6 +241,7 @@ ENV_SETTINGS = {
     "serve_result_cache_mb": ("LAKEHOUSE_SERVE_RESULT_CACHE_MB", "256"),
     "serve_refresh_every": ("LAKEHOUSE_SERVE_REFRESH_EVERY", "1"),
     "serve_refresh_idle": ("LAKEHOUSE_SERVE_REFRESH_IDLE", "900"),
+    "serve_hold_rows": ("LAKEHOUSE_SERVE_HOLD_ROWS", "2000000"),
     "serve_executor_memory": ("LAKEHOUSE_SERVE_EXECUTOR_MEMORY", "2g"),
     "serve_os_user": ("LAKEHOUSE_SERVE_OS_USER", ""),
     "serve_max_rows": ("LAKEHOUSE_SERVE_MAX_ROWS", "1000000"),
@@ -444,6 +445,8 @@ class Settings:
     serve_refresh_every: int = 1
     # How long a query nobody asks is still computed again at each commit (s).
     serve_refresh_idle: int = 900
+    # The most rows the endpoint holds in memory of the small tables those queries read, in all (0: none held).
+    serve_hold_rows: int = 2_000_000
     # The memory of the endpoint's own executor in local mode (its queries' tasks run there, not in its JVM).
     serve_executor_memory: str = "2g"
     # The operating-system user the endpoint runs as, when started by root (empty: the one that starts it).
@@ -514,6 +517,7 @@ class Settings:
             "serve_result_cache_mb": _count("LAKEHOUSE_SERVE_RESULT_CACHE_MB", raw["serve_result_cache_mb"]),
             "serve_refresh_every": _seconds("LAKEHOUSE_SERVE_REFRESH_EVERY", raw["serve_refresh_every"]),
             "serve_refresh_idle": _seconds("LAKEHOUSE_SERVE_REFRESH_IDLE", raw["serve_refresh_idle"]),
+            "serve_hold_rows": _count("LAKEHOUSE_SERVE_HOLD_ROWS", raw["serve_hold_rows"]),
             "serve_max_rows": _count("LAKEHOUSE_SERVE_MAX_ROWS", raw["serve_max_rows"]),
             "kafka_bootstrap_servers": _bootstrap_servers("LAKEHOUSE_KAFKA_BOOTSTRAP_SERVERS",
                                                           raw["kafka_bootstrap_servers"]),
@@ -570,6 +574,8 @@ class Settings:
                                    if self.serve_result_cache_rows and self.serve_result_cache_mb else "off"),
             "serve_refresh": (f"looked up every {self.serve_refresh_every} s, for queries asked again within "
                               f"{self.serve_refresh_idle} s" if self.serve_refresh_every else "off"),
+            "serve_hold": (f"their tables held in memory up to {self.serve_hold_rows:,} rows in all"
+                           if self.serve_refresh_every and self.serve_hold_rows else "off"),
             "serve_max_rows": f"{self.serve_max_rows:,}" if self.serve_max_rows else "no limit",
             "serve_executor_memory": self.serve_executor_memory,
             "serve_os_user": self.serve_os_user or "(the one that starts it)",

@@ -161,7 +161,8 @@ def serve(settings: Settings, endpoint: Endpoint, started: Callable[[Endpoint], 
     # then what a session sends when it opens passes the read-only list
     jvm.lakehouse.CatalogMetadata.install(server, settings.serve_result_cache_rows,
                                           settings.serve_result_cache_mb * 1024 * 1024, settings.serve_max_rows,
-                                          settings.serve_refresh_every, settings.serve_refresh_idle)
+                                          settings.serve_refresh_every, settings.serve_refresh_idle,
+                                          settings.serve_hold_rows)
     jvm.lakehouse.GuardedSessions.install(server)
     deadline = time.monotonic() + 120
     while not answers(endpoint, timeout_s=1):

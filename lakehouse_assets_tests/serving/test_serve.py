@@ -483,6 +483,12 @@ def test_a_query_asked_again_has_its_new_answer_computed_when_a_commit_lands_bef
     assert after != first and after == [tuple(r.values()) for r in query(served["settings"], sql).to_pylist()]
     assert max(last for _, _, last in after) == 972
     assert _cache_said(served, sql) == ["miss", "hit", "refresh", "hit"]
+    # The table it reads is held in memory, and was brought to the commit (its appended file put over it) before
+    # the new answer was computed from it.
+    held = re.findall(r"result cache: \S+\.events held in memory at snapshot (\d+) \((\d+) rows",
+                      served["log"].read_text())
+    assert held and held[-1] == (str(events.current_snapshot().snapshot_id),
+                                 str(query(served["settings"], "SELECT count(*) AS n FROM events")["n"][0].as_py()))
     assert once not in re.findall(r"result cache refresh \(\d+ ms\): (.*)", served["log"].read_text())
 
 

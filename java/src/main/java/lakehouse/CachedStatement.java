@@ -153,13 +153,32 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         }
     }
 
-    /** The result's first rows, kept under the key when they are all of it and the key is given. */
+    /**
+     * The result's first rows, kept under the key when they are all of it and the key is given. Computed with the
+     * held tables read from memory (ResultCache.computed); should that fail before a row is handed out, from the
+     * tables' files as Spark reads them.
+     */
     private ResultCache.Entry compute(Dataset<Row> query, String key) {
         schema = query.schema();
-        Iterator<Row> all = query.toLocalIterator();
+        Dataset<Row> computed = cache.computed(query);
+        Iterator<Row> all;
         List<Row> first = new ArrayList<>();
-        while (first.size() <= cache.maxRows && all.hasNext()) {
-            first.add(all.next());
+        try {
+            all = computed.toLocalIterator();
+            while (first.size() <= cache.maxRows && all.hasNext()) {
+                first.add(all.next());
+            }
+        } catch (RuntimeException e) {
+            if (computed == query || QueryTimeout.expired(statementId()) != null
+                    || getStatus().getState().isTerminal()) {
+                throw e;
+            }
+            ResultCache.LOG.warn("result cache: computed from the tables' files, not memory ({})", e.toString());
+            first.clear();
+            all = query.toLocalIterator();
+            while (first.size() <= cache.maxRows && all.hasNext()) {
+                first.add(all.next());
+            }
         }
         if (all.hasNext() || first.size() > cache.maxRows) {
             rows = first;

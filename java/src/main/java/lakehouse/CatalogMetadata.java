@@ -43,10 +43,11 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
     private final ResultCache cache;  // null: results are not kept
     private final long rowLimit;
 
-    private CatalogMetadata(int cacheRows, long cacheBytes, long rowLimit, long refreshSeconds, long idleSeconds) {
+    private CatalogMetadata(int cacheRows, long cacheBytes, long rowLimit, long refreshSeconds, long idleSeconds,
+                            long holdRows) {
         this.cache = cacheRows > 0 && cacheBytes > 0 ? new ResultCache(cacheRows, cacheBytes) : null;
         if (cache != null && refreshSeconds > 0) {
-            cache.refreshEvery(refreshSeconds, idleSeconds);
+            cache.refreshEvery(refreshSeconds, idleSeconds, holdRows);
         }
         this.rowLimit = rowLimit;
     }
@@ -56,12 +57,15 @@ public final class CatalogMetadata extends SparkSQLOperationManager {
      * query results of at most cacheRows rows are kept, at most cacheBytes in all (ResultCache; none when either
      * is 0), and a client may fetch at most rowLimit rows of a result (0: no limit). A kept query asked again
      * within idleSeconds has its new answer computed when a table it reads takes a commit, its tables looked up
-     * every refreshSeconds (Refresher; 0: never).
+     * every refreshSeconds (Refresher; 0: never), and the small tables they read held in memory up to holdRows
+     * rows in all (HeldTables; 0: none).
      */
     public static void install(HiveThriftServer2 server, int cacheRows, long cacheBytes, long rowLimit,
-                               long refreshSeconds, long idleSeconds) throws ReflectiveOperationException {
+                               long refreshSeconds, long idleSeconds, long holdRows)
+            throws ReflectiveOperationException {
         SessionManager sessions = cliService(server).getSessionManager();
-        CatalogMetadata manager = new CatalogMetadata(cacheRows, cacheBytes, rowLimit, refreshSeconds, idleSeconds);
+        CatalogMetadata manager = new CatalogMetadata(cacheRows, cacheBytes, rowLimit, refreshSeconds, idleSeconds,
+            holdRows);
         // Spark's manager reads Hive's map of operations from its superclass's field when it is made, which for a
         // subclass is its own (still empty) field: hand it Hive's map.
         Field operations = OperationManager.class.getDeclaredField("handleToOperation");

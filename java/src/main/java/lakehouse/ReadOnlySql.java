@@ -293,6 +293,9 @@ public class ReadOnlySql extends AbstractFunction1<SparkSessionExtensions, Boxed
 
         private void visit(LogicalPlan node) {
             String kind = node.getClass().getSimpleName();
+            if (HeldTables.held(node)) {
+                return;  // a table the endpoint itself holds in memory, read from the catalog when it was held
+            }
             if (node instanceof SetCommand) {
                 checkSetting((SetCommand) node);
             } else if (node instanceof Command) {

@@ -1,5 +1,6 @@
 package lakehouse;
 
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -154,6 +155,10 @@ final class Refresher {
             query.tables = tables;
             query.read = files(tables);
             add(query);
+            if (cache.held != null) {
+                spark.setLocalProperty("spark.scheduler.pool", POOL);
+                cache.held.hold(session, analysed);
+            }
             if (!key.equals(answered)) {  // a commit landed since the client's answer: its new answer now
                 refresh(query);
             }
@@ -162,6 +167,7 @@ final class Refresher {
         } finally {
             QueryTimeout.done();
             spark.clearJobGroup();
+            spark.setLocalProperty("spark.scheduler.pool", null);
             Thread.interrupted();
         }
     }
@@ -184,8 +190,10 @@ final class Refresher {
                     abbreviated(statement));
             }
             Map<String, String> current = new HashMap<>();  // table -> its metadata file now (one look-up each)
+            List<Watched> changed = new ArrayList<>();
+            Map<String, Watched> advanced = new LinkedHashMap<>();  // a table that took a commit -> a query reading it
             for (Watched query : watched.values()) {
-                boolean changed = false;
+                boolean stale = false;
                 for (Map.Entry<String, Object> table : query.tables.entrySet()) {
                     String file = current.get(table.getKey());
                     if (file == null) {
@@ -196,14 +204,43 @@ final class Refresher {
                         }
                         current.put(table.getKey(), file);
                     }
-                    changed |= !file.equals(query.read.get(table.getKey()));
+                    if (!file.equals(query.read.get(table.getKey()))) {
+                        stale = true;
+                        advanced.putIfAbsent(table.getKey(), query);
+                    }
                 }
-                if (changed) {
-                    refresh(query);
+                if (stale) {
+                    changed.add(query);
                 }
+            }
+            if (cache.held != null) {
+                cache.held.keepOnly(current.keySet());
+                for (Map.Entry<String, Watched> table : advanced.entrySet()) {
+                    advance(table.getValue(), table.getKey());
+                }
+            }
+            for (Watched query : changed) {
+                refresh(query);
             }
         } catch (Throwable e) {  // the next check runs still
             ResultCache.LOG.warn("result cache: a check of the watched queries failed", e);
+        }
+    }
+
+    /** The held copy of a table that took a commit brought to its new snapshot, in the session of a query reading it. */
+    private void advance(Watched query, String table) {
+        SparkContext context = query.session.sparkContext();
+        String group = "lakehouse-refresh-" + refreshes.incrementAndGet();
+        try {
+            context.setJobGroup(group, "result cache: " + table + " held in memory", true);
+            context.setLocalProperty("spark.scheduler.pool", POOL);
+            QueryTimeout.atWork(group);
+            cache.held.advance(query.session, table);
+        } finally {
+            QueryTimeout.done();
+            context.clearJobGroup();
+            context.setLocalProperty("spark.scheduler.pool", null);
+            Thread.interrupted();
         }
     }
 
@@ -236,7 +273,7 @@ final class Refresher {
                 mine = null;
                 return;  // a client computes it now
             }
-            entry = ResultCache.collect(analysed, cache.maxRows);
+            entry = ResultCache.collect(cache.computed(analysed), cache.maxRows);
             if (entry == null || !cache.keeps(entry)) {
                 unwatch(query, "its result is too large to keep");
                 entry = null;

@@ -100,6 +100,7 @@ public final class ResultCache {
     private final LinkedHashMap<String, Entry> entries = new LinkedHashMap<>(64, 0.75f, true);
     final Map<String, CompletableFuture<Entry>> computing = new ConcurrentHashMap<>();
     Refresher refresher;  // computes the new answers of queries asked again when a commit lands (null: none)
+    HeldTables held;  // the small tables those queries read, in memory (null: none)
 
     public ResultCache(int maxRows, long maxBytes) {
         this.maxRows = maxRows;
@@ -109,10 +110,17 @@ public final class ResultCache {
 
     /**
      * Queries asked again within idleSeconds are watched: their tables' metadata read again from the catalog
-     * every refreshSeconds, their new answers computed and kept when one took a commit (Refresher).
+     * every refreshSeconds, their new answers computed and kept when one took a commit (Refresher); the small
+     * tables they read held in memory, up to holdRows rows in all (HeldTables; 0: none).
      */
-    void refreshEvery(long refreshSeconds, long idleSeconds) {
+    void refreshEvery(long refreshSeconds, long idleSeconds, long holdRows) {
+        held = holdRows > 0 ? new HeldTables(holdRows) : null;
         refresher = new Refresher(this, refreshSeconds * 1000L, idleSeconds * 1000L);
+    }
+
+    /** The query as it is computed: the held tables it reads from memory (HeldTables.over). */
+    Dataset<Row> computed(Dataset<Row> query) {
+        return held == null ? query : held.over(query);
     }
 
     boolean keeps(Entry entry) {
@@ -295,7 +303,7 @@ public final class ResultCache {
         return true;
     }
 
-    private static Object call(Object target, String method) throws ReflectiveOperationException {
+    static Object call(Object target, String method) throws ReflectiveOperationException {
         Method found = target.getClass().getMethod(method);
         found.setAccessible(true);
         return found.invoke(target);
