@@ -39,6 +39,7 @@ def test_a_held_table_is_read_from_memory_and_the_appended_files_at_every_snapsh
     sql = (f"SELECT day, count(*) AS n, sum(id) AS ids, max(kind) AS kind FROM {table} "
            f"WHERE id >= (SELECT min(id) FROM {table}) GROUP BY day ORDER BY day")
     held = spark._jvm.lakehouse.HeldTables(1000)
+    settings = _settings(spark)  # what a client's result is kept under names them
     query = spark.sql(sql)
     held.hold(spark._jsparkSession, query._jdf)
     name = next(iter(held.snapshots().keySet()))
@@ -75,6 +76,9 @@ def test_a_held_table_is_read_from_memory_and_the_appended_files_at_every_snapsh
         next(p for p in files if p.name == f.name).parent.mkdir(parents=True, exist_ok=True)
         f.rename(next(p for p in files if p.name == f.name))
 
+    # Reading the held rows and the appends changed no setting of the session (the key of a client's results).
+    assert _settings(spark) == settings
+
     # Brought to the current snapshot: memory alone again.
     held.advance(spark._jsparkSession, name)
     assert _reads(over()[1]) == (True, False) and _rows(over()[1]) == before
@@ -103,6 +107,11 @@ def test_a_held_table_is_read_from_memory_and_the_appended_files_at_every_snapsh
     # Let go once no watched query reads it.
     held.keepOnly(spark._jvm.java.util.HashSet())
     assert dict(held.snapshots()) == {} and _reads(over()[1]) == (False, True)
+
+
+def _settings(spark) -> dict[str, str]:
+    return dict(spark._jvm.scala.collection.JavaConverters.mapAsJavaMap(
+        spark._jsparkSession.sessionState().conf().getAllConfs()))
 
 
 def _reads_held_file(spark, table: str, path: Path, snapshot: int) -> bool:

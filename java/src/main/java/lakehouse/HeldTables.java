@@ -243,7 +243,9 @@ public final class HeldTables {
         if (records < 0 || others + records > maxRows) {
             return null;
         }
-        Dataset<Row> whole = spark.read().format("iceberg").option("versionAsOf", String.valueOf(now)).load(path);
+        // Read through the catalog (DataFrameReader.table), as a client's query is: Iceberg's own data source
+        // (format("iceberg")) would set a catalog of its own in the session's settings, the client's among them.
+        Dataset<Row> whole = spark.read().option("versionAsOf", String.valueOf(now)).table(path);
         return materialise(spark, name, path, table, now, whole.logicalPlan(), 0);
     }
 
@@ -265,8 +267,8 @@ public final class HeldTables {
 
     /** The rows the appends after the held snapshot up to this one added (Iceberg's incremental read). */
     private static LogicalPlan appended(SparkSession spark, Held copy, long now) {
-        return spark.read().format("iceberg").option("start-snapshot-id", String.valueOf(copy.snapshot))
-            .option("end-snapshot-id", String.valueOf(now)).load(copy.path).queryExecution().analyzed();
+        return spark.read().option("start-snapshot-id", String.valueOf(copy.snapshot))
+            .option("end-snapshot-id", String.valueOf(now)).table(copy.path).queryExecution().analyzed();
     }
 
     /** Whether every snapshot after `from` up to `to` (its ancestors back to `from`) is an append. */

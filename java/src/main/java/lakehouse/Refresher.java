@@ -273,7 +273,16 @@ final class Refresher {
                 mine = null;
                 return;  // a client computes it now
             }
-            entry = ResultCache.collect(cache.computed(analysed), cache.maxRows);
+            Dataset<Row> computed = cache.computed(analysed);
+            try {
+                entry = ResultCache.collect(computed, cache.maxRows);
+            } catch (RuntimeException e) {
+                if (computed == analysed || QueryTimeout.expired(group) != null) {
+                    throw e;
+                }
+                ResultCache.LOG.warn("result cache: computed from the tables' files, not memory ({})", e.toString());
+                entry = ResultCache.collect(analysed, cache.maxRows);
+            }
             if (entry == null || !cache.keeps(entry)) {
                 unwatch(query, "its result is too large to keep");
                 entry = null;
