@@ -460,7 +460,10 @@ def _after_commit_section(results: dict) -> list[str]:
         "every answer of the last hour checked against the commits that returned before it was asked (stale: "
         "without the newest of their minutes). The same endpoint first with clients asking without pause, then "
         "with viewers whose pages refresh on a period (a random moment each); then both again on an endpoint "
-        "started with its new answers computed only when asked.",
+        "started with its new answers computed only when asked. Where new answers are computed when a commit "
+        "lands, the table is held in memory as deployed (`LAKEHOUSE_SERVE_HOLD_ROWS`): a new answer reads the held "
+        "rows and the appended file, not the table's files; with nothing computed before it is asked, nothing is "
+        "held and every answer reads the files.",
         "",
         "| clients | answers | all, p50 ms | all, p95 ms | first after a commit: n | p50 ms | p95 ms "
         "| stale (of the last hour's checked) | computed when a commit landed |",
