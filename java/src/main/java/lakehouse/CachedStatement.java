@@ -164,10 +164,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         Iterator<Row> all;
         List<Row> first = new ArrayList<>();
         try {
-            all = computed.toLocalIterator();
-            while (first.size() <= cache.maxRows && all.hasNext()) {
-                first.add(all.next());
-            }
+            all = first(computed, first);
         } catch (RuntimeException e) {
             if (computed == query || QueryTimeout.expired(statementId()) != null
                     || getStatus().getState().isTerminal()) {
@@ -175,10 +172,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
             }
             ResultCache.LOG.warn("result cache: computed from the tables' files, not memory ({})", e.toString());
             first.clear();
-            all = query.toLocalIterator();
-            while (first.size() <= cache.maxRows && all.hasNext()) {
-                first.add(all.next());
-            }
+            all = first(query, first);
         }
         if (all.hasNext() || first.size() > cache.maxRows) {
             rows = first;
@@ -190,6 +184,15 @@ final class CachedStatement extends SparkExecuteStatementOperation {
             cache.put(key, entry);
         }
         return entry;
+    }
+
+    /** The query's rows up to one past the most a kept result has, put in first; the iterator over the rest. */
+    private Iterator<Row> first(Dataset<Row> query, List<Row> first) {
+        Iterator<Row> all = query.toLocalIterator();
+        while (first.size() <= cache.maxRows && all.hasNext()) {
+            first.add(all.next());
+        }
+        return all;
     }
 
     @Override

@@ -310,7 +310,7 @@ public final class HeldTables {
     }
 
     /** Whether a relation reads an Iceberg table's columns (no metadata column) with no read option. */
-    public static boolean current(DataSourceV2Relation relation) {
+    static boolean current(DataSourceV2Relation relation) {
         return relation.table().getClass().getName().equals(SPARK_TABLE) && relation.options().isEmpty()
             && relation.table().columns().length == relation.output().size();
     }
@@ -330,7 +330,7 @@ public final class HeldTables {
     }
 
     /** The Iceberg relations of a plan and of its subqueries. */
-    public static List<DataSourceV2Relation> relations(LogicalPlan plan) {
+    static List<DataSourceV2Relation> relations(LogicalPlan plan) {
         List<DataSourceV2Relation> found = new ArrayList<>();
         plan.foreachWithSubqueries(new scala.runtime.AbstractFunction1<LogicalPlan, scala.runtime.BoxedUnit>() {
             @Override
