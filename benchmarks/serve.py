@@ -93,11 +93,12 @@ def _start(settings: Settings, port: int, log: Path, cache_rows: int, refresh: b
 
 
 def _cache_said(log: Path) -> dict[str, list[int]]:
-    """The endpoint's time on each statement its result cache answered (hit, shared: waited for another client's
-    computation) and computed (miss), and on each new answer it computed when a commit landed (refresh), so far, in
-    ms, as its log says."""
+    """The endpoint's time on each statement its result cache answered (hit; watched: a watched query's key made
+    by its tables' look-ups alone; shared: waited for another client's computation) and computed (miss), and on
+    each new answer it computed when a commit landed (refresh), so far, in ms, as its log says."""
     said = re.findall(r"result cache (\w+) \((\d+) ms\): ", log.read_text())
-    return {how: [int(ms) for kind, ms in said if kind == how] for how in ("hit", "shared", "miss", "refresh")}
+    return {how: [int(ms) for kind, ms in said if kind == how]
+            for how in ("hit", "watched", "shared", "miss", "refresh")}
 
 
 def _since(before: dict[str, list[int]], now: dict[str, list[int]]) -> dict[str, list[int]]:
@@ -377,13 +378,16 @@ def markdown(results: dict) -> str:
 
     def cached(phase: dict) -> str:
         c = phase["cache"]
-        hit, shared, miss = c["hit"], c["shared"], c["miss"]
-        text = (f"{hit['n'] + shared['n']:,} of {hit['n'] + shared['n'] + miss['n']:,} answered from the cache, "
-                f"{miss['n']:,} computed")
+        hit, watched, shared, miss = c["hit"], c.get("watched", {"n": 0}), c["shared"], c["miss"]
+        kept = hit["n"] + watched["n"] + shared["n"]
+        text = f"{kept:,} of {kept + miss['n']:,} answered from the cache, {miss['n']:,} computed"
         if miss["n"]:
             text += ("; in the endpoint (from the statement's arrival, its analysis included), a computed answer "
                      f"took p50 {miss['p50_ms']:.0f} ms, p95 {miss['p95_ms']:.0f} ms, one from the cache p50 "
                      f"{hit['p50_ms']:.0f} ms, p95 {hit['p95_ms']:.0f} ms")
+        if watched["n"]:
+            text += (f"; {watched['n']:,} of a watched query, its key made by its tables' look-ups with no "
+                     f"analysis, p50 {watched['p50_ms']:.0f} ms, p95 {watched['p95_ms']:.0f} ms")
         if shared["n"]:
             text += (f", and {shared['n']:,} clients asking while another computed the same answer waited for it "
                      f"(p50 {shared['p50_ms']:.0f} ms, p95 {shared['p95_ms']:.0f} ms)")
@@ -427,7 +431,8 @@ def markdown(results: dict) -> str:
         "two thirds of its CPU goes to the executors reading the table's 30 day files (the first two queries "
         "compare against `(SELECT max(minute) ...)`, which Spark cannot use to prune partitions) and a quarter to "
         "the driver's planning and scheduling. With the cache a repeated query is analysed (the tables' current "
-        "metadata read from the catalog) and answered without a Spark job; after a commit the first client to ask "
+        "metadata read from the catalog) and answered without a Spark job, and once watched (asked again) its "
+        "key is made from its tables' look-ups alone, with no analysis; after a commit the first client to ask "
         "computes the new answer and those asking meanwhile wait for it.",
         "",
         *_after_commit_section(results),

@@ -433,6 +433,18 @@ def _cache_said(served, sql: str) -> list[str]:
     return [how for how, statement in said if statement == sql]
 
 
+def _watched(served, sql: str) -> str:
+    """How the endpoint watches this statement once asked again (how a client's ask makes its key), waited for."""
+    deadline = time.monotonic() + 60
+    while True:
+        said = dict((statement, how) for how, statement in re.findall(r"result cache: watched \((.*?)\): (.*)",
+                                                                      served["log"].read_text()))
+        if sql in said:
+            return said[sql]
+        assert time.monotonic() < deadline, served["log"].read_text()[-3000:]
+        time.sleep(0.2)
+
+
 def test_a_repeated_query_is_answered_from_the_cache_until_a_table_it_reads_changes(served):
     namespace = served["settings"].namespace
     sql = "SELECT kind, count(*) AS n, sum(amount) AS amount FROM events WHERE event_id > 0 GROUP BY kind ORDER BY kind"
@@ -442,6 +454,12 @@ def test_a_repeated_query_is_answered_from_the_cache_until_a_table_it_reads_chan
     old = f"SELECT count(*) FROM events VERSION AS OF {served['snapshots'][0].snapshot_id} WHERE event_id > 0"
     assert _rows(served, old) == _rows(served, old) == [(len(served["per_day"][DAYS[0]]),)]
     assert _cache_said(served, old) == ["miss", "hit"]
+    # Both asked again, so watched: the query of the current snapshot is answered by its table's look-up alone,
+    # the one travelling to an older snapshot is analysed at each ask.
+    assert _watched(served, sql) == "asked again, its key made by its tables' look-ups"
+    assert _watched(served, old) == "asked again, analysed"
+    assert _rows(served, sql) == first and _rows(served, old) == [(len(served["per_day"][DAYS[0]]),)]
+    assert _cache_said(served, sql) == ["miss", "hit", "watched"] and _cache_said(served, old) == ["miss", "hit", "hit"]
 
     # A commit to the table (as a run's, the stream's or a forget's): the next query computes the new answer.
     events = served["catalog"].load_table((namespace, "events"))
@@ -452,8 +470,8 @@ def test_a_repeated_query_is_answered_from_the_cache_until_a_table_it_reads_chan
     assert after == [tuple(r.values()) for r in query(served["settings"], sql).to_pylist()]
     # Computed again by this ask, or (the query being asked again) by the endpoint when the commit landed
     said = _cache_said(served, sql)
-    assert said[:2] == ["miss", "hit"] and [how for how in said[2:] if how != "refresh"] in (["miss"], ["shared"],
-                                                                                          ["hit"])
+    assert said[:3] == ["miss", "hit", "watched"] and [how for how in said[3:] if how != "refresh"] in (
+        ["miss"], ["shared"], ["hit"], ["watched"])
 
     # Never kept: a result larger than the limit (every row still answered), and what depends on the moment.
     every = "SELECT event_id FROM events WHERE event_id > 0 ORDER BY event_id"
@@ -471,6 +489,7 @@ def test_a_query_asked_again_has_its_new_answer_computed_when_a_commit_lands_bef
     once = "SELECT kind, count(*) AS n FROM events WHERE event_id > 2 GROUP BY kind ORDER BY kind"
     first = _rows(served, sql)
     assert _rows(served, sql) == first and _rows(served, once) and _cache_said(served, sql) == ["miss", "hit"]
+    _watched(served, sql)
 
     events = served["catalog"].load_table((served["settings"].namespace, "events"))
     events.append(pa.Table.from_pylist(_events_of(dt.date(2025, 1, 11), start_id=970, count=3),
@@ -482,7 +501,7 @@ def test_a_query_asked_again_has_its_new_answer_computed_when_a_commit_lands_bef
     after = _rows(served, sql)
     assert after != first and after == [tuple(r.values()) for r in query(served["settings"], sql).to_pylist()]
     assert max(last for _, _, last in after) == 972
-    assert _cache_said(served, sql) == ["miss", "hit", "refresh", "hit"]
+    assert _cache_said(served, sql) == ["miss", "hit", "refresh", "watched"]
     # The table it reads is held in memory, and was brought to the commit (its appended file put over it) before
     # the new answer was computed from it.
     held = re.findall(r"result cache: \S+\.events held in memory at snapshot (\d+) \((\d+) rows",

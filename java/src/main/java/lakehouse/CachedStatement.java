@@ -54,8 +54,12 @@ final class CachedStatement extends SparkExecuteStatementOperation {
     @Override
     public void runInternal() {
         long started = System.nanoTime();
+        if (cache != null && cache.refresher != null
+                && answeredWatched(ResultCache.context(spark, statement), started)) {
+            return;
+        }
         Dataset<Row> query = cache == null ? null : ResultCache.cacheable(spark, statement);
-        String context = query == null ? null : ResultCache.context(spark, statement);
+        String context = query == null ? null : ResultCache.context(spark, statement);  // as the analysis left it
         String key = query == null ? null : ResultCache.key(context, query, null);
         if (key == null) {
             super.runInternal();
@@ -85,6 +89,46 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                 setOperationException(e instanceof HiveSQLException ? (HiveSQLException) e : new HiveSQLException(e));
             }
         }));
+    }
+
+    /**
+     * Whether a watched query (Refresher) was answered from the cache under the key its tables' current metadata
+     * makes, looked up with no analysis: the statement was analysed in the same context (statement, namespace,
+     * settings: the read-only check's inputs among them) when that answer was computed, on those very snapshots.
+     */
+    private boolean answeredWatched(String context, long started) {
+        String key = cache.refresher.keyNow(context);
+        ResultCache.Entry kept = key == null ? null : cache.get(key);
+        if (kept == null) {
+            if (key != null) {
+                cache.refresher.wake();
+            }
+            return false;
+        }
+        ours = true;
+        try {
+            setState(OperationState.PENDING);
+            setHasResultSet(true);
+            setState(OperationState.RUNNING);
+            answered(kept, context, key, "watched", started);
+            setState(OperationState.FINISHED);
+        } catch (HiveSQLException e) {
+            throw CachedStatement.<RuntimeException>raise(e);
+        }
+        return true;
+    }
+
+    /** The statement's answer is this kept result (hit, shared, watched) or the one just computed (miss). */
+    private void answered(ResultCache.Entry kept, String context, String key, String how, long started) {
+        if (kept != null) {
+            schema = kept.schema;
+            rows = kept.rows;
+            if (cache.refresher != null) {
+                cache.refresher.asked(spark, statement, context, key, System.currentTimeMillis());
+            }
+        }
+        ResultCache.LOG.info("result cache {} ({} ms): {}", how, (System.nanoTime() - started) / 1_000_000,
+            Refresher.abbreviated(statement));
     }
 
     private void answer(Dataset<Row> query, String context, String key, long started) {
@@ -118,16 +162,7 @@ final class CachedStatement extends SparkExecuteStatementOperation {
                     }
                 }
             }
-            if (kept != null) {
-                schema = kept.schema;
-                rows = kept.rows;
-                if (cache.refresher != null) {
-                    cache.refresher.asked(spark, statement, context, key, System.currentTimeMillis());
-                }
-            }
-            ResultCache.LOG.info("result cache {} ({} ms): {}", how, (System.nanoTime() - started) / 1_000_000,
-                statement.length() > 200
-                ? statement.substring(0, 200) + "..." : statement);
+            answered(kept, context, key, how, started);
             synchronized (this) {
                 if (!getStatus().getState().isTerminal()) {
                     setState(OperationState.FINISHED);

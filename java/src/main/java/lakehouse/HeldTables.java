@@ -110,7 +110,7 @@ public final class HeldTables {
         }
         Held copy = null;
         try {
-            ResultCache.call(old.table, "refresh");
+            ResultCache.lookUp(old.table);
             Long now = snapshotId(old.table);
             if (now != null && now == old.snapshot) {
                 return;

@@ -10,6 +10,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.spark.SparkContext;
@@ -41,6 +42,7 @@ final class Refresher {
         final SparkSession session;
         Map<String, Object> tables = Map.of();  // name -> the Iceberg table (read again at each check)
         Map<String, String> read = Map.of();  // name -> the metadata file its last answer read
+        volatile List<ResultCache.Read> lookups;  // the tables a client's ask looks up for its key (null: analysed)
         volatile long asked;  // when a client last asked it
 
         Watched(String context, String statement, SparkSession session, long asked) {
@@ -57,6 +59,7 @@ final class Refresher {
     final Map<String, Watched> watched = new ConcurrentHashMap<>();  // context -> the query
     private final ScheduledExecutorService thread;
     private final AtomicLong refreshes = new AtomicLong();
+    private final AtomicBoolean woken = new AtomicBoolean();  // a check is asked for before the next period
 
     Refresher(ResultCache cache, long everyMs, long idleMs) {
         this.cache = cache;
@@ -83,6 +86,20 @@ final class Refresher {
     void asked(SparkSession spark, String statement, String context, String key, long now) {
         if (thread != null && watching(context, now)) {
             thread.execute(() -> watch(spark, statement, context, key, now));
+        }
+    }
+
+    /**
+     * A client's look-up found a commit whose answer is not computed yet: the check runs now rather than at the
+     * next period, so that the held copies are brought to it and the other watched queries' new answers computed
+     * while this client computes its own.
+     */
+    void wake() {
+        if (thread != null && woken.compareAndSet(false, true)) {
+            thread.execute(() -> {
+                woken.set(false);
+                check();
+            });
         }
     }
 
@@ -147,14 +164,13 @@ final class Refresher {
             }
             Watched query = new Watched(context, statement, session, asked);
             Dataset<Row> analysed = ResultCache.cacheable(session, statement);
-            Map<String, Object> tables = new HashMap<>();
-            String key = analysed == null ? null : ResultCache.key(context, analysed, tables);
+            String key = analysed == null ? null : reads(query, analysed);
             if (key == null) {
                 return;
             }
-            query.tables = tables;
-            query.read = files(tables);
             add(query);
+            ResultCache.LOG.info("result cache: watched ({}): {}", query.lookups != null
+                ? "asked again, its key made by its tables' look-ups" : "asked again, analysed", abbreviated(statement));
             if (cache.held != null) {
                 spark.setLocalProperty("spark.scheduler.pool", POOL);
                 cache.held.hold(session, analysed);
@@ -172,13 +188,40 @@ final class Refresher {
         }
     }
 
-    /** The metadata file each table was read at. */
-    private static Map<String, String> files(Map<String, Object> tables) throws ReflectiveOperationException {
-        Map<String, String> files = new HashMap<>();
-        for (Map.Entry<String, Object> table : tables.entrySet()) {
-            files.put(table.getKey(), ResultCache.metadataFile(table.getValue()));
+    /**
+     * The key of the query's answer as analysed, or null: none is kept. The tables it reads, the metadata file
+     * each was read at, and whether a client's ask may make its key by looking them up alone are the query's from
+     * now on.
+     */
+    private static String reads(Watched query, Dataset<Row> analysed) {
+        List<ResultCache.Read> reads = new ArrayList<>();
+        String key = ResultCache.key(query.context, analysed, reads);
+        if (key == null) {
+            return null;
         }
-        return files;
+        Map<String, Object> tables = new HashMap<>();
+        Map<String, String> files = new HashMap<>();
+        boolean current = ResultCache.viewless(analysed.queryExecution().analyzed());
+        for (ResultCache.Read read : reads) {
+            tables.putIfAbsent(read.name, read.table);
+            files.putIfAbsent(read.name, read.file);
+            current &= read.current;
+        }
+        query.tables = tables;
+        query.read = files;
+        query.lookups = current ? List.copyOf(reads) : null;
+        return key;
+    }
+
+    /**
+     * The key a client's ask of this context would make now, from a look-up of each table the watched query reads
+     * alone, with no analysis; null when it is not watched, reads other than its tables' current snapshots, or a
+     * look-up failed. The ask is analysed then, as any other.
+     */
+    String keyNow(String context) {
+        Watched query = watched.get(context);
+        List<ResultCache.Read> reads = query == null ? null : query.lookups;
+        return reads == null ? null : ResultCache.keyNow(context, reads);
     }
 
     /** Drop the idle queries, and compute the new answer of each one a table of which took a commit. */
@@ -257,14 +300,11 @@ final class Refresher {
             context.setLocalProperty("spark.scheduler.pool", POOL);
             QueryTimeout.atWork(group);
             Dataset<Row> analysed = ResultCache.cacheable(query.session, query.statement);
-            Map<String, Object> tables = new HashMap<>();
-            key = analysed == null ? null : ResultCache.key(query.context, analysed, tables);
+            key = analysed == null ? null : reads(query, analysed);
             if (key == null) {
                 unwatch(query, "it is no longer a query whose result is kept");
                 return;
             }
-            query.tables = tables;
-            query.read = files(tables);
             if (cache.get(key) != null) {
                 return;  // a client asked first
             }

@@ -18,6 +18,7 @@ import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
 import org.apache.spark.sql.catalyst.plans.logical.Range;
+import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
@@ -217,19 +218,63 @@ public final class ResultCache {
 
     /**
      * What the query's result depends on, or null when a table's metadata cannot be named: its context (the
-     * statement, the namespace, the settings: context()) and the tables it reads, which are also put in tables
-     * (by name, when given).
+     * statement, the namespace, the settings: context()) and the tables it reads, which are also put in reads
+     * (when given).
      */
-    static String key(String context, Dataset<Row> query, Map<String, Object> tables) {
-        List<String> read = new ArrayList<>();
-        if (!tables(query.queryExecution().analyzed(), read, tables)) {
+    static String key(String context, Dataset<Row> query, List<Read> reads) {
+        List<Read> read = new ArrayList<>();
+        if (!tables(query.queryExecution().analyzed(), read)) {
             return null;
         }
+        if (reads != null) {
+            reads.addAll(read);
+        }
         StringBuilder key = new StringBuilder(context);
-        for (String table : read) {
-            key.append('\u0000').append(table);
+        for (Read table : read) {
+            key.append('\u0000').append(table.part);
         }
         return key.toString();
+    }
+
+    /**
+     * The key the query's analysis in this context would make now, from a look-up of each table's current
+     * metadata in its catalog alone, or null: these reads are not all of the current snapshot with no option, or
+     * a look-up failed. Made so only for a query whose tables are named in it (no view between: a view's text may
+     * change without a commit).
+     */
+    static String keyNow(String context, List<Read> reads) {
+        StringBuilder key = new StringBuilder(context);
+        try {
+            for (Read table : reads) {
+                if (!table.current) {
+                    return null;
+                }
+                key.append('\u0000').append(table.now());
+            }
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return null;  // dropped, or the catalog unreachable: the analysis says which
+        }
+        return key.toString();
+    }
+
+    /**
+     * Whether the plan, its subqueries' included, reads no view: no view node of Spark's, and no catalog's name
+     * over anything but a table's relation (Iceberg's views are put in a plan as their query under the view's name).
+     */
+    static boolean viewless(LogicalPlan plan) {
+        return plan.collectWithSubqueries(new scala.runtime.AbstractPartialFunction<LogicalPlan, Boolean>() {
+            @Override
+            public boolean isDefinedAt(LogicalPlan node) {
+                return node.getClass().getSimpleName().contains("View") || node instanceof SubqueryAlias
+                    && !((SubqueryAlias) node).identifier().qualifier().isEmpty()
+                    && !(((SubqueryAlias) node).child() instanceof DataSourceV2Relation);
+            }
+
+            @Override
+            public Boolean apply(LogicalPlan node) {
+                return Boolean.TRUE;
+            }
+        }).isEmpty();
     }
 
     /** What a query's result depends on besides its tables: the statement, the current namespace, the settings. */
@@ -249,54 +294,92 @@ public final class ResultCache {
         return all.hasNext() || rows.size() > maxRows ? null : new Entry(query.schema(), List.copyOf(rows));
     }
 
-    /** The metadata file an Iceberg table was read at (as loaded, or as last refreshed). */
-    static String metadataFile(Object table) throws ReflectiveOperationException {
-        return String.valueOf(call(call(call(table, "operations"), "current"), "metadataFileLocation"));
+    /**
+     * A table a query reads, as its key names it: the table's name, the snapshot read, the metadata file it was
+     * read at and the read's options.
+     */
+    static final class Read {
+        final String name;
+        final Object table;  // Iceberg's table (the session's classes, not on the class path this is compiled against)
+        final String file;  // the metadata file it was read at
+        final String part;  // its part of the key
+        final boolean current;  // the current snapshot at that metadata file, read with no option
+
+        Read(String name, Object table, Object snapshot, Map<String, String> options)
+                throws ReflectiveOperationException {
+            Object metadata = call(call(table, "operations"), "current");
+            this.name = name;
+            this.table = table;
+            this.file = String.valueOf(call(metadata, "metadataFileLocation"));
+            this.part = part(name, snapshot, file, options);
+            this.current = options.isEmpty() && String.valueOf(snapshot).equals(String.valueOf(snapshotId(metadata)));
+        }
+
+        /**
+         * Its part of the key as the query's analysis would make it now (a read of the current snapshot): the
+         * table's current metadata looked up in its catalog.
+         */
+        String now() throws ReflectiveOperationException {
+            Object metadata = lookUp(table);
+            return part(name, snapshotId(metadata), call(metadata, "metadataFileLocation"), Map.of());
+        }
+
+        static String part(String name, Object snapshot, Object file, Map<String, String> options) {
+            return name + "@" + snapshot + "@" + file + "@" + new TreeMap<>(options);
+        }
+
+        private static Object snapshotId(Object metadata) throws ReflectiveOperationException {
+            Object snapshot = call(metadata, "currentSnapshot");
+            return snapshot == null ? null : call(snapshot, "snapshotId");
+        }
     }
 
     /** The current metadata file of an Iceberg table, read again from its catalog. */
     static String currentMetadataFile(Object table) throws ReflectiveOperationException {
-        call(table, "refresh");
-        return metadataFile(table);
+        return String.valueOf(call(lookUp(table), "metadataFileLocation"));
     }
 
-    private static boolean tables(LogicalPlan plan, List<String> out, Map<String, Object> objects) {
+    /**
+     * An Iceberg table's current metadata, read again from its catalog: one look-up of a table at a time, so that
+     * none leaves it at older metadata than another's.
+     */
+    static Object lookUp(Object table) throws ReflectiveOperationException {
+        synchronized (table) {
+            call(table, "refresh");
+            return call(call(table, "operations"), "current");
+        }
+    }
+
+    private static boolean tables(LogicalPlan plan, List<Read> out) {
         if (plan instanceof DataSourceV2Relation) {
             DataSourceV2Relation relation = (DataSourceV2Relation) plan;
             try {  // Iceberg's classes are the session's, not on the class path this is compiled against
                 Object sparkTable = relation.table();
-                Object table = call(sparkTable, "table");
-                Object metadata = call(call(table, "operations"), "current");
-                out.add(relation.table().name() + "@" + call(sparkTable, "snapshotId") + "@"
-                    + call(metadata, "metadataFileLocation") + "@"
-                    + new TreeMap<>(relation.options().asCaseSensitiveMap()));
-                if (objects != null) {
-                    objects.putIfAbsent(relation.table().name(), table);
-                }
+                out.add(new Read(relation.table().name(), call(sparkTable, "table"), call(sparkTable, "snapshotId"),
+                    relation.options().asCaseSensitiveMap()));
             } catch (ReflectiveOperationException | RuntimeException e) {
                 return false;
             }
         }
         for (Expression expression : JavaConverters.seqAsJavaList(plan.expressions())) {
-            if (!subqueryTables(expression, out, objects)) {
+            if (!subqueryTables(expression, out)) {
                 return false;
             }
         }
         for (LogicalPlan child : JavaConverters.seqAsJavaList(plan.children())) {
-            if (!tables(child, out, objects)) {
+            if (!tables(child, out)) {
                 return false;
             }
         }
         return true;
     }
 
-    private static boolean subqueryTables(Expression expression, List<String> out, Map<String, Object> objects) {
-        if (expression instanceof SubqueryExpression
-                && !tables(((SubqueryExpression) expression).plan(), out, objects)) {
+    private static boolean subqueryTables(Expression expression, List<Read> out) {
+        if (expression instanceof SubqueryExpression && !tables(((SubqueryExpression) expression).plan(), out)) {
             return false;
         }
         for (Expression child : JavaConverters.seqAsJavaList(expression.children())) {
-            if (!subqueryTables(child, out, objects)) {
+            if (!subqueryTables(child, out)) {
                 return false;
             }
         }
