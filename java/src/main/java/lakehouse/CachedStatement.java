@@ -100,9 +100,6 @@ final class CachedStatement extends SparkExecuteStatementOperation {
         String key = cache.refresher.keyNow(context);
         ResultCache.Entry kept = key == null ? null : cache.get(key);
         if (kept == null) {
-            if (key != null) {
-                cache.refresher.wake();
-            }
             return false;
         }
         ours = true;

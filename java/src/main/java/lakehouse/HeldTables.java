@@ -165,9 +165,22 @@ public final class HeldTables {
      * when none is.
      */
     public Dataset<Row> over(Dataset<Row> query) {
-        if (held.isEmpty()) {
-            return query;
+        RuntimeException failed = null;
+        for (int attempt = 0; attempt < 2 && !held.isEmpty(); attempt++) {
+            try {
+                return overHeld(query);
+            } catch (RuntimeException e) {  // a copy it took was let go (brought forward) before it was analysed
+                failed = e;
+            }
         }
+        if (failed != null) {
+            ResultCache.LOG.warn("result cache: read from the tables' files, not memory ({})", failed.toString());
+        }
+        return query;
+    }
+
+    /** The query over the held copies as they are now (analysed: the read-only check allows them while held). */
+    private Dataset<Row> overHeld(Dataset<Row> query) {
         SparkSession spark = query.sparkSession();
         boolean[] changed = {false};
         LogicalPlan plan = query.queryExecution().analyzed().transformUpWithSubqueries(

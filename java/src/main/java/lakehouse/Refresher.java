@@ -10,7 +10,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.spark.SparkContext;
@@ -59,7 +58,6 @@ final class Refresher {
     final Map<String, Watched> watched = new ConcurrentHashMap<>();  // context -> the query
     private final ScheduledExecutorService thread;
     private final AtomicLong refreshes = new AtomicLong();
-    private final AtomicBoolean woken = new AtomicBoolean();  // a check is asked for before the next period
 
     Refresher(ResultCache cache, long everyMs, long idleMs) {
         this.cache = cache;
@@ -86,20 +84,6 @@ final class Refresher {
     void asked(SparkSession spark, String statement, String context, String key, long now) {
         if (thread != null && watching(context, now)) {
             thread.execute(() -> watch(spark, statement, context, key, now));
-        }
-    }
-
-    /**
-     * A client's look-up found a commit whose answer is not computed yet: the check runs now rather than at the
-     * next period, so that the held copies are brought to it and the other watched queries' new answers computed
-     * while this client computes its own.
-     */
-    void wake() {
-        if (thread != null && woken.compareAndSet(false, true)) {
-            thread.execute(() -> {
-                woken.set(false);
-                check();
-            });
         }
     }
 
@@ -170,7 +154,8 @@ final class Refresher {
             }
             add(query);
             ResultCache.LOG.info("result cache: watched ({}): {}", query.lookups != null
-                ? "asked again, its key made by its tables' look-ups" : "asked again, analysed", abbreviated(statement));
+                ? "asked again, its key made by its tables' look-ups" : "asked again, analysed",
+                abbreviated(statement));
             if (cache.held != null) {
                 spark.setLocalProperty("spark.scheduler.pool", POOL);
                 cache.held.hold(session, analysed);
