@@ -186,7 +186,7 @@ final class Refresher {
         }
         Map<String, Object> tables = new HashMap<>();
         Map<String, String> files = new HashMap<>();
-        boolean current = ResultCache.viewless(analysed.queryExecution().analyzed());
+        boolean current = true;
         for (ResultCache.Read read : reads) {
             tables.putIfAbsent(read.name, read.table);
             files.putIfAbsent(read.name, read.file);

@@ -147,8 +147,8 @@ public final class ResultCache {
 
     /**
      * The statement as a query whose result may be kept (analysed, not run), or null: a command, a statement
-     * that does not analyse (the caller runs it as Spark would, for Spark's own error), or a query that reads
-     * anything but Iceberg tables or depends on the moment or chance.
+     * that does not analyse (the caller runs it as Spark would, for Spark's own error), or a query that is not
+     * keepable.
      */
     static Dataset<Row> cacheable(SparkSession spark, String statement) {
         try {
@@ -157,7 +157,7 @@ public final class ResultCache {
                 return null;  // parsing only: a command runs when it is analysed
             }
             Dataset<Row> query = spark.sql(statement);
-            return pure(query.queryExecution().analyzed()) ? query : null;
+            return keepable(query.queryExecution().analyzed()) ? query : null;
         } catch (Exception e) {
             return null;
         }
@@ -175,6 +175,14 @@ public final class ResultCache {
                 return Boolean.TRUE;
             }
         };
+    }
+
+    /**
+     * Whether a result of the plan may be kept: it reads Iceberg tables (or literal rows) alone, depends on neither
+     * the moment nor chance, and reads no view (a view's text may change with no commit to the tables the key names).
+     */
+    static boolean keepable(LogicalPlan plan) {
+        return pure(plan) && viewless(plan);
     }
 
     static boolean pure(LogicalPlan plan) {

@@ -8,6 +8,7 @@ import static lakehouse.ReadOnlySqlCheckTest.text;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import org.apache.spark.sql.catalyst.AliasIdentifier;
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.CurrentDate;
@@ -30,6 +31,7 @@ import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.OneRowRelation;
 import org.apache.spark.sql.catalyst.plans.logical.Range;
+import org.apache.spark.sql.catalyst.plans.logical.SubqueryAlias;
 import org.apache.spark.sql.execution.command.ResetCommand;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation;
 import org.apache.spark.sql.types.DataTypes;
@@ -100,6 +102,17 @@ class ResultCachePureTest {
     void aSubqueryIsHeldToTheSameRules() {
         assertFalse(ResultCache.pure(exists(select(new Rand(), new OneRowRelation()))));
         assertFalse(ResultCache.pure(exists(select(new CurrentDate(), range()))));
+    }
+
+    @Test
+    void aQueryThroughAViewIsNotKept() {
+        LogicalPlan rows = rows(column("name"));
+        assertTrue(ResultCache.keepable(select(text("x"), new SubqueryAlias(new AliasIdentifier("x", seq()), rows))));
+        // a view of a catalog: its query under the view's qualified name; redefined, it changes no table's metadata
+        assertFalse(ResultCache.keepable(select(text("x"), new SubqueryAlias(new AliasIdentifier("v",
+            seq("lake", "ns")), select(text("y"), rows)))));
+        assertFalse(ResultCache.keepable(select(text("x"), new SubqueryAlias(new AliasIdentifier("v",
+            seq("lake", "ns")), select(new Rand(), rows)))));
     }
 
     @Test
