@@ -112,7 +112,30 @@ def _produce(kafka: LocalKafka, topic: str, records: list[tuple[str, str | None,
     assert producer.flush(30) == 0
     if transactional:
         (producer.commit_transaction if commit else producer.abort_transaction)(30)
+        _markers_written(kafka, topic)
     return acked
+
+
+def _markers_written(kafka: LocalKafka, topic: str, timeout_s: float = 60.0) -> None:
+    """Wait until the transaction's markers are in every partition (the last stable offset is the end of each):
+    the broker writes them after the producer's commit or abort returns, so records produced next could come
+    before a marker, and a marker's time (the broker's, today) is what ends yesterday's offsets."""
+    from confluent_kafka import Consumer
+
+    consumers = {level: Consumer(kafka.client_config(**{"group.id": "test-markers", "isolation.level": level}))
+                 for level in ("read_committed", "read_uncommitted")}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            ends = {level: [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                            for p in range(PARTITIONS)] for level, c in consumers.items()}
+            if ends["read_committed"] == ends["read_uncommitted"]:
+                return
+            assert time.monotonic() < deadline, ends
+            time.sleep(0.1)
+    finally:
+        for consumer in consumers.values():
+            consumer.close()
 
 
 def _day(kafka, topic, day: dt.date, n: int, first: int = 0) -> list[tuple[int, int, str | None]]:
