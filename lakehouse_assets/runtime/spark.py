@@ -15,7 +15,7 @@ from importlib import resources
 
 import pyarrow as pa
 from dagster_pyspark.resources import spark_session_from_config
-from py4j.java_gateway import JavaClass, java_import
+from py4j.java_gateway import JavaClass, JavaMember, java_import
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -225,12 +225,14 @@ def get_spark(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) -
     return spark
 
 
-# The JVM classes PySpark names by their short name on every call (each `F.col`, `F.when`, `F.struct` looks up
-# `functions`; lists and structs `PythonUtils`; each `SparkSession.getActiveSession()` `SparkSession`).
+# The JVM classes PySpark names on every call, by their short name or their full one (each `F.col`, `F.when`,
+# `F.struct` looks up `functions`; lists and structs `PythonUtils`; each active-session look-up `SparkSession`).
 _HOT_CLASSES = (
     "org.apache.spark.sql.functions",
     "org.apache.spark.sql.SparkSession",
     "org.apache.spark.sql.SparkSession$",
+    "org.apache.spark.sql.classic.SparkSession",
+    "org.apache.spark.sql.classic.SparkSession$",
     "org.apache.spark.api.python.PythonUtils",
     "org.apache.spark.sql.api.python.PythonSQLUtils",
     "org.apache.spark.api.python.PythonRDD",
@@ -238,13 +240,33 @@ _HOT_CLASSES = (
 )
 
 
+class _StaticClass(JavaClass):
+    """A JVM class whose static methods are each looked up once. py4j asks the JVM what a name is on every
+    access (`functions.col`: the JVM copies the class's hundreds of methods to find it), before the call itself
+    asks again; a method's handle holds nothing but its class's and its own name, so it is kept. A field is
+    still read each time (its value may change), and so is an inner class."""
+
+    def __getattr__(self, name: str):
+        member = super().__getattr__(name)
+        if isinstance(member, JavaMember):
+            self.__dict__[name] = member
+        return member
+
+
 def _import_hot_classes(spark: SparkSession) -> None:
-    """Name PySpark's hot classes in the gateway's view one by one. py4j resolves a short name by trying each
-    package the view imports with `*` in turn (java.lang first), and a class a package lacks is looked for in
-    every jar on the class path (hundreds) each time: about 40% of the cost of building a column expression.
-    A class imported by its own name is found at once."""
+    """Name PySpark's hot classes in the gateway's view, by their short and full names, as classes the view
+    holds. py4j resolves a short name by looking for it first as a class of no package, in every jar on the
+    class path (hundreds), then by each package the view imports with `*` in turn; a full name by a round trip
+    to the JVM. A name the view holds is found in Python, with no round trip."""
+    view, gateway = spark.sparkContext._jvm, spark.sparkContext._gateway
+    assert gateway is not None  # set while the SparkContext is running
+    client = gateway._gateway_client
     for name in _HOT_CLASSES:
-        java_import(spark.sparkContext._jvm, name)
+        cls, short = _StaticClass(name, client), name.rsplit(".", 1)[1]
+        setattr(view, name, cls)
+        if short not in vars(view):  # a short name is the first class of that name, as an import makes it
+            java_import(view, name)
+            setattr(view, short, cls)
 
 
 def jvm_option(spark: SparkSession, name: str) -> str:
