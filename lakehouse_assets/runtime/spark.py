@@ -15,7 +15,7 @@ from importlib import resources
 
 import pyarrow as pa
 from dagster_pyspark.resources import spark_session_from_config
-from py4j.java_gateway import JavaClass, JavaMember, java_import
+from py4j.java_gateway import JavaClass, JavaMember
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -264,8 +264,7 @@ def _import_hot_classes(spark: SparkSession) -> None:
     for name in _HOT_CLASSES:
         cls, short = _StaticClass(name, client), name.rsplit(".", 1)[1]
         setattr(view, name, cls)
-        if short not in vars(view):  # a short name is the first class of that name, as an import makes it
-            java_import(view, name)
+        if short not in vars(view):  # a short name is the first class of that name
             setattr(view, short, cls)
 
 
