@@ -24,6 +24,7 @@ import sqlalchemy
 from pyhive import hive
 from thrift.transport.TTransport import TTransportException
 
+from lakehouse_assets.runtime import jvm_archive
 from lakehouse_assets.runtime.catalog import catalog_for
 from lakehouse_assets.serving import read_rule
 from lakehouse_assets.serving.duckdb_sql import query
@@ -337,6 +338,19 @@ def test_the_endpoints_jvm_collects_for_short_pauses_while_clients_wait(served):
     """G1, not the parallel collector of a run's JVM (runtime/test_jvm_archive.py): the endpoint answers clients."""
     options = _jvm_file(served, "cmdline").split("\0")
     assert "-XX:+UseG1GC" in options and "-XX:+UseParallelGC" not in options
+
+
+def test_the_endpoints_jvm_maps_the_installations_class_data_archive(served):
+    """The endpoint's jars are on its driver's class path after Spark's own, so the class path the archive was made
+    with (a run's) is its beginning and the JVM maps the archive, not only the JDK's own (a driver whose class path
+    began with the jars started in 11 s where it now starts in 7)."""
+    archive = jvm_archive.archive_file()
+    assert archive is not None and archive.is_file(), "make setup builds the archive"
+    assert str(archive) in _jvm_file(served, "maps")
+    class_path = _jvm_file(served, "cmdline").split("\0")[2].split(os.pathsep)
+    spark_jars = next(i for i, entry in enumerate(class_path) if entry.endswith(f"jars{os.sep}*"))
+    ours = next(i for i, entry in enumerate(class_path) if Path(entry).name.startswith("lakehouse-java-"))
+    assert spark_jars < ours, class_path
 
 
 def test_queries_longer_than_the_limit_are_cancelled_with_the_reason_on_the_driver_and_in_tasks(served):
