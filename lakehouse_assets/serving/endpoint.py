@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LakehouseError
+from ..runtime import jvm_archive
 from ..runtime.java_jar import EXTENSION_CLASS, FATAL_ERROR_PLUGIN, PASSWORD_CLASS
 from ..runtime.spark import ICEBERG_EXTENSIONS, spark_conf
 from ..settings import Settings
@@ -83,6 +84,10 @@ def endpoint_settings(settings: Settings, endpoint: Endpoint) -> Settings:
     if master != settings.spark_master:
         settings = settings.with_(spark_master=master)
         conf["spark.executor.memory"] = settings.serve_executor_memory
+        # Its executors are JVMs of this installation on the same class path: they map the archive too (the
+        # first answer after the endpoint starts, or after an executor ended, waits for one to start).
+        conf["spark.executor.extraJavaOptions"] = " ".join(filter(None, [
+            spark_conf(settings)["spark.executor.extraJavaOptions"], jvm_archive.java_options(settings.jvm_archive)]))
         # A task that ignores its cancellation (a regular expression backtracking over a table's values) has its
         # executor ended after this long, and a new one started: the core it held is free again.
         conf["spark.task.reaper.enabled"] = "true"

@@ -231,14 +231,15 @@ def test_every_write_and_change_is_refused_and_the_lake_is_left_as_it_was(served
     assert _rows(served, "SELECT count(*) FROM events") == [(sum(map(len, served["per_day"].values())),)]
 
 
-def _jvm_file(served, name: str) -> str:
+def _jvm_file(served, name: str, main_class: str = "org.apache.spark.deploy.SparkSubmit") -> str:
     """A file of /proc of the endpoint's JVM: the process started with its Thrift port in its settings, and not its
-    executor's (given the port too, among the driver's settings; after a restart its pid can be the lower one)."""
+    executor's (given the port too, among the driver's settings; after a restart its pid can be the lower one), or
+    with `main_class` its executor's."""
     wanted = f"hive.server2.thrift.port={served['port']}"
     for proc in Path("/proc").iterdir():
         try:
             command = (proc / "cmdline").read_bytes().decode(errors="replace") if proc.name.isdigit() else ""
-            if wanted in command and "org.apache.spark.deploy.SparkSubmit" in command.split("\0"):
+            if wanted in command and main_class in command.split("\0"):
                 return (proc / name).read_bytes().decode(errors="replace")
         except OSError:
             continue
@@ -343,10 +344,11 @@ def test_the_endpoints_jvm_collects_for_short_pauses_while_clients_wait(served):
 def test_the_endpoints_jvm_maps_the_installations_class_data_archive(served):
     """The endpoint's jars are on its driver's class path after Spark's own, so the class path the archive was made
     with (a run's) is its beginning and the JVM maps the archive, not only the JDK's own (a driver whose class path
-    began with the jars started in 11 s where it now starts in 7)."""
+    began with the jars started in 11 s where it now starts in 7); its executor's JVM maps it too."""
     archive = jvm_archive.archive_file()
     assert archive is not None and archive.is_file(), "make setup builds the archive"
     assert str(archive) in _jvm_file(served, "maps")
+    assert str(archive) in _jvm_file(served, "maps", "org.apache.spark.executor.CoarseGrainedExecutorBackend")
     class_path = _jvm_file(served, "cmdline").split("\0")[2].split(os.pathsep)
     spark_jars = next(i for i, entry in enumerate(class_path) if entry.endswith(f"jars{os.sep}*"))
     ours = next(i for i, entry in enumerate(class_path) if Path(entry).name.startswith("lakehouse-java-"))
