@@ -349,7 +349,8 @@ def test_the_endpoints_jvm_maps_the_installations_class_data_archive(served):
     assert archive is not None and archive.is_file(), "make setup builds the archive"
     assert str(archive) in _jvm_file(served, "maps")
     assert str(archive) in _jvm_file(served, "maps", "org.apache.spark.executor.CoarseGrainedExecutorBackend")
-    class_path = _jvm_file(served, "cmdline").split("\0")[2].split(os.pathsep)
+    arguments = _jvm_file(served, "cmdline").split("\0")
+    class_path = arguments[arguments.index("-cp") + 1].split(os.pathsep)
     spark_jars = next(i for i, entry in enumerate(class_path) if entry.endswith(f"jars{os.sep}*"))
     ours = next(i for i, entry in enumerate(class_path) if Path(entry).name.startswith("lakehouse-java-"))
     assert spark_jars < ours, class_path
