@@ -4,6 +4,7 @@ wanted, and never the reason a process cannot start; and the garbage collector a
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from dagster import asset, materialize
 
-from lakehouse_assets.runtime import jvm_archive
+from lakehouse_assets.runtime import java_jar, jvm_archive
 from lakehouse_assets.runtime.resource import NEW_BYTES_TAG, QUICK_JIT_MAX_BYTES, LakehouseResource
 from lakehouse_assets.runtime.spark import COMPILE_HUGE_METHODS, QUICK_JIT, jvm_option, spark_conf
 from lakehouse_assets.settings import Settings
@@ -55,6 +56,8 @@ def test_a_damaged_archive_is_set_aside_and_the_session_starts_without_it(tmp_pa
     with built.open("rb") as whole:
         (folder / built.name).write_bytes(whole.read(1 << 20))
     (folder / built.name).with_suffix(".size").write_text(str(1 << 20))
+    # The project's jar is looked for in the same folder: the installation's, so that the process does not build it.
+    shutil.copyfile(java_jar.jar_file(), folder / java_jar.jar_file().name)
     code = f"""
 from pathlib import Path
 from lakehouse_assets.runtime import jvm_archive
@@ -70,7 +73,7 @@ print("options", spark.conf.get("spark.driver.extraJavaOptions"))
     assert "rows 3" in result.stdout
     options = next(line for line in result.stdout.splitlines() if line.startswith("options"))
     assert "SharedArchiveFile" not in options
-    # (The project's jar is built in the same folder, the installation's: it is not the archive's.)
+    # (The project's jar, copied in above, is not the archive's.)
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("lakehouse-java-")) == sorted(
         [Path(built.name).with_suffix(".unusable").name, Path(built.name).with_suffix(".size").name])
 
