@@ -222,6 +222,9 @@ def get_spark(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) -
         spark = spark_session_from_config(conf)
     spark.sparkContext.setLogLevel("WARN")
     _import_hot_classes(spark)
+    # A local lake's files through the project's local file system: Hadoop's, with each file's permissions set by
+    # Java instead of a `chmod` process per file and per checksum file (java/.../LocalFiles.java).
+    jvm_class(spark, "lakehouse.LocalFiles").install(spark.sparkContext._jsc.hadoopConfiguration())
     return spark
 
 
