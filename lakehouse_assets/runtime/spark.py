@@ -216,10 +216,11 @@ def get_spark(settings: Settings, extra_catalogs: ExtraCatalogs | None = None) -
         options = conf["spark.driver.extraJavaOptions"]
         if "-XX:SharedArchiveFile=" not in options:
             raise
-        # A JVM that cannot map the archive dies at start: set the archive aside and start without it.
-        jvm_archive.set_aside(options)
+        # A JVM that cannot map the archive dies at start: start without it, and set it aside only when that
+        # start succeeds (a start that fails for another reason, a bad setting, fails again and keeps it).
         conf["spark.driver.extraJavaOptions"] = options.split(" -XX:SharedArchiveFile=")[0]
         spark = spark_session_from_config(conf)
+        jvm_archive.set_aside(options)
     spark.sparkContext.setLogLevel("WARN")
     _import_hot_classes(spark)
     # A local lake's files through the project's local file system: Hadoop's, with each file's permissions set by

@@ -44,20 +44,25 @@ def test_the_archive_is_named_by_the_java_it_was_made_for_and_used_only_when_bui
     assert "SharedArchiveFile" not in spark_conf(settings)["spark.driver.extraJavaOptions"]
 
 
-@pytest.mark.slow
-def test_a_damaged_archive_is_set_aside_and_the_session_starts_without_it(tmp_path):
-    """An archive the size check cannot tell from a good one (here cut off, with the size recorded as cut) makes
-    the JVM die at start (SIGBUS while mapping it): the session is started again without it, and the archive is
-    moved aside so later processes do not try it."""
+def _archive_folder(tmp_path: Path, cut: bool) -> Path:
+    """A folder with the installation's archive (cut off to 1 MiB, with the size recorded as cut, or whole) and
+    the project's jar (looked for in the same folder: the installation's, so that the process does not build it)."""
     built = jvm_archive.archive_file()
     assert built is not None and built.is_file(), "make setup builds the archive: run it first"
     folder = tmp_path / "archives"
     folder.mkdir()
-    with built.open("rb") as whole:
-        (folder / built.name).write_bytes(whole.read(1 << 20))
-    (folder / built.name).with_suffix(".size").write_text(str(1 << 20))
-    # The project's jar is looked for in the same folder: the installation's, so that the process does not build it.
+    if cut:
+        with built.open("rb") as whole:
+            (folder / built.name).write_bytes(whole.read(1 << 20))
+        (folder / built.name).with_suffix(".size").write_text(str(1 << 20))
+    else:
+        (folder / built.name).symlink_to(built)
+        shutil.copyfile(built.with_suffix(".size"), (folder / built.name).with_suffix(".size"))
     shutil.copyfile(java_jar.jar_file(), folder / java_jar.jar_file().name)
+    return folder
+
+
+def _start_session(tmp_path: Path, folder: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     code = f"""
 from pathlib import Path
 from lakehouse_assets.runtime import jvm_archive
@@ -68,14 +73,38 @@ print("rows", spark.range(3).count())
 print("options", spark.conf.get("spark.driver.extraJavaOptions"))
 """
     # The crashing JVM writes its error report into the working folder.
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, **(env or {})})
+
+
+def _archive_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("lakehouse-java-"))  # not the jar
+
+
+@pytest.mark.slow
+def test_a_damaged_archive_is_set_aside_and_the_session_starts_without_it(tmp_path):
+    """An archive the size check cannot tell from a good one (here cut off, with the size recorded as cut) makes
+    the JVM die at start (SIGBUS while mapping it): the session is started again without it, and the archive is
+    moved aside so later processes do not try it."""
+    folder = _archive_folder(tmp_path, cut=True)
+    name = Path(jvm_archive.archive_file().name)  # type: ignore[union-attr]
+    result = _start_session(tmp_path, folder)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rows 3" in result.stdout
     options = next(line for line in result.stdout.splitlines() if line.startswith("options"))
     assert "SharedArchiveFile" not in options
-    # (The project's jar, copied in above, is not the archive's.)
-    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("lakehouse-java-")) == sorted(
-        [Path(built.name).with_suffix(".unusable").name, Path(built.name).with_suffix(".size").name])
+    assert _archive_files(folder) == sorted([name.with_suffix(".unusable").name, name.with_suffix(".size").name])
+
+
+def test_a_start_that_fails_for_another_reason_keeps_the_archive(tmp_path):
+    """A session that cannot start with or without the archive (here a driver memory the JVM refuses) fails with
+    the JVM's error, and the good archive stays where every later start finds it."""
+    folder = _archive_folder(tmp_path, cut=False)
+    before = _archive_files(folder)
+    result = _start_session(tmp_path, folder, {"LAKEHOUSE_DRIVER_MEMORY": "lots"})
+    assert result.returncode != 0
+    assert "Invalid maximum heap size" in result.stdout + result.stderr, result.stderr[-3000:]
+    assert _archive_files(folder) == before
 
 
 def test_the_jit_compiles_the_huge_methods_spark_generates(spark):
